@@ -1,0 +1,1 @@
+"""attnjax: attention through linear algebra, in JAX and Flax NNX."""

@@ -1,0 +1,17 @@
+"""Test-wide JAX settings.
+
+* float64 is enabled so that references and analysis can run in double
+  precision; tests state the dtype of every array they make.
+* Strict rank promotion: silent broadcasting between arrays of different
+  rank raises, so shape bugs surface in tests.
+* Eight fake CPU devices, for the data-parallel paths.
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
