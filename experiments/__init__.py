@@ -1,0 +1,1 @@
+"""Studies and benchmarks; each module is an entry point (`python -m experiments.X`)."""

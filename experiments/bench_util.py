@@ -1,0 +1,59 @@
+"""Shared helpers for benchmark sections: timing, memory and table output.
+
+Every figure a section reports is a ratio against a reference measured in the
+same run: absolute times on shared machines are noisy, ratios less so.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+
+
+def median_time(fn: Callable[..., Any], *args, repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall time in seconds of `fn(*args)` after `warmup` calls.
+
+    `fn` should already be jitted; every call is waited on with
+    `jax.block_until_ready`, so asynchronous dispatch is not mistaken for speed.
+    """
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compile_seconds(fn: Callable[..., Any], *args) -> float:
+    """Seconds to lower and compile `jax.jit(fn)` for `args` (no execution)."""
+    start = time.perf_counter()
+    jax.jit(fn).lower(*args).compile()
+    return time.perf_counter() - start
+
+
+def temp_bytes(fn: Callable[..., Any], *args) -> int | None:
+    """Temporary buffer bytes of the compiled `jax.jit(fn)`, or None if unknown."""
+    analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
+    if analysis is None:
+        return None
+    return int(analysis.temp_size_in_bytes)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Plain-text table of `rows` restricted to `columns` (missing cells blank)."""
+
+    def cell(value):
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "" if value is None else str(value)
+
+    body = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
+    return "\n".join(lines)
