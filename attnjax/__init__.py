@@ -1,1 +1,21 @@
-"""attnjax: attention through linear algebra, in JAX and Flax NNX."""
+"""attnjax: attention through linear algebra, in JAX and Flax NNX.
+
+Pure functions (`dot_product_attention`, `linear_attention`, masks, feature
+maps) compose with `jax.jit`, `jax.vmap`, `jax.grad` and sharding; `attnjax.nn`
+holds Flax NNX modules built from them; `attnjax.analysis` reads attention
+matrices and hidden states as linear-algebra objects.
+"""
+from attnjax import masks
+from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
+from attnjax.masks import causal_mask, combine_masks, key_padding_mask, local_window_mask
+
+__all__ = [
+    "attention_weights",
+    "causal_mask",
+    "combine_masks",
+    "dot_product_attention",
+    "key_padding_mask",
+    "local_window_mask",
+    "masks",
+    "softmax_with_temperature",
+]

@@ -219,9 +219,15 @@ def _vmapped_attention(query, key, value, mask, bias, scale, temperature):
 
 
 def _can_dispatch(query, key, value, temperature) -> bool:
+    """jax.nn needs one dtype, equal key/value shapes and a Python-float scale.
+
+    float64 stays on the core: jax.nn runs its softmax in float32 whatever the
+    input dtype, which would throw away the precision float64 is asked for.
+    """
     same_dtype = query.dtype == key.dtype == value.dtype
+    not_float64 = query.dtype != jnp.float64
     concrete_temperature = isinstance(temperature, (int, float, np.number))
-    return same_dtype and key.shape == value.shape and concrete_temperature
+    return same_dtype and not_float64 and key.shape == value.shape and concrete_temperature
 
 
 def _to_rank4(x: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Array]:

@@ -97,7 +97,8 @@ def key_padding_mask(
         if kv_len is None:
             raise ValueError("key_padding_mask(lengths=...) needs kv_len=")
         kv_len = _check_length("kv_len", kv_len)
-        valid = jnp.arange(kv_len) < lengths[..., None]
+        positions = jnp.reshape(jnp.arange(kv_len), (1,) * lengths.ndim + (kv_len,))
+        valid = positions < lengths[..., None]
     return valid[..., None, None, :]
 
 

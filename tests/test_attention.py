@@ -1,0 +1,315 @@
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import attnjax
+from attnjax import attention, masks
+from tests.reference import softmax_attention
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def qkv(seed, batch, t, s, h, k, d, dtype=jnp.float32, dv=None):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    q = jax.random.normal(k1, batch + (t, h, d), dtype)
+    key = jax.random.normal(k2, batch + (s, k, d), dtype)
+    v = jax.random.normal(k3, batch + (s, k, dv or d), dtype)
+    return q, key, v
+
+
+def random_mask(seed, shape, p=0.7):
+    """Random boolean mask whose rows are never empty (key 0 always allowed)."""
+    m = np.array(jax.random.bernoulli(jax.random.key(seed), p, shape))
+    m[..., 0] = True
+    return jnp.asarray(m)
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "causal", "mask", "bias", "temperature", "gqa", "mqa", "all"],
+)
+def test_float32_matches_float64_reference(case, return_weights):
+    """Acceptance: max abs error <= 1e-5 at T = S = 128, H = 8, D = 64 (float32)."""
+    num_kv = {"gqa": 2, "mqa": 1, "all": 4}.get(case, 8)
+    q, k, v = qkv(0, (2,), 128, 128, 8, num_kv, 64)
+    kwargs = {}
+    ref_kwargs = {}
+    if case in ("mask", "all"):
+        kwargs["mask"] = ref_kwargs["mask"] = random_mask(1, (2, 1, 128, 128))
+    if case in ("bias", "all"):
+        kwargs["bias"] = ref_kwargs["bias"] = jax.random.normal(jax.random.key(2), (8, 128, 128), jnp.float32)
+    if case in ("temperature", "all"):
+        kwargs["temperature"] = ref_kwargs["temperature"] = 0.5
+    causal = case in ("causal", "all")
+    if causal:
+        ref_kwargs["mask"] = np.tril(np.ones((128, 128), bool)) & np.asarray(ref_kwargs.get("mask", True))
+    with jax.default_matmul_precision("highest"):
+        got = attnjax.dot_product_attention(q, k, v, is_causal=causal, return_weights=return_weights, **kwargs)
+    out = got[0] if return_weights else got
+    ref_out, ref_w = softmax_attention(q, k, v, **ref_kwargs)
+    assert out.dtype == jnp.float32 and out.shape == (2, 128, 8, 64)
+    assert np.max(np.abs(np.asarray(out, np.float64) - ref_out)) <= 1e-5
+    if return_weights:
+        assert got[1].shape == (2, 8, 128, 128)
+        assert np.max(np.abs(np.asarray(got[1], np.float64) - ref_w)) <= 1e-6
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+def test_bfloat16_within_relative_tolerance(return_weights):
+    q, k, v = qkv(3, (2,), 128, 128, 8, 8, 64, dtype=jnp.bfloat16)
+    got = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=return_weights)
+    out = got[0] if return_weights else got
+    assert out.dtype == jnp.bfloat16
+    ref, _ = softmax_attention(q, k, v, mask=np.tril(np.ones((128, 128), bool)))
+    rel = np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(ref)
+    assert rel <= 2e-2
+    if return_weights:
+        assert got[1].dtype == jnp.float32
+        np.testing.assert_allclose(got[1].sum(-1), 1.0, atol=1e-5)
+
+
+def test_float64_inputs_stay_float64():
+    q, k, v = qkv(4, (), 16, 16, 2, 2, 8, dtype=jnp.float64)
+    out, w = attnjax.dot_product_attention(q, k, v, return_weights=True)
+    assert out.dtype == w.dtype == jnp.float64
+    ref_out, ref_w = softmax_attention(q, k, v)
+    np.testing.assert_allclose(out, ref_out, atol=1e-13)
+    np.testing.assert_allclose(w, ref_w, atol=1e-13)
+
+
+# ---------------------------------------------------- independent implementation
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("num_kv", [4, 2, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_jax_nn_dot_product_attention(causal, num_kv, return_weights):
+    q, k, v = qkv(5, (3,), 24, 24, 4, num_kv, 16)
+    mask = random_mask(6, (3, 4, 24, 24))
+    bias = jax.random.normal(jax.random.key(7), (3, 1, 24, 24), jnp.float32)
+    expected = jax.nn.dot_product_attention(q, k, v, bias, mask, is_causal=causal)
+    got = attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias, is_causal=causal, return_weights=return_weights)
+    got = got[0] if return_weights else got
+    np.testing.assert_allclose(got, expected, atol=2e-6, rtol=2e-6)
+
+
+def test_different_query_and_key_lengths_and_value_dim():
+    q, k, v = qkv(8, (2,), 7, 11, 4, 2, 8, dv=5)
+    out, w = attnjax.dot_product_attention(q, k, v, return_weights=True)
+    assert out.shape == (2, 7, 4, 5) and w.shape == (2, 4, 7, 11)
+    ref_out, _ = softmax_attention(q, k, v)
+    np.testing.assert_allclose(out, ref_out, atol=1e-5)
+
+
+def test_leading_batch_dims_equal_per_example_calls():
+    q, k, v = qkv(9, (2, 3), 10, 10, 4, 2, 8)
+    mask = random_mask(10, (2, 3, 1, 10, 10))
+    for return_weights in (False, True):
+        batched = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=True, return_weights=return_weights)
+        batched = batched[0] if return_weights else batched
+        for i in range(2):
+            for j in range(3):
+                single = attnjax.dot_product_attention(q[i, j], k[i, j], v[i, j], mask=mask[i, j], is_causal=True)
+                np.testing.assert_allclose(batched[i, j], single, atol=1e-6)
+
+
+# --------------------------------------------------------------- identities
+
+
+def test_weights_rows_sum_to_one_and_are_nonnegative():
+    q, k, _ = qkv(11, (2,), 32, 20, 8, 8, 16)
+    w = attnjax.attention_weights(q, k, bias=jax.random.normal(jax.random.key(1), (32, 20), jnp.float32))
+    assert w.shape == (2, 8, 32, 20)
+    assert float(w.min()) >= 0.0
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
+
+
+def test_attention_weights_equals_returned_weights():
+    q, k, v = qkv(12, (2,), 16, 16, 4, 2, 8)
+    _, w = attnjax.dot_product_attention(q, k, v, is_causal=True, temperature=2.0, return_weights=True)
+    np.testing.assert_array_equal(attnjax.attention_weights(q, k, is_causal=True, temperature=2.0), w)
+
+
+def test_causal_weights_are_lower_triangular():
+    q, k, _ = qkv(13, (), 12, 12, 2, 2, 8)
+    w = np.asarray(attnjax.attention_weights(q, k, is_causal=True))
+    np.testing.assert_array_equal(np.triu(w, 1), 0.0)
+
+
+def test_temperature_limits_one_hot_and_uniform():
+    q, k, _ = qkv(14, (), 8, 8, 2, 2, 16)
+    cold = attnjax.attention_weights(q, k, temperature=1e-4)
+    logits = np.einsum("thd,shd->hts", np.asarray(q, np.float64), np.asarray(k, np.float64))
+    np.testing.assert_allclose(cold, np.eye(8)[np.argmax(logits, -1)], atol=1e-6)
+    hot = attnjax.attention_weights(q, k, temperature=1e6)
+    np.testing.assert_allclose(hot, 1 / 8, atol=1e-5)
+
+
+def test_softmax_with_temperature_matches_jax_nn_softmax():
+    x = jax.random.normal(jax.random.key(15), (4, 9), jnp.float32) * 3
+    np.testing.assert_allclose(attnjax.softmax_with_temperature(x, 0.7), jax.nn.softmax(x / 0.7), atol=1e-6)
+    mask = jnp.arange(9)[None, :] < jnp.array([[3], [9], [1], [0]])
+    got = attnjax.softmax_with_temperature(x, mask=mask)
+    np.testing.assert_allclose(got[:3], jax.nn.softmax(x[:3], where=mask[:3]) * mask[:3], atol=1e-6)
+    np.testing.assert_array_equal(got[3], 0.0)
+
+
+def test_softmax_with_temperature_upcasts_bfloat16():
+    x = jnp.array([[1.0, 2.0, 3.0]], jnp.bfloat16)
+    assert attnjax.softmax_with_temperature(x).dtype == jnp.float32
+
+
+# ---------------------------------------------------------------- numerics
+
+
+def _loss(q, k, v, **kwargs):
+    return jnp.sum(attnjax.dot_product_attention(q, k, v, **kwargs) ** 2)
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
+    q, k, v = qkv(16, (2,), 6, 6, 2, 2, 4)
+    mask = np.ones((2, 2, 6, 6), bool)
+    mask[0, 1, 3] = False  # one query row with no visible key
+    mask[1, :, :, :] = False  # a whole example masked
+    mask = jnp.asarray(mask)
+    got = attnjax.dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)
+    out = got[0] if return_weights else got
+    np.testing.assert_array_equal(out[0, 3, 1], 0.0)
+    np.testing.assert_array_equal(out[1], 0.0)
+    assert np.all(np.isfinite(out))
+    if return_weights:
+        np.testing.assert_array_equal(got[1][0, 1, 3], 0.0)
+        np.testing.assert_allclose(got[1][0, 0].sum(-1), 1.0, atol=1e-6)
+    loss = lambda q, k, v: jnp.sum(  # noqa: E731
+        attnjax.dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)[0] ** 2
+        if return_weights
+        else attnjax.dot_product_attention(q, k, v, mask=mask) ** 2
+    )
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    for g in grads:
+        assert np.all(np.isfinite(g))
+    np.testing.assert_array_equal(grads[0][1], 0.0)  # masked example gets no gradient
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_extreme_temperature_and_logits_stay_finite(dtype, return_weights):
+    q, k, v = qkv(17, (1,), 16, 16, 2, 2, 8, dtype=jnp.float32)
+    big = (q * 100.0).astype(dtype), (k * 100.0).astype(dtype), v.astype(dtype)  # logits ~ 1e4
+    for inputs, temperature in (((q.astype(dtype), k.astype(dtype), v.astype(dtype)), 1e-4), (big, 1.0), (big, 1e-4)):
+        out = attnjax.dot_product_attention(*inputs, temperature=temperature, return_weights=return_weights)
+        out = out[0] if return_weights else out
+        assert np.all(np.isfinite(np.asarray(out, np.float32)))
+        grads = jax.grad(
+            lambda *a: jnp.sum(
+                (attnjax.dot_product_attention(*a, temperature=temperature, return_weights=True)[0]
+                 if return_weights else attnjax.dot_product_attention(*a, temperature=temperature)
+                 ).astype(jnp.float32)
+            ),
+            argnums=(0, 1, 2),
+        )(*inputs)
+        for g in grads:
+            assert np.all(np.isfinite(np.asarray(g, np.float32)))
+
+
+def test_logits_beyond_float32_range_do_not_make_nan():
+    logits = jnp.array([[3e38, -3e38, 0.0]], jnp.float32)
+    w = attnjax.softmax_with_temperature(logits, 1e-30)
+    assert np.all(np.isfinite(w))
+    np.testing.assert_allclose(w, [[1.0, 0.0, 0.0]])
+
+
+def test_core_gradients_match_finite_differences():
+    q, k, v = qkv(18, (), 5, 6, 1, 1, 3, dtype=jnp.float64)
+    mask = random_mask(19, (5, 6))
+    bias = jax.random.normal(jax.random.key(20), (5, 6), jnp.float64)
+    core = functools.partial(attention._attend_one_head, scale=0.5, temperature=0.8)
+    f = lambda q, k, v, b: core(q, k, v, mask, b)  # noqa: E731
+    check_grads(f, (q[:, 0], k[:, 0], v[:, 0], bias), order=2, modes=["fwd", "rev"])
+
+
+@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+def test_public_function_gradients_match_finite_differences(return_weights):
+    q, k, v = qkv(21, (2,), 5, 5, 4, 2, 3, dtype=jnp.float64)
+    mask = random_mask(22, (2, 1, 5, 5))
+
+    def f(q, k, v):
+        got = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=True, return_weights=return_weights)
+        return got[0] if return_weights else got
+
+    check_grads(f, (q, k, v), order=1, modes=["rev"])
+
+
+# ------------------------------------------------------------- composition
+
+
+def test_composes_with_jit_vmap_and_grad():
+    q, k, v = qkv(23, (4,), 8, 8, 2, 2, 4)
+    fn = functools.partial(attnjax.dot_product_attention, is_causal=True)
+    np.testing.assert_allclose(jax.jit(fn)(q, k, v), fn(q, k, v), atol=1e-6)
+    np.testing.assert_allclose(jax.vmap(fn)(q, k, v), fn(q, k, v), atol=1e-6)
+    g = jax.jit(jax.grad(lambda q: jnp.sum(fn(q, k, v))))(q)
+    assert g.shape == q.shape and np.all(np.isfinite(g))
+
+
+def test_traced_temperature_uses_core_and_matches():
+    q, k, v = qkv(24, (2,), 8, 8, 2, 2, 4)
+    f = jax.jit(lambda t: attnjax.dot_product_attention(q, k, v, temperature=t))
+    np.testing.assert_allclose(f(jnp.float32(0.5)), attnjax.dot_product_attention(q, k, v, temperature=0.5), atol=1e-6)
+
+
+def test_temperature_gradient_is_finite():
+    q, k, v = qkv(25, (), 8, 8, 2, 2, 4)
+    g = jax.grad(lambda t: jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2))(jnp.float32(0.7))
+    assert np.isfinite(g) and g != 0
+
+
+def test_articles_example_runs_and_rows_sum_to_one():
+    """Seed 000 example: batch 2, seq 10, d_model 512, 8 heads (head dim 64)."""
+    x = jax.random.normal(jax.random.key(26), (2, 10, 512), jnp.float32)
+    heads = x.reshape(2, 10, 8, 64)
+    out, w = attnjax.dot_product_attention(heads, heads, heads, return_weights=True)
+    assert out.shape == (2, 10, 8, 64) and w.shape == (2, 8, 10, 10)
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
+
+
+# ------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    "shapes, kwargs, message",
+    [
+        (((10, 64), (10, 1, 64), (10, 1, 64)), {}, r"query must have layout \[\.\.\., T, H, D\].*\(10, 64\)"),
+        (((2, 4, 8, 16), (2, 4, 3, 16), (2, 4, 3, 16)), {}, r"key heads \(3\) must divide query heads \(8\)"),
+        (((2, 4, 8, 16), (2, 4, 16, 16), (2, 4, 16, 16)), {}, r"key heads \(16\) must divide query heads \(8\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 8), (2, 4, 8, 8)), {}, r"head dim D.*\(2, 4, 8, 16\).*\(2, 4, 8, 8\)"),
+        (((2, 4, 8, 16), (2, 5, 8, 16), (2, 4, 8, 16)), {}, r"key and value must agree"),
+        (((2, 4, 8, 16), (3, 4, 8, 16), (3, 4, 8, 16)), {}, r"same batch dims"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 5), bool)}, r"mask of shape \(4, 5\).*\(2, 8, 4, 4\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((3, 8, 4, 4), bool)}, r"mask of shape \(3, 8, 4, 4\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 4), np.float32)}, r"mask must be boolean"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"bias": np.ones((5, 4), np.float32)}, r"bias of shape \(5, 4\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": -1.0}, r"temperature must be > 0"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": 0.0}, r"temperature must be > 0"),
+    ],
+)
+def test_bad_inputs_raise_before_compute(shapes, kwargs, message):
+    arrays = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    with pytest.raises(ValueError if "boolean" not in message else TypeError, match=message):
+        # Tracing alone (no compute) must raise.
+        jax.eval_shape(lambda q, k, v: attnjax.dot_product_attention(q, k, v, **kwargs), *arrays)
+
+
+def test_integer_inputs_raise_type_error():
+    x = jnp.ones((2, 4, 2, 8), jnp.int32)
+    with pytest.raises(TypeError, match="query must be a floating-point array"):
+        attnjax.dot_product_attention(x, x, x)
