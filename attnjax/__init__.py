@@ -5,7 +5,7 @@ maps) compose with `jax.jit`, `jax.vmap`, `jax.grad` and sharding; `attnjax.nn`
 holds Flax NNX modules built from them; `attnjax.analysis` reads attention
 matrices and hidden states as linear-algebra objects.
 """
-from attnjax import masks
+from attnjax import masks, nn
 from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
 from attnjax.masks import causal_mask, combine_masks, key_padding_mask, local_window_mask
 
@@ -17,5 +17,6 @@ __all__ = [
     "key_padding_mask",
     "local_window_mask",
     "masks",
+    "nn",
     "softmax_with_temperature",
 ]
