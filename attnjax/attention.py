@@ -26,7 +26,6 @@ extreme temperatures or logits cannot overflow to inf and produce inf - inf.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional, Union
 
 import jax
@@ -206,28 +205,29 @@ def _vmapped_attention(query, key, value, mask, bias, scale, temperature):
 
 
 # --------------------------------------------------------------------------
-# Fast path: jax.nn.dot_product_attention
+# Fast path: cuDNN through jax.nn.dot_product_attention
 #
-# Why dispatch: on GPU, `implementation='cudnn'` is a fused flash-attention
-# kernel that never materialises the [T, S] logits; nothing written in jnp
-# matches it, so for bf16/fp16 we try it first and fall back to XLA when cuDNN
-# rejects the shapes (errors are raised at trace time). On CPU and TPU the
-# XLA implementation and the vmapped core lower to the same einsum-softmax-
-# einsum graph; the core is written per head and pays for a general mask and a
-# clipped, NaN-safe softmax, so `jax.nn` is the faster of the two there too
-# (experiments/bench_attention.py measures both). Only the weights need the core.
+# Which implementation runs, and why (experiments/bench_attention.py measures):
+# * GPU, bf16/fp16, no weights requested: `jax.nn.dot_product_attention(
+#   implementation='cudnn')`, a fused flash-attention kernel that never
+#   materialises the [T, S] logits; nothing written in jnp matches it. If cuDNN
+#   rejects the shapes (it raises while tracing), the vmapped core runs.
+# * Everywhere else (CPU, TPU, float32/float64 on GPU, weights requested): the
+#   vmapped core. On CPU it measured 0.88x the time of jax.nn's XLA
+#   implementation at B=2, T=2048, H=8, D=64, causal (jax.nn builds a full
+#   [B, H, T, S] mask and fills with a large negative; the core applies one
+#   [T, S] mask with -inf); on TPU both lower to the same einsum-softmax-einsum.
 
 
-def _can_dispatch(query, key, value, temperature) -> bool:
-    """jax.nn needs one dtype, equal key/value shapes and a Python-float scale.
-
-    float64 stays on the core: jax.nn runs its softmax in float32 whatever the
-    input dtype, which would throw away the precision float64 is asked for.
-    """
-    same_dtype = query.dtype == key.dtype == value.dtype
-    not_float64 = query.dtype != jnp.float64
-    concrete_temperature = isinstance(temperature, (int, float, np.number))
-    return same_dtype and not_float64 and key.shape == value.shape and concrete_temperature
+def _can_use_cudnn(query, key, value, temperature) -> bool:
+    """cuDNN needs a GPU, bf16/fp16, one dtype, equal key/value shapes and a Python-float scale."""
+    return (
+        jax.default_backend() == "gpu"
+        and query.dtype in (jnp.bfloat16, jnp.float16)
+        and query.dtype == key.dtype == value.dtype
+        and key.shape == value.shape
+        and isinstance(temperature, (int, float, np.number))
+    )
 
 
 def _to_rank4(x: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Array]:
@@ -241,7 +241,9 @@ def _to_rank4(x: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Arra
     return jnp.reshape(x, (-1,) + x.shape[-3:])
 
 
-def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperature):
+def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperature, implementation):
+    """`jax.nn.dot_product_attention` with attnjax semantics (any batch dims,
+    temperature, zero output for fully masked rows)."""
     batch_shape = query.shape[:-3]
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[-3:])  # noqa: E731
     q, k, v = flat(query), flat(key), flat(value)
@@ -250,15 +252,9 @@ def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperatu
         bias = _to_rank4(bias, batch_shape).astype(jnp.promote_types(query.dtype, jnp.float32))
         bias = bias / float(temperature)
     mask4 = _to_rank4(mask, batch_shape)
-    call = functools.partial(jax.nn.dot_product_attention, q, k, v, bias, mask4, scale=scale, is_causal=is_causal)
-    out = None
-    if jax.default_backend() == "gpu" and query.dtype in (jnp.bfloat16, jnp.float16):
-        try:
-            out = call(implementation="cudnn")
-        except Exception:  # cuDNN rejects this shape/dtype/mask: use XLA.
-            out = None
-    if out is None:
-        out = call(implementation="xla")
+    out = jax.nn.dot_product_attention(
+        q, k, v, bias, mask4, scale=scale, is_causal=is_causal, implementation=implementation
+    )
     if mask4 is not None:
         # jax.nn gives a fully masked row the uniform average of values; we give 0.
         if is_causal:
@@ -309,8 +305,11 @@ def dot_product_attention(
     """
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
     scale = _default_scale(query, scale)
-    if not return_weights and _can_dispatch(query, key, value, temperature):
-        return _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperature)
+    if not return_weights and _can_use_cudnn(query, key, value, temperature):
+        try:
+            return _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperature, "cudnn")
+        except (ValueError, NotImplementedError, RuntimeError, TypeError):
+            pass  # cuDNN does not support these shapes/mask on this GPU: use the core.
     if is_causal:
         mask = masks_lib.combine_masks(mask, masks_lib.causal_mask(query.shape[-3], key.shape[-3]))
     out, weights = _vmapped_attention(query, key, value, mask, bias, scale, temperature)

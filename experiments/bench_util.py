@@ -28,8 +28,31 @@ def median_time(fn: Callable[..., Any], *args, repeats: int = 5, warmup: int = 1
     return statistics.median(times)
 
 
+def interleaved_median_times(fns: dict[str, Callable[[], Any]], *, repeats: int = 7, warmup: int = 1) -> dict[str, float]:
+    """Median wall time of each zero-argument callable, timed in alternation.
+
+    Alternating the candidates (a, b, a, b, ...) exposes them to the same
+    machine load, so their ratio is steadier than timing one after the other.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def compile_seconds(fn: Callable[..., Any], *args) -> float:
-    """Seconds to lower and compile `jax.jit(fn)` for `args` (no execution)."""
+    """Seconds to trace, lower and compile `jax.jit(fn)` for `args` (no execution).
+
+    JAX's in-memory compilation caches are cleared first, so a repeated
+    measurement is a real compile and not a cache hit.
+    """
+    jax.clear_caches()
     start = time.perf_counter()
     jax.jit(fn).lower(*args).compile()
     return time.perf_counter() - start
@@ -57,3 +80,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
     return "\n".join(lines)
+
+
+def drop_targets(rows: Sequence[dict]) -> list[dict]:
+    """Quick (smoke) runs use sizes too small for the targets to mean anything."""
+    return [{k: v for k, v in row.items() if k not in ("target", "ok")} for row in rows]

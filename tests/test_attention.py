@@ -31,7 +31,7 @@ def random_mask(seed, shape, p=0.7):
 # ---------------------------------------------------------------- accuracy
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 @pytest.mark.parametrize(
     "case",
     ["plain", "causal", "mask", "bias", "temperature", "gqa", "mqa", "all"],
@@ -62,7 +62,7 @@ def test_float32_matches_float64_reference(case, return_weights):
         assert np.max(np.abs(np.asarray(got[1], np.float64) - ref_w)) <= 1e-6
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 def test_bfloat16_within_relative_tolerance(return_weights):
     q, k, v = qkv(3, (2,), 128, 128, 8, 8, 64, dtype=jnp.bfloat16)
     got = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=return_weights)
@@ -88,7 +88,7 @@ def test_float64_inputs_stay_float64():
 # ---------------------------------------------------- independent implementation
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 @pytest.mark.parametrize("num_kv", [4, 2, 1])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_jax_nn_dot_product_attention(causal, num_kv, return_weights):
@@ -174,7 +174,7 @@ def _loss(q, k, v, **kwargs):
     return jnp.sum(attnjax.dot_product_attention(q, k, v, **kwargs) ** 2)
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
     q, k, v = qkv(16, (2,), 6, 6, 2, 2, 4)
     mask = np.ones((2, 2, 6, 6), bool)
@@ -200,7 +200,7 @@ def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
     np.testing.assert_array_equal(grads[0][1], 0.0)  # masked example gets no gradient
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_extreme_temperature_and_logits_stay_finite(dtype, return_weights):
     q, k, v = qkv(17, (1,), 16, 16, 2, 2, 8, dtype=jnp.float32)
@@ -237,7 +237,7 @@ def test_core_gradients_match_finite_differences():
     check_grads(f, (q[:, 0], k[:, 0], v[:, 0], bias), order=2, modes=["fwd", "rev"])
 
 
-@pytest.mark.parametrize("return_weights", [False, True], ids=["dispatch", "core"])
+@pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 def test_public_function_gradients_match_finite_differences(return_weights):
     q, k, v = qkv(21, (2,), 5, 5, 4, 2, 3, dtype=jnp.float64)
     mask = random_mask(22, (2, 1, 5, 5))
@@ -313,3 +313,29 @@ def test_integer_inputs_raise_type_error():
     x = jnp.ones((2, 4, 2, 8), jnp.int32)
     with pytest.raises(TypeError, match="query must be a floating-point array"):
         attnjax.dot_product_attention(x, x, x)
+
+
+# ---------------------------------------------- the jax.nn (cuDNN) wrapper
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_jax_nn_wrapper_has_attnjax_semantics(causal):
+    """The GPU fast path wraps jax.nn.dot_product_attention; check the wrapper
+    (batch dims, temperature, bias, GQA, fully masked rows) through its XLA
+    implementation, which takes the same arguments as cuDNN's."""
+    q, k, v = qkv(27, (2, 3), 9, 9, 4, 2, 8)
+    mask = np.array(jax.random.bernoulli(jax.random.key(28), 0.6, (2, 3, 1, 9, 9)))
+    mask[0, 1, 0, 4] = False  # a fully masked query row
+    mask = jnp.asarray(mask)
+    bias = jax.random.normal(jax.random.key(29), (4, 9, 9), jnp.float32)
+    expected = attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias, is_causal=causal, temperature=0.7)
+    got = attention._jax_nn_attention(q, k, v, mask, bias, causal, 8**-0.5, 0.7, "xla")
+    np.testing.assert_allclose(got, expected, atol=2e-6)
+    np.testing.assert_array_equal(got[0, 1, 4], 0.0)
+
+
+def test_cudnn_is_only_considered_on_gpu_for_half_precision():
+    q = jnp.zeros((1, 4, 2, 8), jnp.bfloat16)
+    expected = jax.default_backend() == "gpu"
+    assert attention._can_use_cudnn(q, q, q, 1.0) == expected
+    assert not attention._can_use_cudnn(q.astype(jnp.float32), q.astype(jnp.float32), q.astype(jnp.float32), 1.0)

@@ -1,0 +1,27 @@
+import json
+
+import pytest
+
+from experiments import benchmark
+
+
+def test_quick_attention_section_produces_rows_with_ratios():
+    rows = benchmark.run_sections(["attention"], quick=True)
+    names = [r["name"] for r in rows]
+    assert "attnjax.dot_product_attention" in names
+    timed = [r for r in rows if "ratio" in r]
+    assert timed and all(r["ratio"] > 0 and r["seconds"] > 0 for r in timed)
+    assert all("ok" not in r for r in rows)  # quick runs carry no targets
+
+
+def test_unknown_section_is_rejected():
+    with pytest.raises(ValueError, match="unknown benchmark sections"):
+        benchmark.run_sections(["attention", "typo"], quick=True)
+
+
+def test_write_json_is_atomic_and_complete(tmp_path):
+    path = tmp_path / "sub" / "out.json"
+    benchmark.write_json(str(path), {"environment": benchmark.environment(), "rows": [{"a": 1.5}]})
+    data = json.loads(path.read_text())
+    assert data["rows"] == [{"a": 1.5}] and data["environment"]["backend"]
+    assert not (tmp_path / "sub" / "out.json.tmp").exists()
