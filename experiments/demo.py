@@ -1,0 +1,59 @@
+"""A first look: the articles' example, and rank collapse in pure attention.
+
+    python -m experiments.demo
+
+1. Seed 000's example (batch 2, 10 tokens, d_model 512, 8 heads) through
+   `attnjax.nn.MultiHeadAttention`: every row of every head's weight matrix
+   sums to one (a row-stochastic, Markov, matrix).
+2. A stack of attention-only layers at initialisation (no skip, no MLP, no
+   norm): the relative residual ||X - 1 x_bar^T||_F / ||X||_F of the token
+   representations falls towards 0 with depth (Dong et al. 2021), while
+   with skip connections scaled by 1/sqrt(L) it stays near 1 (Noci et al. 2022).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnjax import nn
+
+
+def relative_residual(x: jax.Array) -> jax.Array:
+    """||X - 1 mean(X)^T||_F / ||X||_F over the token axis of `[..., T, D]`."""
+    centred = x - jnp.mean(x, axis=-2, keepdims=True)
+    return jnp.linalg.norm(centred, axis=(-2, -1)) / jnp.linalg.norm(x, axis=(-2, -1))
+
+
+def articles_example() -> None:
+    mha = nn.MultiHeadAttention(512, 8, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (2, 10, 512), jnp.float32)
+    out, weights = mha(x, return_weights=True)
+    row_sums = weights.sum(-1)
+    print(f"articles' example: out {out.shape}, weights {weights.shape}, "
+          f"row sums in [{float(row_sums.min()):.6f}, {float(row_sums.max()):.6f}]")
+
+
+def depth_profile(skip: bool, depth: int = 12) -> np.ndarray:
+    config = nn.TransformerConfig(
+        num_layers=depth, features=64, num_heads=4, input_features=64, positions=None,
+        skip=skip, mlp=False, norm=None, final_norm=False,
+        residual_scale="inv_sqrt_depth" if skip else 1.0,
+    )
+    model = nn.Transformer(config, rngs=nnx.Rngs(1))
+    x = jax.random.normal(jax.random.key(2), (4, 32, 64), jnp.float32)
+    _, inter = model(x, return_intermediates=True)
+    return np.asarray(relative_residual(inter["hidden"]).mean(axis=1))
+
+
+def main() -> None:
+    articles_example()
+    pure, scaled = depth_profile(skip=False), depth_profile(skip=True)
+    print("layer  residual (attention only)  residual (skip, 1/sqrt(L))")
+    for layer, (a, b) in enumerate(zip(pure, scaled)):
+        print(f"{layer:5d}  {a:25.3e}  {b:26.3f}")
+
+
+if __name__ == "__main__":
+    main()
