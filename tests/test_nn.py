@@ -272,3 +272,12 @@ def test_module_uses_the_pure_attention_function():
     mha = nn.MultiHeadAttention(16, 4, attention_fn=spy, rngs=nnx.Rngs(0))
     mha(_x())
     assert calls == [(2, 8, 4, 4)]
+
+
+def test_demo_shows_rank_collapse_without_skips_and_not_with_them():
+    from experiments import demo
+
+    pure = demo.depth_profile(skip=False, depth=6)
+    scaled = demo.depth_profile(skip=True, depth=6)
+    assert pure[4] < 1e-3 * pure[0]
+    assert scaled[-1] > 0.9
