@@ -176,7 +176,8 @@ class MultiHeadAttention(nnx.Module):
           mask: boolean, broadcastable to `[..., H, T, S]`, True = attend.
           is_causal: apply the causal mask.
           sow_weights: store the weights `[..., H, T, S]` as an
-            `nnx.Intermediate` named 'attention_weights'.
+            `nnx.Intermediate` named 'attention_weights' (collect them with
+            `nnx.capture(fn, nnx.Intermediate)`).
           return_weights: return `(out, weights)` instead of `out`.
 
         Returns:

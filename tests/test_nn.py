@@ -93,8 +93,9 @@ def test_cosine_qk_bounds_logits_by_sqrt_head_dim():
 def test_sown_weights_are_row_stochastic():
     mha = nn.MultiHeadAttention(16, 4, temperature=0.5, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(9), (2, 7, 16), jnp.float32)
-    out = mha(x, is_causal=True, sow_weights=True)
-    (weights,) = nnx.state(mha, nnx.Intermediate)["attention_weights"].value
+    forward = nnx.capture(lambda m, x: m(x, is_causal=True, sow_weights=True), nnx.Intermediate)
+    out, intermediates = forward(mha, x)
+    (weights,) = jax.tree.leaves(intermediates["attention_weights"])
     assert out.shape == (2, 7, 16) and weights.shape == (2, 4, 7, 7)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
     np.testing.assert_array_equal(np.triu(np.asarray(weights), 1), 0.0)
