@@ -1,0 +1,128 @@
+"""An experiment's working directory: atomic files, a metrics log, resumable runs.
+
+Layout written by every study:
+
+    workdir/config.json      the full config (written once, checked on resume)
+    workdir/metrics.jsonl    one JSON object per measurement (all finished runs)
+    workdir/runs/<id>.json   one record per finished run, with its metric rows
+    workdir/summary.json     aggregated results
+    workdir/report.md        the human-readable report
+    workdir/plots/*.png      figures
+
+Every file is written to a temporary file that is renamed into place, so a
+reader (or a run killed mid-write) never sees half a file. A run's record,
+holding its metric rows, is written when the run finishes; `metrics.jsonl` is
+rebuilt from the records. A killed sweep, re-run, redoes exactly the runs that
+had no record, and ends with the same files as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterable
+
+import numpy as np
+
+
+def _to_json(value: Any) -> Any:
+    """JSON-safe copy: arrays to lists, NumPy scalars to Python, NaN/inf to strings."""
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return _to_json(np.asarray(value).tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(_to_json(value), sort_keys=True)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write `text` to `path` via a temporary file and an atomic rename."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: str, value: Any) -> None:
+    atomic_write_text(path, json.dumps(_to_json(value), indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+class Workdir:
+    """Files of one study; see the module docstring for the layout."""
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.join(path, "runs"), exist_ok=True)
+        os.makedirs(os.path.join(path, "plots"), exist_ok=True)
+
+    def file(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    def write_config(self, config: dict) -> None:
+        """Write config.json; on resume, refuse a workdir made with another config."""
+        path = self.file("config.json")
+        if os.path.exists(path):
+            previous = read_json(path)
+            if previous != json.loads(dumps(config)):
+                raise ValueError(
+                    f"{path} holds a different config; use a new --workdir or delete the old one"
+                )
+            return
+        atomic_write_json(path, config)
+
+    def run_record_path(self, run_id: str) -> str:
+        return self.file("runs", f"{run_id}.json")
+
+    def is_done(self, run_id: str) -> bool:
+        return os.path.exists(self.run_record_path(run_id))
+
+    def load_run(self, run_id: str) -> dict:
+        return read_json(self.run_record_path(run_id))
+
+    def finish_run(self, run_id: str, record: dict, metrics: Iterable[dict] = ()) -> None:
+        """Record a finished run (with its metric rows), then rebuild metrics.jsonl.
+
+        The record is the source of truth and is written atomically; the log is
+        regenerated from all records in run order, so it never holds a run
+        twice and a resumed sweep writes the same file as an uninterrupted one.
+        """
+        atomic_write_json(self.run_record_path(run_id), {**record, "metrics": list(metrics)})
+        lines = [dumps({"run": run, **row}) for run in self.finished_runs() for row in self.load_run(run)["metrics"]]
+        atomic_write_text(self.file("metrics.jsonl"), "".join(line + "\n" for line in lines))
+
+    def finished_runs(self) -> list[str]:
+        names = sorted(os.listdir(self.file("runs")))
+        return [n[: -len(".json")] for n in names if n.endswith(".json")]
+
+    def read_metrics(self) -> list[dict]:
+        """Every metric row of every finished run, in run order."""
+        return [{"run": run, **row} for run in self.finished_runs() for row in self.load_run(run)["metrics"]]
+
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_json(self.file("summary.json"), summary)
+
+    def write_report(self, text: str) -> str:
+        path = self.file("report.md")
+        atomic_write_text(path, text)
+        return path
+

@@ -1,0 +1,39 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnjax import workdir as workdir_lib
+
+
+def test_runs_metrics_and_resume(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.write_config({"a": 1, "b": [1, 2]})
+    assert not wd.is_done("r1")
+    wd.finish_run("r1", {"final": np.float32(0.5)}, [{"layer": 0, "x": np.arange(2)}, {"layer": 1, "x": float("nan")}])
+    wd.finish_run("r0", {"final": 1.0}, [{"layer": 0, "x": 1.0}])
+    assert wd.is_done("r1") and wd.finished_runs() == ["r0", "r1"]
+    lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert lines == wd.read_metrics()
+    assert [r["run"] for r in lines] == ["r0", "r1", "r1"]
+    assert lines[1]["x"] == [0, 1] and lines[2]["x"] == "nan"
+    assert wd.load_run("r1")["final"] == 0.5
+    # Redoing a run (a resume after a kill) leaves no duplicate rows.
+    wd.finish_run("r1", {"final": 0.5}, [{"layer": 0, "x": [0, 1]}, {"layer": 1, "x": math.nan}])
+    assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == lines
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.write_config({"a": 1})
+    wd.write_config({"a": 1})  # same config: fine
+    with pytest.raises(ValueError, match="different config"):
+        wd.write_config({"a": 2})
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    path = tmp_path / "x" / "s.json"
+    workdir_lib.atomic_write_json(str(path), {"v": np.int64(3), "t": (1, 2)})
+    assert json.loads(path.read_text()) == {"t": [1, 2], "v": 3}
+    assert [p.name for p in path.parent.iterdir()] == ["s.json"]
