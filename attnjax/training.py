@@ -1,0 +1,315 @@
+"""Training: train state, jitted steps, seeds in one program, data parallelism, checkpoints.
+
+The state is a plain pytree (`TrainState`), so a study trains several seeds
+at once with `jax.vmap` over initialisation keys, and the step is one jitted
+function over `lax.scan` of K optimiser steps (on a CPU, per-step dispatch
+costs more than a small model's arithmetic). Batches are made from
+`fold_in(data_key, step)`, so a run resumed from a checkpoint sees the same
+data and ends with the same numbers as an uninterrupted one.
+
+Data parallelism: the batch axis is sharded over a 1-D `jax.sharding.Mesh`
+of local devices (`NamedSharding(mesh, P(..., 'data'))`), parameters are
+replicated, and XLA inserts the gradient all-reduce.
+
+Shapes: with S seeds, K steps per call, batch B and length T, batches are
+`[K, S, B, T]`; every leaf of a vmapped state has a leading S axis.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from attnjax import nn
+
+Array = jax.Array
+
+GRAD_GROUPS = ("query", "key", "value", "qkv", "out", "mlp", "other")
+
+
+class TrainState(NamedTuple):
+    """step `[]`, trainable params, other model variables, optimiser state, diverged flag `[]`."""
+
+    step: Array
+    params: Any
+    other: Any
+    opt_state: Any
+    diverged: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW with linear warmup then cosine decay, and global-norm clipping."""
+
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    total_steps: int = 1000
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    b1: float = 0.9
+    b2: float = 0.98
+
+    def __post_init__(self):
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.total_steps < 1 or not 0 <= self.warmup_steps <= self.total_steps:
+            raise ValueError(
+                f"need total_steps >= 1 and 0 <= warmup_steps <= total_steps, "
+                f"got warmup_steps={self.warmup_steps}, total_steps={self.total_steps}"
+            )
+
+
+def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=config.learning_rate,
+        warmup_steps=config.warmup_steps,
+        decay_steps=config.total_steps,
+        end_value=config.learning_rate * 0.1,
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(config.clip_norm),
+        optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay),
+    )
+
+
+def weighted_cross_entropy(logits: Array, targets: Array, weights: Array) -> tuple[Array, Array]:
+    """Mean cross-entropy and accuracy over positions with weight > 0.
+
+    logits `[B, T, V]`, targets `[B, T]` int, weights `[B, T]` -> (loss `[]`, accuracy `[]`).
+    """
+    logits = logits.astype(jnp.float32)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    total = jnp.maximum(jnp.sum(weights), 1.0)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return jnp.sum(losses * weights) / total, jnp.sum(correct * weights) / total
+
+
+def _group_of(path) -> str:
+    """Group of a parameter from its path, e.g. ('blocks', 'attention', 'key', 'kernel', ...) -> 'key'."""
+    names = [str(getattr(p, "key", getattr(p, "name", p))) for p in path]
+    if "attention" in names[:-1]:
+        sub = names[names.index("attention") + 1]
+        return sub if sub in ("query", "key", "value", "qkv", "out") else "other"
+    return "mlp" if "mlp" in names else "other"
+
+
+def grad_norms(grads) -> dict[str, Array]:
+    """Global L2 norm of the gradient per parameter group (W_Q, W_K, W_V, W_O, MLP, rest).
+
+    Noci et al. 2022 predict that under rank collapse the gradients of the
+    query and key weights vanish while those of the value weights do not.
+    """
+    squares = {group: jnp.zeros((), jnp.float32) for group in GRAD_GROUPS}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(grads)[0]:
+        squares[_group_of(path)] += jnp.sum(jnp.square(leaf.astype(jnp.float32)))
+    norms = {f"grad_norm/{g}": jnp.sqrt(s) for g, s in squares.items()}
+    norms["grad_norm/total"] = jnp.sqrt(sum(squares.values()))
+    return norms
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """Pure init / step / eval functions for one model config, task and optimiser.
+
+    `task` needs `batch(key, batch_size) -> Batch(inputs, targets, weights)`.
+    """
+
+    model_config: nn.TransformerConfig
+    optimizer_config: OptimizerConfig
+    task: Any
+    batch_size: int
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @property
+    def optimizer(self) -> optax.GradientTransformation:
+        return make_optimizer(self.optimizer_config)
+
+    def _split(self, model):
+        return nnx.split(model, nnx.Param, ...)
+
+    @property
+    def graphdef(self):
+        model = nnx.eval_shape(lambda: nn.Transformer(self.model_config, rngs=nnx.Rngs(0)))
+        return self._split(model)[0]
+
+    def init(self, key: Array) -> TrainState:
+        """One seed's state from a PRNG key (vmap it for several seeds)."""
+        model = nn.Transformer(self.model_config, rngs=nnx.Rngs(params=key))
+        _, params, other = self._split(model)
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            other=other,
+            opt_state=self.optimizer.init(params),
+            diverged=jnp.zeros((), bool),
+        )
+
+    def model(self, state: TrainState):
+        """The NNX model of one seed's state."""
+        return nnx.merge(self.graphdef, state.params, state.other)
+
+    def loss(self, params, other, batch) -> tuple[Array, Array]:
+        model = nnx.merge(self.graphdef, params, other)
+        logits = model(batch.inputs)
+        return weighted_cross_entropy(logits, batch.targets, batch.weights)
+
+    def step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, Array]]:
+        """One optimiser step for one seed. A non-finite loss marks the run diverged;
+        a diverged run's parameters are frozen so its numbers stay inspectable."""
+        (loss, accuracy), grads = jax.value_and_grad(self.loss, has_aux=True)(state.params, state.other, batch)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        diverged = state.diverged | ~jnp.isfinite(loss)
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(diverged, o, n), new, old)  # noqa: E731
+        new_state = TrainState(state.step + 1, keep(params, state.params), state.other,
+                               keep(opt_state, state.opt_state), diverged)
+        return new_state, {"loss": loss, "accuracy": accuracy, **grad_norms(grads)}
+
+    def evaluate(self, state: TrainState, batch) -> dict[str, Array]:
+        loss, accuracy = self.loss(state.params, state.other, batch)
+        return {"eval_loss": loss, "eval_accuracy": accuracy}
+
+
+# --------------------------------------------------------------------------
+# Several seeds, K steps per call, sharded batches
+
+
+def data_mesh(batch_size: int, devices: Optional[list] = None) -> Mesh:
+    """1-D mesh ('data') over as many local devices as evenly divide `batch_size`."""
+    devices = jax.local_devices() if devices is None else devices
+    count = max(n for n in range(1, len(devices) + 1) if batch_size % n == 0)
+    return Mesh(np.array(devices[:count]), ("data",))
+
+
+def batch_keys(data_keys: Array, start_step: int, num_steps: int) -> Array:
+    """Keys `[K, S]` for steps start..start+K-1 of S seeds: fold_in(data_key[s], step)."""
+    steps = jnp.arange(start_step, start_step + num_steps, dtype=jnp.uint32)
+    return jax.vmap(lambda step: jax.vmap(lambda k: jax.random.fold_in(k, step))(data_keys))(steps)
+
+
+class SeedsRunner:
+    """Jitted functions that train, evaluate and inspect S seeds at once.
+
+    Args:
+      trainer: the per-seed functions.
+      mesh: data-parallel mesh (default: `data_mesh(trainer.batch_size)`).
+    """
+
+    def __init__(self, trainer: Trainer, mesh: Optional[Mesh] = None):
+        self.trainer = trainer
+        self.mesh = data_mesh(trainer.batch_size) if mesh is None else mesh
+        replicated = NamedSharding(self.mesh, P())
+        batch_sharding = NamedSharding(self.mesh, P(None, None, "data"))  # [K, S, B, T]
+        make = jax.vmap(jax.vmap(lambda key: trainer.task.batch(key, trainer.batch_size)))
+        self._batches = jax.jit(make, out_shardings=batch_sharding)
+        self.init = jax.jit(jax.vmap(trainer.init), out_shardings=replicated)
+        self._train = jax.jit(self._train_chunk, donate_argnums=0)
+        self._eval = jax.jit(jax.vmap(trainer.evaluate))
+
+    def _train_chunk(self, state, batches):
+        def body(state, batch):
+            return jax.vmap(self.trainer.step)(state, batch)
+
+        return jax.lax.scan(body, state, batches)
+
+    def train(self, state: TrainState, data_keys: Array, num_steps: int) -> tuple[TrainState, dict]:
+        """`num_steps` steps for every seed; returns the state and metrics `[K, S]`."""
+        start = int(np.asarray(state.step).reshape(-1)[0])
+        batches = self._batches(batch_keys(data_keys, start, num_steps))
+        return self._train(state, batches)
+
+    def evaluate(self, state: TrainState, eval_keys: Array) -> dict[str, np.ndarray]:
+        """Mean eval loss/accuracy `[S]` over one held-out batch per key `[N, S]`."""
+        batches = self._batches(eval_keys)
+        metrics = [self._eval(state, jax.tree.map(lambda x: x[i], batches)) for i in range(eval_keys.shape[0])]
+        return {k: np.mean([np.asarray(m[k]) for m in metrics], axis=0) for k in metrics[0]}
+
+    def sample_batch(self, key: Array):
+        """One batch `[B, T]` (for measurements), unsharded."""
+        return self.trainer.task.batch(key, self.trainer.batch_size)
+
+
+# --------------------------------------------------------------------------
+# Checkpoints
+
+
+class Checkpointer:
+    """Orbax checkpoints of a `TrainState` pytree in `directory` (latest kept)."""
+
+    def __init__(self, directory: str):
+        import orbax.checkpoint as ocp
+
+        self._ocp = ocp
+        options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False)
+        self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
+
+    def latest_step(self) -> Optional[int]:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: TrainState) -> None:
+        self.manager.save(step, args=self._ocp.args.StandardSave(state))
+        self.manager.wait_until_finished()
+
+    def restore(self, like: TrainState) -> TrainState:
+        """Restore the latest checkpoint into the structure (and shardings) of `like`."""
+        abstract = jax.tree.map(self._ocp.utils.to_shape_dtype_struct, like)
+        return self.manager.restore(self.manager.latest_step(), args=self._ocp.args.StandardRestore(abstract))
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def fit(
+    runner: SeedsRunner,
+    state: TrainState,
+    data_keys: Array,
+    *,
+    total_steps: int,
+    log_every: int,
+    on_log: Optional[Callable[[int, TrainState, dict], None]] = None,
+    checkpointer: Optional[Checkpointer] = None,
+    progress: Optional[Callable[[str], None]] = print,
+) -> TrainState:
+    """Train S seeds from `state.step` to `total_steps`, `log_every` steps per call.
+
+    After each call: `on_log(step, state, metrics)` with metrics averaged over
+    the K steps (arrays `[S]`), a progress line, and a checkpoint if a
+    checkpointer is given (so a killed run resumes from the last multiple of
+    `log_every`).
+    """
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    step = int(np.asarray(state.step).reshape(-1)[0])
+    while step < total_steps:
+        num = min(log_every, total_steps - step)
+        state, metrics = runner.train(state, data_keys, num)
+        step += num
+        means = {k: np.asarray(v).mean(axis=0) for k, v in metrics.items()}
+        if on_log is not None:
+            on_log(step, state, means)
+        if checkpointer is not None:
+            checkpointer.save(step, state)
+        if progress is not None:
+            loss = means["loss"]
+            progress(f"  step {step:>6d}/{total_steps}  loss {np.nanmean(loss):.4f}  "
+                     f"acc {np.nanmean(means['accuracy']):.3f}  diverged {int(np.sum(np.asarray(state.diverged)))}")
+    return state
+
+
+def num_params(state: TrainState) -> int:
+    """Trainable parameters of one seed."""
+    leaves = jax.tree.leaves(state.params)
+    return int(sum(math.prod(x.shape[1:]) for x in leaves))

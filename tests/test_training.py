@@ -1,0 +1,150 @@
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax import nn, training
+
+
+class Batch(NamedTuple):
+    inputs: jax.Array
+    targets: jax.Array
+    weights: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyTask:
+    """Targets equal inputs; `nan_weights` poisons the loss to force divergence."""
+
+    vocab_size: int = 12
+    seq_len: int = 8
+    nan_weights: bool = False
+
+    def batch(self, key, batch_size):
+        x = jax.random.randint(key, (batch_size, self.seq_len), 0, self.vocab_size, jnp.int32)
+        w = jnp.full(x.shape, jnp.nan if self.nan_weights else 1.0, jnp.float32)
+        return Batch(x, x, w)
+
+
+def _trainer(task=None, total_steps=20, batch_size=8):
+    config = nn.TransformerConfig(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8)
+    opt = training.OptimizerConfig(learning_rate=3e-3, warmup_steps=2, total_steps=total_steps)
+    return training.Trainer(config, opt, task or CopyTask(), batch_size)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    """One runner (so one set of compiled programs) shared by the tests below."""
+    return training.SeedsRunner(_trainer(total_steps=20))
+
+
+@pytest.fixture(scope="module")
+def two_seed_losses(runner):
+    return _losses(runner, 2)
+
+
+def _leaves(state):
+    return [np.asarray(x) for x in jax.tree.leaves((state.params, state.opt_state))]
+
+
+def _run(runner, seeds, steps, log_every, checkpointer=None, state=None):
+    init_keys = jax.random.split(jax.random.key(0), 4)[:seeds]
+    data_keys = jax.random.split(jax.random.key(1), 4)[:seeds]
+    state = runner.init(init_keys) if state is None else state
+    return training.fit(runner, state, data_keys, total_steps=steps, log_every=log_every,
+                        checkpointer=checkpointer, progress=None)
+
+
+def test_training_reduces_loss_and_is_deterministic(runner, two_seed_losses):
+    assert np.all(two_seed_losses[-1] < 0.8 * two_seed_losses[0])
+    np.testing.assert_array_equal(_losses(runner, 2), two_seed_losses)
+
+
+def _losses(runner, seeds, steps=20, log_every=5):
+    logged = []
+    state = runner.init(jax.random.split(jax.random.key(0), 4)[:seeds])
+    training.fit(runner, state, jax.random.split(jax.random.key(1), 4)[:seeds], total_steps=steps,
+                 log_every=log_every, on_log=lambda step, s, m: logged.append(m["loss"]), progress=None)
+    return np.stack(logged)  # [calls, seeds]
+
+
+# Parameters are compared through the losses they produce: Adam turns
+# rounding-level differences in near-zero gradients (a different reduction
+# order) into +-lr steps on those parameters, which moves no loss.
+
+
+def test_vmapped_seed_equals_a_single_seed_run(runner, two_seed_losses):
+    np.testing.assert_allclose(two_seed_losses[:, 0], _losses(runner, 1)[:, 0], rtol=1e-4)
+
+
+def test_eight_device_data_parallel_equals_one_device(runner, two_seed_losses):
+    assert jax.device_count() == 8
+    sharded = runner
+    assert sharded.mesh.shape["data"] == 8
+    single = training.SeedsRunner(runner.trainer, mesh=training.data_mesh(8, jax.local_devices()[:1]))
+    np.testing.assert_allclose(two_seed_losses, _losses(single, 2), rtol=1e-4)
+    batches = sharded._batches(training.batch_keys(jax.random.split(jax.random.key(3), 2), 0, 1))
+    assert len(batches.inputs.sharding.device_set) == 8
+
+
+def test_data_mesh_uses_devices_that_divide_the_batch():
+    assert training.data_mesh(12).shape["data"] == 6
+    assert training.data_mesh(7).shape["data"] == 7
+
+
+def test_resume_from_checkpoint_gives_identical_results(runner, tmp_path):
+    uninterrupted = _run(runner, 2, 20, 5)
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    _run(runner, 2, 10, 5, checkpointer=ckpt)  # "killed" after step 10
+    ckpt.close()
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    assert ckpt.latest_step() == 10
+    restored = ckpt.restore(runner.init(jax.random.split(jax.random.key(0), 2)))
+    assert int(restored.step[0]) == 10
+    resumed = _run(runner, 2, 20, 5, checkpointer=ckpt, state=restored)
+    ckpt.close()
+    for a, b in zip(_leaves(uninterrupted), _leaves(resumed)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_non_finite_loss_marks_diverged_and_freezes_parameters():
+    runner = training.SeedsRunner(_trainer(CopyTask(nan_weights=True)))
+    init = runner.init(jax.random.split(jax.random.key(0), 2))
+    before = _leaves(init)
+    state = _run(runner, 2, 4, 2, state=init)
+    assert np.all(np.asarray(state.diverged))
+    for a, b in zip(before, _leaves(state)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_grad_norms_per_group():
+    trainer = _trainer()
+    state = trainer.init(jax.random.key(0))
+    batch = trainer.task.batch(jax.random.key(1), 4)
+    grads = jax.jit(jax.grad(lambda p: trainer.loss(p, state.other, batch)[0]))(state.params)
+    norms = training.grad_norms(grads)
+    for group in ("query", "key", "value", "out", "mlp", "other"):
+        assert float(norms[f"grad_norm/{group}"]) > 0
+    assert float(norms["grad_norm/qkv"]) == 0
+    total = np.sqrt(sum(float(norms[f"grad_norm/{g}"]) ** 2 for g in training.GRAD_GROUPS))
+    np.testing.assert_allclose(float(norms["grad_norm/total"]), total, rtol=1e-5)
+
+
+def test_weighted_cross_entropy_ignores_zero_weights():
+    logits = jnp.array([[[5.0, 0.0], [0.0, 5.0], [9.0, 0.0]]], jnp.float32)
+    targets = jnp.array([[0, 1, 1]], jnp.int32)
+    loss, acc = training.weighted_cross_entropy(logits, targets, jnp.array([[1.0, 1.0, 0.0]], jnp.float32))
+    np.testing.assert_allclose(acc, 1.0)
+    np.testing.assert_allclose(loss, np.log1p(np.exp(-5.0)), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(learning_rate=0.0), "learning_rate"), (dict(warmup_steps=50, total_steps=10), "warmup_steps")],
+)
+def test_optimizer_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        training.OptimizerConfig(**kwargs)
