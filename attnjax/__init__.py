@@ -5,11 +5,12 @@ maps) compose with `jax.jit`, `jax.vmap`, `jax.grad` and sharding; `attnjax.nn`
 holds Flax NNX modules built from them; `attnjax.analysis` reads attention
 matrices and hidden states as linear-algebra objects.
 """
-from attnjax import masks, nn
+from attnjax import analysis, masks
 from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
 from attnjax.masks import causal_mask, combine_masks, key_padding_mask, local_window_mask
 
 __all__ = [
+    "analysis",
     "attention_weights",
     "causal_mask",
     "combine_masks",
@@ -17,6 +18,5 @@ __all__ = [
     "key_padding_mask",
     "local_window_mask",
     "masks",
-    "nn",
     "softmax_with_temperature",
 ]

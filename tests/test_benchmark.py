@@ -14,6 +14,13 @@ def test_quick_attention_section_produces_rows_with_ratios():
     assert all("ok" not in r for r in rows)  # quick runs carry no targets
 
 
+def test_quick_analysis_section_times_all_metrics_against_svd():
+    rows = benchmark.run_sections(["analysis"], quick=True)
+    by_name = {r["name"]: r for r in rows}
+    assert any("svd" in n for n in by_name) and any("all metrics" in n for n in by_name)
+    assert all(r["seconds"] > 0 for r in rows if "seconds" in r)
+
+
 def test_unknown_section_is_rejected():
     with pytest.raises(ValueError, match="unknown benchmark sections"):
         benchmark.run_sections(["attention", "typo"], quick=True)

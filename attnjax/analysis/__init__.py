@@ -1,0 +1,80 @@
+"""Pure, jit-able metrics of attention matrices and hidden states.
+
+* `rank`: rank collapse of hidden states `X [..., T, D]` (residual ratio,
+  token cosine similarity, stable/effective/numerical rank, spectral entropy,
+  participation ratio, condition number, `rank_report`).
+* `markov`: the attention matrix `A [..., n, n]` as a Markov chain
+  (stationary distribution, slem and spectral gap, Dobrushin coefficient,
+  products across depth, rank-one residuals, power iteration).
+* `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
+  mean distance, redundancy between heads, pattern classes).
+"""
+from attnjax.analysis.heads import (
+    PATTERN_NAMES,
+    PatternFeatures,
+    attention_entropy,
+    classify_pattern,
+    head_redundancy,
+    mean_attention_distance,
+    pattern_features,
+)
+from attnjax.analysis.markov import (
+    MarkovReport,
+    PowerIteration,
+    RankOneResidual,
+    dobrushin,
+    is_row_stochastic,
+    markov_report,
+    path_product,
+    power_iteration,
+    rank_one_residual,
+    slem,
+    spectral_gap,
+    stationary_distribution,
+    stationary_residual,
+)
+from attnjax.analysis.rank import (
+    RankReport,
+    condition_number,
+    effective_rank,
+    numerical_rank,
+    participation_ratio,
+    rank_report,
+    residual_ratio,
+    spectral_entropy,
+    stable_rank,
+    token_cosine_similarity,
+)
+
+__all__ = [
+    "PATTERN_NAMES",
+    "MarkovReport",
+    "PatternFeatures",
+    "PowerIteration",
+    "RankOneResidual",
+    "RankReport",
+    "attention_entropy",
+    "classify_pattern",
+    "condition_number",
+    "dobrushin",
+    "effective_rank",
+    "head_redundancy",
+    "is_row_stochastic",
+    "markov_report",
+    "mean_attention_distance",
+    "numerical_rank",
+    "participation_ratio",
+    "path_product",
+    "pattern_features",
+    "power_iteration",
+    "rank_one_residual",
+    "rank_report",
+    "residual_ratio",
+    "slem",
+    "spectral_entropy",
+    "spectral_gap",
+    "stable_rank",
+    "stationary_distribution",
+    "stationary_residual",
+    "token_cosine_similarity",
+]

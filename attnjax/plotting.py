@@ -1,0 +1,262 @@
+"""Matplotlib figures of attention maps and of metrics across depth.
+
+Every function returns a `matplotlib.figure.Figure` built without pyplot, so
+nothing depends on (or changes) a global backend: figures render headless
+(Agg canvas) and are saved with `fig.savefig(path)`. matplotlib is imported
+inside the functions, so `import attnjax` does not pull it in. Inputs are
+NumPy or JAX arrays, converted to float64 NumPy on the host.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _as_numpy(x, name: str, ndims: tuple[int, ...]) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim not in ndims:
+        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimensions; got shape {x.shape}")
+    return x
+
+
+def attention_heatmaps(
+    weights,
+    tokens: Sequence[str] | None = None,
+    heads: Sequence[int] | None = None,
+    *,
+    ncols: int | None = None,
+    cmap: str = "viridis",
+    title: str | None = None,
+    annotate: bool | None = None,
+):
+    """Grid of attention heatmaps, one per head, on one shared colour scale.
+
+    Args:
+      weights: `[T, S]` (one map) or `[H, T, S]` (heads of one example).
+      tokens: axis labels: one list for self-attention (`T == S`), or a pair
+        `(query_tokens, key_tokens)`; default: positions.
+      heads: indices of the heads to draw (default: all).
+      ncols: grid columns (default: 4, or fewer heads).
+      cmap: colour map; the scale runs from 0 to the largest weight drawn,
+        with a single colour bar for all panels.
+      title: figure title.
+      annotate: write each weight in its cell (default: when `S <= 12`).
+
+    Returns:
+      A Figure with one axes per head plus one for the colour bar.
+    """
+    w = _as_numpy(weights, "weights", (2, 3))
+    if w.ndim == 2:
+        w = w[None]
+    num_heads, t, s = w.shape
+    heads = list(range(num_heads)) if heads is None else [int(h) for h in heads]
+    if not heads or any(not 0 <= h < num_heads for h in heads):
+        raise ValueError(f"heads must be non-empty indices in [0, {num_heads}); got {heads} for weights shape {w.shape}")
+    q_labels, k_labels = _token_labels(tokens, t, s)
+    ncols = min(len(heads), 4) if ncols is None else int(ncols)
+    nrows = math.ceil(len(heads) / ncols)
+    annotate = s <= 12 if annotate is None else annotate
+    cell = max(0.1, min(0.3, 3.0 / max(t, s)))  # inches per cell: panels of about 3 in
+    fig = _figure(ncols * (s * cell + 0.9) + 1.2, nrows * (t * cell + 0.9) + (0.4 if title else 0.1))
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
+    vmax = float(w[heads].max()) or 1.0
+    image, used = None, []
+    for k, ax in enumerate(axes.flat):
+        if k >= len(heads):
+            fig.delaxes(ax)
+            continue
+        used.append(ax)
+        h = heads[k]
+        image = ax.imshow(w[h], cmap=cmap, vmin=0.0, vmax=vmax, aspect="equal", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=10)
+        _label_axes(ax, q_labels, k_labels, first_col=k % ncols == 0, last_row=k + ncols >= len(heads))
+        if annotate:
+            _annotate(ax, w[h], vmax)
+    fig.colorbar(image, ax=used, shrink=0.8, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _token_labels(tokens, t: int, s: int):
+    if tokens is None:
+        return [str(i) for i in range(t)], [str(j) for j in range(s)]
+    tokens = list(tokens)
+    if len(tokens) == 2 and not isinstance(tokens[0], str):
+        q, k = (list(map(str, x)) for x in tokens)
+    else:
+        q = k = [str(x) for x in tokens]
+    if len(q) != t or len(k) != s:
+        raise ValueError(f"tokens must give {t} query and {s} key labels; got {len(q)} and {len(k)}")
+    return q, k
+
+
+def _label_axes(ax, q_labels, k_labels, *, first_col: bool, last_row: bool) -> None:
+    ax.set_xticks(range(len(k_labels)))
+    ax.set_yticks(range(len(q_labels)))
+    ax.set_xticklabels(k_labels, rotation=90, fontsize=8)
+    ax.set_yticklabels(q_labels, fontsize=8)
+    ax.tick_params(labelbottom=last_row, labelleft=first_col, length=2)
+    if last_row:
+        ax.set_xlabel("key")
+    if first_col:
+        ax.set_ylabel("query")
+
+
+def _annotate(ax, m: np.ndarray, vmax: float) -> None:
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            colour = "black" if m[i, j] > 0.6 * vmax else "white"
+            text = f"{m[i, j]:.2f}"
+            text = text[1:] if text.startswith("0") else text  # ".25" keeps cells narrow
+            ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
+
+
+def metric_vs_depth(
+    metrics: Mapping[str, object],
+    *,
+    ylabel: str = "metric",
+    depths=None,
+    log: bool = True,
+    band: str = "minmax",
+    title: str | None = None,
+):
+    """A metric against depth, one line per variant, with a band over seeds.
+
+    Args:
+      metrics: `{variant: values}` with values `[layers]` or `[seeds, layers]`.
+        The line is the mean over seeds; the band is the min–max range
+        (`band='minmax'`) or mean ± one standard deviation (`band='std'`).
+      ylabel: y-axis label.
+      depths: x values `[layers]` (default 1..layers).
+      log: logarithmic y axis (rank-collapse metrics decay geometrically or
+        faster); non-positive values are masked.
+      band: `'minmax'` or `'std'`.
+      title: axes title.
+
+    Returns:
+      A Figure with one axes.
+    """
+    if band not in ("minmax", "std"):
+        raise ValueError(f"band must be 'minmax' or 'std'; got {band!r}")
+    if not metrics:
+        raise ValueError("metrics must name at least one variant")
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot()
+    for name, values in metrics.items():
+        v = _as_numpy(values, f"metrics[{name!r}]", (1, 2))
+        v = v[None] if v.ndim == 1 else v
+        x = np.arange(1, v.shape[1] + 1) if depths is None else np.asarray(depths, dtype=np.float64)
+        if x.shape != (v.shape[1],):
+            raise ValueError(f"depths must have shape ({v.shape[1]},); got {x.shape}")
+        mean = v.mean(axis=0)
+        (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
+        if v.shape[0] > 1:
+            lo, hi = (v.min(axis=0), v.max(axis=0)) if band == "minmax" else (mean - v.std(axis=0), mean + v.std(axis=0))
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    if log:
+        ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("depth (layer)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def singular_value_spectrum(x, labels: Sequence[str] | None = None, *, normalize: bool = True, title: str | None = None):
+    """Singular values of one or several matrices, sorted, on a log scale.
+
+    Args:
+      x: `[T, D]` or `[L, T, D]` (e.g. hidden states or attention maps per
+        layer); one line per matrix.
+      labels: one label per matrix (default `layer 1..L`).
+      normalize: divide by the largest singular value, so spectra of
+        different scales compare (rank collapse shows as a fast drop).
+
+    Returns:
+      A Figure with one axes.
+    """
+    m = _as_numpy(x, "x", (2, 3))
+    m = m[None] if m.ndim == 2 else m
+    labels = [f"layer {i + 1}" for i in range(m.shape[0])] if labels is None else list(labels)
+    if len(labels) != m.shape[0]:
+        raise ValueError(f"labels must have {m.shape[0]} entries; got {len(labels)}")
+    s = np.linalg.svd(m, compute_uv=False)
+    if normalize:
+        s = s / np.where(s[:, :1] > 0, s[:, :1], 1.0)
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot()
+    colours = _colours(m.shape[0])
+    for i in range(m.shape[0]):
+        ax.plot(np.arange(1, s.shape[1] + 1), s[i], color=colours[i], label=labels[i])
+    ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel("index i")
+    ax.set_ylabel(r"$\sigma_i / \sigma_1$" if normalize else r"$\sigma_i$")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncols=2 if m.shape[0] > 6 else 1)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def eigenvalue_spectrum(a, labels: Sequence[str] | None = None, *, title: str | None = None):
+    """Eigenvalues of one or several square matrices in the complex plane.
+
+    For a row-stochastic attention map every eigenvalue lies in the unit disc
+    (drawn) and 1 is an eigenvalue (Perron–Frobenius); the radius of the
+    rest is the `slem` that sets how fast powers collapse to rank one.
+    Eigenvalues are computed on the host with `numpy.linalg.eigvals`.
+
+    Args:
+      a: `[n, n]` or `[L, n, n]`.
+      labels: one label per matrix (default `layer 1..L`).
+
+    Returns:
+      A Figure with one axes.
+    """
+    m = _as_numpy(a, "a", (2, 3))
+    m = m[None] if m.ndim == 2 else m
+    if m.shape[-1] != m.shape[-2]:
+        raise ValueError(f"a must be square [..., n, n]; got shape {m.shape}")
+    labels = [f"layer {i + 1}" for i in range(m.shape[0])] if labels is None else list(labels)
+    if len(labels) != m.shape[0]:
+        raise ValueError(f"labels must have {m.shape[0]} entries; got {len(labels)}")
+    ev = np.linalg.eigvals(m)
+    fig = _figure(5.0, 5.0)
+    ax = fig.add_subplot()
+    theta = np.linspace(0.0, 2.0 * np.pi, 361)
+    ax.plot(np.cos(theta), np.sin(theta), color="0.6", linewidth=1.0, label="unit circle")
+    colours = _colours(m.shape[0])
+    for i in range(m.shape[0]):
+        ax.scatter(ev[i].real, ev[i].imag, s=12, color=colours[i], alpha=0.8, label=labels[i])
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.1, 1.1)
+    ax.set_ylim(-1.1, 1.1)
+    ax.axhline(0.0, color="0.85", linewidth=0.8, zorder=0)
+    ax.axvline(0.0, color="0.85", linewidth=0.8, zorder=0)
+    ax.set_xlabel("Re λ")
+    ax.set_ylabel("Im λ")
+    ax.legend(fontsize=8, loc="upper left")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def _colours(n: int):
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return [cmap(x) for x in np.linspace(0.0, 0.9, max(n, 1))]

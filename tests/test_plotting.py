@@ -1,0 +1,100 @@
+"""Figures: axes counts, shared colour scale, labels, PNG output."""
+import numpy as np
+import pytest
+
+from attnjax import plotting
+
+TOKENS = "the cat sat on the mat because it was tired".split()
+
+
+def example_weights():
+    """The articles' example: batch 2, seq 10, d_model 512, 8 heads of 64.
+
+    softmax(Q Kᵀ / √64) with Q, K random projections of random inputs, in
+    float64 NumPy: `[2, 8, 10, 10]`.
+    """
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 10, 512))
+    wq, wk = rng.normal(size=(2, 512, 512)) / np.sqrt(512)
+    q = (x @ wq).reshape(2, 10, 8, 64)
+    k = (x @ wk).reshape(2, 10, 8, 64)
+    scores = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(64)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def saved_png(fig, path):
+    fig.savefig(path, dpi=60)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return len(data)
+
+
+def test_attention_heatmaps_eight_heads(tmp_path):
+    w = example_weights()
+    fig = plotting.attention_heatmaps(w[0], TOKENS, title="example 0")
+    assert len(fig.axes) == 9  # 8 heads + one shared colour bar
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert [ax.get_title() for ax in heads] == [f"head {h}" for h in range(8)]
+    limits = {ax.images[0].get_clim() for ax in heads}
+    assert limits == {(0.0, float(w[0].max()))}  # one colour scale for every head
+    assert [t.get_text() for t in heads[0].get_yticklabels()] == TOKENS
+    assert [t.get_text() for t in heads[4].get_xticklabels()] == TOKENS
+    assert saved_png(fig, tmp_path / "heads.png") > 20_000
+
+
+def test_attention_heatmaps_subset_single_map_and_labels(tmp_path):
+    w = example_weights()[1]
+    assert len(plotting.attention_heatmaps(w, heads=[0, 3, 5]).axes) == 4
+    single = plotting.attention_heatmaps(w[2])
+    assert len(single.axes) == 2
+    assert [t.get_text() for t in single.axes[0].get_xticklabels()] == [str(i) for i in range(10)]
+    cross = plotting.attention_heatmaps(w[0, :4], tokens=(TOKENS[:4], TOKENS))
+    assert [t.get_text() for t in cross.axes[0].get_yticklabels()] == TOKENS[:4]
+    assert saved_png(cross, tmp_path / "cross.png") > 2_000
+    with pytest.raises(ValueError, match="tokens"):
+        plotting.attention_heatmaps(w, TOKENS[:5])
+    with pytest.raises(ValueError, match="heads"):
+        plotting.attention_heatmaps(w, heads=[8])
+    with pytest.raises(ValueError, match=r"weights .*\(10,\)"):
+        plotting.attention_heatmaps(w[0, 0])
+
+
+def test_metric_vs_depth(tmp_path):
+    rng = np.random.default_rng(1)
+    depth = np.arange(1, 7)
+    metrics = {
+        "softmax": np.exp(-depth)[None] * rng.uniform(0.5, 1.5, size=(3, 6)),  # [seeds, layers]
+        "linear": 0.5 ** depth * rng.uniform(0.8, 1.2, size=(3, 6)),
+        "single seed": np.linspace(1.0, 0.1, 6),  # [layers]: a line, no band
+    }
+    fig = plotting.metric_vs_depth(metrics, ylabel="residual ratio", band="std")
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log"
+    assert [line.get_label() for line in ax.get_lines()] == list(metrics)
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), metrics["softmax"].mean(0))
+    assert len(ax.collections) == 2  # a band for each variant with several seeds
+    assert saved_png(fig, tmp_path / "depth.png") > 5_000
+    with pytest.raises(ValueError, match="band"):
+        plotting.metric_vs_depth(metrics, band="iqr")
+    with pytest.raises(ValueError, match="depths"):
+        plotting.metric_vs_depth(metrics, depths=[1, 2])
+
+
+def test_spectrum_plots(tmp_path):
+    w = example_weights()[0, :3]  # three heads [3, 10, 10]
+    sv = plotting.singular_value_spectrum(w, labels=["a", "b", "c"])
+    (ax,) = sv.axes
+    assert len(ax.get_lines()) == 3 and ax.get_yscale() == "log"
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata()[0], 1.0)  # normalised by σ_1
+    assert saved_png(sv, tmp_path / "sv.png") > 5_000
+    ev = plotting.eigenvalue_spectrum(w)
+    (ax,) = ev.axes
+    assert ax.get_lines()[0].get_label() == "unit circle"
+    assert len(ax.collections) == 3  # one scatter per matrix
+    points = np.concatenate([c.get_offsets() for c in ax.collections])
+    modulus = np.hypot(points[:, 0], points[:, 1])
+    assert modulus.max() <= 1 + 1e-9 and np.isclose(modulus.max(), 1.0)  # Perron eigenvalue 1
+    assert saved_png(ev, tmp_path / "ev.png") > 5_000
+    with pytest.raises(ValueError, match="square"):
+        plotting.eigenvalue_spectrum(np.ones((3, 4)))
