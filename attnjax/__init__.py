@@ -5,8 +5,9 @@ maps) compose with `jax.jit`, `jax.vmap`, `jax.grad` and sharding; `attnjax.nn`
 holds Flax NNX modules built from them; `attnjax.analysis` reads attention
 matrices and hidden states as linear-algebra objects.
 """
-from attnjax import analysis, masks
+from attnjax import analysis, features, masks, nn
 from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
+from attnjax.linear import linear_attention, linear_attention_step, linear_attention_weights
 from attnjax.masks import causal_mask, combine_masks, key_padding_mask, local_window_mask
 
 __all__ = [
@@ -15,8 +16,13 @@ __all__ = [
     "causal_mask",
     "combine_masks",
     "dot_product_attention",
+    "features",
     "key_padding_mask",
+    "linear_attention",
+    "linear_attention_step",
+    "linear_attention_weights",
     "local_window_mask",
     "masks",
+    "nn",
     "softmax_with_temperature",
 ]

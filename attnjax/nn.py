@@ -25,12 +25,34 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnjax import features as features_lib
+from attnjax import linear as linear_lib
 from attnjax.attention import dot_product_attention
 
 Array = jax.Array
 NORM_CHOICES = ("pre", "post", None)
 QK_NORM_CHOICES = (None, "layernorm", "cosine")
 POSITION_CHOICES = ("learned", "sinusoidal", None)
+ATTENTION_KINDS = ("softmax", "linear")
+FIXED_FEATURE_MAPS = {"elu_plus_one": features_lib.elu_plus_one, "relu": features_lib.relu}
+RANDOM_FEATURE_MAPS = {
+    "favor_plus": features_lib.favor_plus,
+    "relu_random": features_lib.relu_random,
+    "trig_random": features_lib.trig_random,
+}
+
+
+class RandomProjection(nnx.Variable):
+    """Non-trainable random feature projection `[M, Dh]` of linear attention."""
+
+
+def _check_linear_options(attention_kind: str, feature_map: str, num_features: int) -> None:
+    if attention_kind not in ATTENTION_KINDS:
+        raise ValueError(f"attention_kind must be one of {ATTENTION_KINDS}, got {attention_kind!r}")
+    names = tuple(FIXED_FEATURE_MAPS) + tuple(RANDOM_FEATURE_MAPS)
+    if feature_map not in names:
+        raise ValueError(f"feature_map must be one of {names}, got {feature_map!r}")
+    _check_positive_int("num_features", num_features)
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -84,6 +106,16 @@ class MultiHeadAttention(nnx.Module):
         rescaled to norm sqrt(Dh), so logits are sqrt(Dh) cos(q, k)).
       attention_fn: `fn(q, k, v, *, mask, is_causal, temperature,
         return_weights)` on `[B, T, H, Dh]`; default `dot_product_attention`.
+        Used when `attention_kind='softmax'`.
+      attention_kind: 'softmax' (exact, through `attention_fn`) or 'linear'
+        (`attnjax.linear_attention`; weights from `linear_attention_weights`).
+        For linear attention the temperature divides the queries before the
+        feature map, which for FAVOR+ is exactly the softmax temperature.
+      feature_map: for linear attention: 'favor_plus', 'relu_random',
+        'trig_random' (random features, projection `[num_features, Dh]`
+        held in a non-trainable `RandomProjection`; `redraw(key)` draws a
+        new one), 'elu_plus_one' or 'relu'.
+      num_features: M, the number of random features.
       dtype: computation dtype (None: that of the inputs/params).
       param_dtype: parameter dtype.
       rngs: `nnx.Rngs` for initialisation.
@@ -102,6 +134,9 @@ class MultiHeadAttention(nnx.Module):
         temperature: float = 1.0,
         normalize_qk: Union[bool, str, None] = None,
         attention_fn: Callable[..., Any] = dot_product_attention,
+        attention_kind: str = "softmax",
+        feature_map: str = "favor_plus",
+        num_features: int = 64,
         dtype: Optional[Any] = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -116,6 +151,7 @@ class MultiHeadAttention(nnx.Module):
         _check_divisible("qkv_features", qkv_features, "num_heads", num_heads)
         _check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
         _check_temperature(temperature)
+        _check_linear_options(attention_kind, feature_map, num_features)
         self.in_features = in_features
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -124,6 +160,10 @@ class MultiHeadAttention(nnx.Module):
         self.temperature = temperature
         self.normalize_qk = _normalize_qk_mode(normalize_qk)
         self.attention_fn = attention_fn
+        self.attention_kind = attention_kind
+        self.feature_map_name = feature_map
+        if attention_kind == "linear" and feature_map in RANDOM_FEATURE_MAPS:
+            self.projection = RandomProjection(self._draw_projection(rngs.params(), num_features))
         linear = lambda i, o: nnx.Linear(  # noqa: E731
             i, o, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
         )
@@ -140,6 +180,36 @@ class MultiHeadAttention(nnx.Module):
             )
             self.query_ln, self.key_ln = norm(), norm()
         self.out = linear(q_width, out_features)
+
+    def _draw_projection(self, key: Array, num_features: int) -> Array:
+        return features_lib.orthogonal_random_matrix(key, num_features, self.head_dim)
+
+    def redraw(self, key: Array) -> None:
+        """Draw a new random feature projection (linear attention with random features)."""
+        if not hasattr(self, "projection"):
+            raise ValueError(f"redraw needs random features; this module uses {self.attention_kind!r} "
+                             f"attention with feature_map={self.feature_map_name!r}")
+        self.projection[...] = self._draw_projection(key, self.projection.shape[-2])
+
+    def _feature_map(self) -> Callable:
+        if self.feature_map_name in FIXED_FEATURE_MAPS:
+            return FIXED_FEATURE_MAPS[self.feature_map_name]
+        return RANDOM_FEATURE_MAPS[self.feature_map_name](self.projection[...])
+
+    def _attend(self, q, k, v, mask, is_causal, need_weights):
+        """Heads `[..., T, H, Dh]` -> (out `[..., T, H, Dh]`, weights `[..., H, T, S]` or None)."""
+        if self.attention_kind == "softmax":
+            result = self.attention_fn(
+                q, k, v, mask=mask, is_causal=is_causal, temperature=self.temperature, return_weights=need_weights
+            )
+            return result if need_weights else (result, None)
+        phi = self._feature_map()
+        q = q / jnp.asarray(self.temperature, q.dtype)
+        out = linear_lib.linear_attention(q, k, v, feature_map=phi, is_causal=is_causal, mask=mask)
+        weights = None
+        if need_weights:
+            weights = linear_lib.linear_attention_weights(q, k, feature_map=phi, is_causal=is_causal, mask=mask)
+        return out, weights
 
     def _project(self, x: Array, context: Optional[Array]) -> tuple[Array, Array, Array]:
         """x `[..., T, F]`, context `[..., S, F]` -> q `[..., T, H, Dh]`, k, v `[..., S, K, Dh]`."""
@@ -190,11 +260,7 @@ class MultiHeadAttention(nnx.Module):
                 f"context must have shape [..., S, {self.in_features}] like x {x.shape}, got {context.shape}"
             )
         q, k, v = self._project(x, context)
-        need_weights = sow_weights or return_weights
-        result = self.attention_fn(
-            q, k, v, mask=mask, is_causal=is_causal, temperature=self.temperature, return_weights=need_weights
-        )
-        heads_out, weights = result if need_weights else (result, None)
+        heads_out, weights = self._attend(q, k, v, mask, is_causal, sow_weights or return_weights)
         if sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
         out = self.out(jnp.reshape(heads_out, heads_out.shape[:-2] + (-1,)))
@@ -312,7 +378,8 @@ class TransformerConfig:
         the string 'inv_sqrt_depth' for 1/sqrt(L).
       final_norm: LayerNorm before the head.
       causal: causal self-attention.
-      temperature, fused_qkv, normalize_qk: see `MultiHeadAttention`.
+      temperature, fused_qkv, normalize_qk, attention_kind, feature_map,
+        num_features: see `MultiHeadAttention`.
       mlp_features: MLP hidden width (default 4 D).
       dtype, param_dtype: computation and parameter dtypes.
     """
@@ -335,6 +402,9 @@ class TransformerConfig:
     temperature: float = 1.0
     fused_qkv: bool = False
     normalize_qk: Union[bool, str, None] = None
+    attention_kind: str = "softmax"
+    feature_map: str = "favor_plus"
+    num_features: int = 64
     mlp_features: Optional[int] = None
     dtype: Any = None
     param_dtype: Any = jnp.float32
@@ -357,6 +427,7 @@ class TransformerConfig:
             raise ValueError(f"positions must be one of {POSITION_CHOICES}, got {self.positions!r}")
         _check_temperature(self.temperature)
         _normalize_qk_mode(self.normalize_qk)
+        _check_linear_options(self.attention_kind, self.feature_map, self.num_features)
         if isinstance(self.residual_scale, str) and self.residual_scale != "inv_sqrt_depth":
             raise ValueError(f"residual_scale must be a number or 'inv_sqrt_depth', got {self.residual_scale!r}")
 
@@ -396,6 +467,9 @@ def _make_block(config: TransformerConfig, rngs: nnx.Rngs) -> Block:
         fused_qkv=config.fused_qkv,
         temperature=config.temperature,
         normalize_qk=config.normalize_qk,
+        attention_kind=config.attention_kind,
+        feature_map=config.feature_map,
+        num_features=config.num_features,
         dtype=config.dtype,
         param_dtype=config.param_dtype,
         rngs=rngs,
@@ -429,6 +503,18 @@ class Transformer(nnx.Module):
         if config.final_norm:
             self.final_norm = nnx.LayerNorm(config.features, **kw)
         self.head = nnx.Linear(config.features, config.out_features, **kw)
+
+    def redraw(self, key: Array) -> None:
+        """New random feature projections for every layer (linear attention), one key per layer."""
+        attention = self.blocks.attention
+        if not hasattr(attention, "projection"):
+            raise ValueError("redraw needs linear attention with random features "
+                             f"(attention_kind={self.config.attention_kind!r}, feature_map={self.config.feature_map!r})")
+        keys = jax.random.split(key, self.config.num_layers)
+        num_features = attention.projection.shape[-2]
+        head_dim = self.config.features // self.config.num_heads
+        draw = lambda k: features_lib.orthogonal_random_matrix(k, num_features, head_dim)  # noqa: E731
+        attention.projection[...] = jax.vmap(draw)(keys)
 
     def _embed(self, inputs: Array) -> Array:
         config = self.config

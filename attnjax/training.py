@@ -145,15 +145,19 @@ class Trainer:
         model = nnx.eval_shape(lambda: nn.Transformer(self.model_config, rngs=nnx.Rngs(0)))
         return self._split(model)[0]
 
-    def init(self, key: Array) -> TrainState:
-        """One seed's state from a PRNG key (vmap it for several seeds)."""
+    def init(self, key: Array, *, with_optimizer: bool = True) -> TrainState:
+        """One seed's state from a PRNG key (vmap it for several seeds).
+
+        `with_optimizer=False` leaves `opt_state` empty, for measuring
+        untrained models without paying for the optimiser state.
+        """
         model = nn.Transformer(self.model_config, rngs=nnx.Rngs(params=key))
         _, params, other = self._split(model)
         return TrainState(
             step=jnp.zeros((), jnp.int32),
             params=params,
             other=other,
-            opt_state=self.optimizer.init(params),
+            opt_state=self.optimizer.init(params) if with_optimizer else (),
             diverged=jnp.zeros((), bool),
         )
 
@@ -166,10 +170,20 @@ class Trainer:
         logits = model(batch.inputs)
         return weighted_cross_entropy(logits, batch.targets, batch.weights)
 
+    def gradients(self, state: TrainState, batch) -> tuple[tuple[Array, Array], Any]:
+        """((loss, accuracy), gradient w.r.t. the trainable params) for one seed.
+
+        The non-trainable variables are differentiated too and their gradient
+        dropped: NNX needs every variable of a module at the same trace level.
+        """
+        grad_fn = jax.value_and_grad(self.loss, argnums=(0, 1), has_aux=True)
+        (loss, accuracy), (grads, _) = grad_fn(state.params, state.other, batch)
+        return (loss, accuracy), grads
+
     def step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, Array]]:
         """One optimiser step for one seed. A non-finite loss marks the run diverged;
         a diverged run's parameters are frozen so its numbers stay inspectable."""
-        (loss, accuracy), grads = jax.value_and_grad(self.loss, has_aux=True)(state.params, state.other, batch)
+        (loss, accuracy), grads = self.gradients(state, batch)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         diverged = state.diverged | ~jnp.isfinite(loss)
@@ -247,13 +261,13 @@ class SeedsRunner:
 
 
 class Checkpointer:
-    """Orbax checkpoints of a `TrainState` pytree in `directory` (latest kept)."""
+    """Orbax checkpoints of a `TrainState` pytree in `directory` (the latest two kept)."""
 
     def __init__(self, directory: str):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
-        options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False)
+        options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
 
     def latest_step(self) -> Optional[int]:
@@ -263,10 +277,14 @@ class Checkpointer:
         self.manager.save(step, args=self._ocp.args.StandardSave(state))
         self.manager.wait_until_finished()
 
-    def restore(self, like: TrainState) -> TrainState:
-        """Restore the latest checkpoint into the structure (and shardings) of `like`."""
+    def all_steps(self) -> list[int]:
+        return list(self.manager.all_steps())
+
+    def restore(self, like: TrainState, step: Optional[int] = None) -> TrainState:
+        """Restore checkpoint `step` (default: the latest) into the structure and shardings of `like`."""
+        step = self.manager.latest_step() if step is None else step
         abstract = jax.tree.map(self._ocp.utils.to_shape_dtype_struct, like)
-        return self.manager.restore(self.manager.latest_step(), args=self._ocp.args.StandardRestore(abstract))
+        return self.manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
 
     def close(self) -> None:
         self.manager.close()

@@ -19,6 +19,14 @@ def test_quick_analysis_section_times_all_metrics_against_svd():
     by_name = {r["name"]: r for r in rows}
     assert any("svd" in n for n in by_name) and any("all metrics" in n for n in by_name)
     assert all(r["seconds"] > 0 for r in rows if "seconds" in r)
+    assert all("ok" not in r for r in rows)
+
+
+def test_quick_linear_section_compares_against_exact_attention():
+    rows = benchmark.run_sections(["linear"], quick=True)
+    assert any("linear causal" in r["name"] for r in rows)
+    assert all(r["seconds"] > 0 for r in rows if r.get("seconds") is not None)
+    assert all("ok" not in r for r in rows)
 
 
 def test_unknown_section_is_rejected():

@@ -282,3 +282,78 @@ def test_demo_shows_rank_collapse_without_skips_and_not_with_them():
     scaled = demo.depth_profile(skip=True, depth=6)
     assert pure[4] < 1e-3 * pure[0]
     assert scaled[-1] > 0.9
+
+
+# ------------------------------------------------------- linear attention
+
+
+def test_linear_module_calls_linear_attention_with_its_projection():
+    from attnjax import features, linear
+
+    mha = nn.MultiHeadAttention(16, 2, attention_kind="linear", feature_map="favor_plus", num_features=32,
+                                temperature=2.0, rngs=nnx.Rngs(0))
+    assert mha.projection.shape == (32, 8)
+    x = _x()
+    q, k, v = mha._project(x, None)
+    phi = features.favor_plus(mha.projection[...])
+    heads = linear.linear_attention(q / 2.0, k, v, feature_map=phi, is_causal=True)
+    out, w = mha(x, is_causal=True, return_weights=True)
+    np.testing.assert_allclose(out, mha.out(heads.reshape(2, 8, 16)), atol=1e-5)
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(np.triu(np.asarray(w), 1), 0.0)
+
+
+def test_linear_module_approximates_softmax_module_as_features_grow():
+    """FAVOR+ is a Monte-Carlo estimate whose error falls with M. Its features
+    exp(w.x - |x|^2/2) are heavy-tailed, so at these sizes the error falls
+    slower than 1/sqrt(M) (measured about M^-0.35 for Dh = 16): 16x the
+    features must cut it by at least a quarter, and leave it below 0.2."""
+    soft = nn.MultiHeadAttention(32, 2, rngs=nnx.Rngs(0))
+    x = 0.5 * jax.random.normal(jax.random.key(3), (1, 16, 32), jnp.float32)
+    exact = soft(x)
+    errors = {}
+    for m in (256, 4096):
+        lin = nn.MultiHeadAttention(32, 2, attention_kind="linear", num_features=m, rngs=nnx.Rngs(0))
+        for name in ("query", "key", "value", "out"):
+            getattr(lin, name).kernel[...] = getattr(soft, name).kernel[...]
+            getattr(lin, name).bias[...] = getattr(soft, name).bias[...]
+        errors[m] = float(jnp.linalg.norm(lin(x) - exact) / jnp.linalg.norm(exact))
+    assert errors[4096] < 0.75 * errors[256]
+    assert errors[4096] < 0.2
+
+
+def test_redraw_is_explicit_and_deterministic():
+    config = _config(attention_kind="linear", feature_map="relu_random", num_features=16)
+    a, b = nn.Transformer(config, rngs=nnx.Rngs(0)), nn.Transformer(config, rngs=nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(4), (2, 6), 0, 11)
+    before = a(tokens)
+    np.testing.assert_array_equal(a(tokens), before)  # no hidden redraw between calls
+    a.redraw(jax.random.key(1))
+    b.redraw(jax.random.key(1))
+    assert a.blocks.attention.projection.shape == (3, 16, 4)
+    np.testing.assert_array_equal(a.blocks.attention.projection[...], b.blocks.attention.projection[...])
+    assert not np.allclose(a(tokens), before)
+    # The projection is not a trainable parameter.
+    params = nnx.state(a, nnx.Param)
+    assert "projection" not in params["blocks"]["attention"]
+
+
+def test_redraw_without_random_features_raises():
+    with pytest.raises(ValueError, match="redraw needs"):
+        nn.Transformer(_config(), rngs=nnx.Rngs(0)).redraw(jax.random.key(0))
+    with pytest.raises(ValueError, match="redraw needs"):
+        nn.MultiHeadAttention(16, 2, attention_kind="linear", feature_map="elu_plus_one", rngs=nnx.Rngs(0)).redraw(
+            jax.random.key(0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(attention_kind="sparse"), r"attention_kind must be one of \('softmax', 'linear'\)"),
+        (dict(attention_kind="linear", feature_map="gelu"), r"feature_map must be one of"),
+        (dict(attention_kind="linear", num_features=0), r"num_features must be a positive int"),
+    ],
+)
+def test_linear_options_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _config(**kwargs)

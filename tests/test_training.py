@@ -124,7 +124,7 @@ def test_grad_norms_per_group():
     trainer = _trainer()
     state = trainer.init(jax.random.key(0))
     batch = trainer.task.batch(jax.random.key(1), 4)
-    grads = jax.jit(jax.grad(lambda p: trainer.loss(p, state.other, batch)[0]))(state.params)
+    grads = jax.jit(trainer.gradients)(state, batch)[1]
     norms = training.grad_norms(grads)
     for group in ("query", "key", "value", "out", "mlp", "other"):
         assert float(norms[f"grad_norm/{group}"]) > 0
@@ -148,3 +148,19 @@ def test_weighted_cross_entropy_ignores_zero_weights():
 def test_optimizer_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         training.OptimizerConfig(**kwargs)
+
+
+def test_linear_attention_model_trains_with_its_projection_fixed():
+    """Random projections are variables outside the params: carried, never updated."""
+    config = nn.TransformerConfig(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8,
+                                  attention_kind="linear", num_features=8)
+    trainer = training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
+    runner = training.SeedsRunner(trainer)
+    state = runner.init(jax.random.split(jax.random.key(0), 2))
+    projection = np.asarray(jax.tree.leaves(state.other)[0])
+    assert projection.shape == (2, 2, 8, 8)  # [seeds, layers, M, Dh]
+    first_param = np.asarray(jax.tree.leaves(state.params)[0])  # the state is donated to training
+    trained = training.fit(runner, state, jax.random.split(jax.random.key(1), 2), total_steps=4, log_every=2,
+                           progress=None)
+    np.testing.assert_array_equal(jax.tree.leaves(trained.other)[0], projection)
+    assert not np.allclose(jax.tree.leaves(trained.params)[0], first_param)
