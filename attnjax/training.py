@@ -61,9 +61,9 @@ class OptimizerConfig:
     def __post_init__(self):
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.total_steps < 1 or not 0 <= self.warmup_steps <= self.total_steps:
+        if self.total_steps < 1 or not 0 <= self.warmup_steps < self.total_steps:
             raise ValueError(
-                f"need total_steps >= 1 and 0 <= warmup_steps <= total_steps, "
+                f"need total_steps >= 1 and 0 <= warmup_steps < total_steps, "
                 f"got warmup_steps={self.warmup_steps}, total_steps={self.total_steps}"
             )
 

@@ -143,7 +143,8 @@ def test_weighted_cross_entropy_ignores_zero_weights():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(learning_rate=0.0), "learning_rate"), (dict(warmup_steps=50, total_steps=10), "warmup_steps")],
+    [(dict(learning_rate=0.0), "learning_rate"), (dict(warmup_steps=50, total_steps=10), "warmup_steps"),
+     (dict(warmup_steps=10, total_steps=10), "warmup_steps < total_steps")],
 )
 def test_optimizer_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
