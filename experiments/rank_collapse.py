@@ -143,8 +143,9 @@ def validate(config) -> list[RunSpec]:
 # Measuring and training one run
 
 
-def _keys(config, spec: RunSpec):
-    """Init, data, eval and measurement keys `[S]`; the same for every run of one seed."""
+def _keys(config):
+    """Init, data, eval keys `[S]` and the measurement key; the same for every run, so
+    runs differ only in what the config makes them differ in."""
     root = jax.random.key(config.seed)
     split = lambda i: jax.random.split(jax.random.fold_in(root, i), config.num_seeds)  # noqa: E731
     return split(0), split(1), split(2), jax.random.fold_in(root, 3)
@@ -187,32 +188,40 @@ def _metric_rows(metrics: dict, step: int, phase: str) -> list[dict]:
     return rows
 
 
-def _init_probe(trainer: training.Trainer):
-    """keys `[S]`, inputs `[B, T]`, a batch -> (hidden, attention, gradient norms per group), one program."""
+def _init_probe(trainer: training.Trainer, with_grads: bool):
+    """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, gradient norms or {}).
+
+    One program per run; the gradient norms roughly double its compile time,
+    so the init sweep computes them only when `init_sweep.grad_norms` is set.
+    """
 
     def probe(key, inputs, batch):
         state = trainer.init(key, with_optimizer=False)
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
-        norms = training.grad_norms(trainer.gradients(state, batch)[1])
+        norms = training.grad_norms(trainer.gradients(state, batch)[1]) if with_grads else {}
         return inter["hidden"], inter["attention"], norms
 
     return jax.jit(jax.vmap(probe, in_axes=(0, None, 0)))
 
 
-def _init_batches(runner, data_keys):
-    """The first training batch of every seed, `[S, B, T]`."""
-    return jax.tree.map(lambda x: x[0], runner._batches(training.batch_keys(data_keys, 0, 1)))
+def _first_batches(task, batch_size: int, data_keys):
+    """The first training batch of every seed, `[S, B, T]` (the task caches its compiled sampler)."""
+    batches = [task.batch(k, batch_size) for k in training.batch_keys(data_keys, 0, 1)[0]]
+    return jax.tree.map(lambda *x: jnp.stack(x), *batches)
+
+
+def _init_rows(config, trainer, task, with_grads: bool) -> list[dict]:
+    init_keys, data_keys, _, measure_key = _keys(config)
+    inputs = task.batch(measure_key, config.measure_batch_size).inputs
+    batches = _first_batches(task, trainer.batch_size, data_keys)
+    hidden, attention, norms = _init_probe(trainer, with_grads)(init_keys, inputs, batches)
+    return _profile_rows(_profile_seeds(hidden, attention), 0, "init") + _metric_rows(norms, 0, "init")
 
 
 def measure_run(config, spec: RunSpec, task, progress=log) -> tuple[dict, list[dict]]:
-    """An init-sweep run: per-layer metrics and gradient norms of untrained models."""
+    """An init-sweep run: per-layer metrics (and optionally gradient norms) of untrained models."""
     trainer = make_trainer(config, spec, task)
-    runner = training.SeedsRunner(trainer)
-    init_keys, data_keys, _, measure_key = _keys(config, spec)
-    inputs = task.batch(measure_key, config.measure_batch_size).inputs
-    hidden, attention, norms = _init_probe(trainer)(init_keys, inputs, _init_batches(runner, data_keys))
-    rows = _profile_rows(_profile_seeds(hidden, attention), 0, "init") + _metric_rows(norms, 0, "init")
-    return {"spec": dataclasses.asdict(spec)}, rows
+    return {"spec": dataclasses.asdict(spec)}, _init_rows(config, trainer, task, config.init_sweep.grad_norms)
 
 
 class _Progress:
@@ -231,7 +240,7 @@ def train_run(config, spec: RunSpec, task, wd: Workdir, progress=log) -> tuple[d
     """A train-sweep run; resumable from its checkpoint after a kill."""
     trainer = make_trainer(config, spec, task)
     runner = training.SeedsRunner(trainer)
-    init_keys, data_keys, eval_keys, measure_key = _keys(config, spec)
+    init_keys, data_keys, eval_keys, measure_key = _keys(config)
     forward = _forward_fn(trainer)
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     ckpt_dir = wd.file("checkpoints", spec.run_id)
@@ -244,8 +253,7 @@ def train_run(config, spec: RunSpec, task, wd: Workdir, progress=log) -> tuple[d
         state = checkpointer.restore(state, saved.step)
         progress(f"  resumed from step {saved.step}")
     else:
-        hidden, attention, norms = _init_probe(trainer)(init_keys, inputs, _init_batches(runner, data_keys))
-        saved.rows = _profile_rows(_profile_seeds(hidden, attention), 0, "init") + _metric_rows(norms, 0, "init")
+        saved.rows = _init_rows(config, trainer, task, with_grads=True)
 
     def on_log(step, state, metrics):
         saved.rows += _metric_rows(metrics, step, "train")

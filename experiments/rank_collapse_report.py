@@ -131,23 +131,30 @@ def _qk_over_v(run) -> float:
     return float(qk / _mean(s["grad_norm/value"]))
 
 
-def _gradient_check(runs, temperature) -> dict:
+def _gradient_check(runs) -> dict:
+    """Attention-only vs a skip architecture at the same depth, from any runs with gradients at step 0."""
     source = "Noci et al. 2022"
-    prediction = "||grad W_Q,K|| / ||grad W_V|| smaller under collapse (attention only) than with scaled skips"
-    collapsed = _find(runs, "init", "softmax", "attention_only", 8, temperature)
-    if collapsed is None:
+    prediction = "||grad W_Q,K|| / ||grad W_V|| smaller under collapse (attention only) than with skips"
+    with_grads = [r for r in runs.values() if r["spec"]["kind"] == "softmax"
+                  and "grad_norm/query" in r["scalars"].get("init@0", {})]
+    pairs = []
+    for collapsed in (r for r in with_grads if r["spec"]["architecture"] == "attention_only"):
+        for arch in ("skip_scaled", "skip_mlp", "skip", "post_ln"):
+            healthy = next((r for r in with_grads if r["spec"]["architecture"] == arch
+                            and all(r["spec"][k] == collapsed["spec"][k] for k in ("sweep", "depth", "temperature"))),
+                           None)
+            if healthy is not None:
+                pairs.append((collapsed, healthy))
+                break
+    if not pairs:
         return _missing("query/key gradients vanish under rank collapse", source, prediction,
-                        "init_sweep runs of attention_only and skip_scaled with depth >= 8")
-    depth = collapsed["spec"]["depth"]
-    healthy = next((r for r in runs.values() if r["spec"]["sweep"] == "init" and r["spec"]["kind"] == "softmax"
-                    and r["spec"]["architecture"] == "skip_scaled" and r["spec"]["depth"] == depth
-                    and r["spec"]["temperature"] == temperature), None)
-    if healthy is None:
-        return _missing("query/key gradients vanish under rank collapse", source, prediction,
-                        f"init_sweep run of skip_scaled at depth {depth}")
+                        "pair of attention_only and skip runs of equal depth with gradient norms at step 0")
+    collapsed, healthy = max(pairs, key=lambda p: p[0]["spec"]["depth"])
     a, b = _qk_over_v(collapsed), _qk_over_v(healthy)
-    return _prediction(f"query/key gradients vanish under rank collapse (softmax, init, L={depth})", source,
-                       prediction, a, bool(a < b), f"attention only {a:.3g} vs skip_scaled {b:.3g}")
+    spec = collapsed["spec"]
+    setting = f"{spec['sweep']} sweep, {'causal' if spec['causal'] else 'bidirectional'}, L={spec['depth']}"
+    return _prediction(f"query/key gradients vanish under rank collapse (softmax, init, {setting})", source,
+                       prediction, a, bool(a < b), f"attention only {a:.3g} vs {healthy['spec']['architecture']} {b:.3g}")
 
 
 def _training_checks(runs, config) -> list[dict]:
@@ -178,7 +185,7 @@ def check_predictions(config, runs) -> list[dict]:
     temperature = float(config.init_sweep.temperatures[0]) if config.init_sweep.temperatures else 1.0
     checks = _dong_checks(runs, "softmax", temperature)
     checks.append(_noci_check(runs, "softmax", temperature))
-    checks.append(_gradient_check(runs, temperature))
+    checks.append(_gradient_check(runs))
     checks += _training_checks(runs, config)
     if "linear" in config.init_sweep.attention_kinds:
         for check in _dong_checks(runs, "linear", temperature) + [_noci_check(runs, "linear", temperature)]:

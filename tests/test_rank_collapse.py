@@ -131,6 +131,15 @@ def test_unknown_override_key_lists_valid_keys(capsys):
     assert "unknown config key 'train.stepz'" in err and "'train.steps'" in err
 
 
+def test_gradient_check_uses_step_zero_of_training_runs(finished):
+    _, summary = finished
+    check = next(p for p in summary["predictions"] if p["name"].startswith("query/key gradients"))
+    assert check["passed"] is None  # the tiny config trains no attention_only run to compare with
+    runs = summary["runs"]
+    assert "grad_norm/query" in runs["train-softmax-skip_mlp-L01-t1"]["scalars"]["init@0"]
+    assert "grad_norm/query" not in runs["init-softmax-attention_only-L04-t1"]["scalars"].get("init@0", {})
+
+
 def test_config_variants():
     assert config_lib.get_config().init_sweep.causal is False
     assert config_lib.get_config("smoke").train_sweep.causal is True
