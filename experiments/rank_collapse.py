@@ -17,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import sys
 import time
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -7,7 +7,7 @@ import pytest
 from jax.test_util import check_grads
 
 import attnjax
-from attnjax import attention, masks
+from attnjax import attention
 from tests.reference import softmax_attention
 
 HIGHEST = jax.lax.Precision.HIGHEST
