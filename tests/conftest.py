@@ -5,13 +5,13 @@
 * Strict rank promotion: silent broadcasting between arrays of different
   rank raises, so shape bugs surface in tests.
 * Eight fake CPU devices, for the data-parallel paths.
-* XLA's multi-threaded Eigen off: its CPU thread pool can wedge on vmapped
-  programs (see experiments/__init__.py).
+* XLA's concurrency-optimised CPU scheduler off: two batched LAPACK calls
+  running at once can deadlock a 2-thread pool (see experiments/__init__.py).
 """
 import os
 
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8", "--xla_cpu_multi_thread_eigen=false"]
+    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8", "--xla_cpu_enable_concurrency_optimized_scheduler=false"]
 ).strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 
