@@ -304,17 +304,17 @@ def run(config, workdir: str, progress=log) -> dict:
     return summary
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "study config file (configs/rank_collapse.py)", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "output directory")
-
-
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     logging.set_verbosity(logging.WARNING)  # checkpointing logs every save at INFO
-    run(_CONFIG.value, _WORKDIR.value)
+    run(flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":
+    # Flags are defined only when this module is the program, so several
+    # studies can be imported together (tests) without clashing flag names.
+    config_flags.DEFINE_config_file("config", None, "study config file (configs/rank_collapse.py)", lock_config=True)
+    flags.DEFINE_string("workdir", None, "output directory")
     flags.mark_flags_as_required(["config", "workdir"])
     app.run(main, flags_parser=flags_parser(default_config.get_config))

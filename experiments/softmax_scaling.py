@@ -561,16 +561,15 @@ def run(config, workdir: str) -> dict:
 # --------------------------------------------------------------------------
 # Command line
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "path to config", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "output directory")
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    run(_CONFIG.value, _WORKDIR.value)
+    run(flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":
+    # Flags are defined only when this module is the program (see rank_collapse).
+    config_flags.DEFINE_config_file("config", None, "path to config", lock_config=True)
+    flags.DEFINE_string("workdir", None, "output directory")
     flags.mark_flags_as_required(["config", "workdir"])
     app.run(main, flags_parser=flags_parser(default_config.get_config))

@@ -1,0 +1,542 @@
+r"""Attention as power iteration (seed 000 §4.2) and self-attention dynamics (§5.3).
+
+    python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi
+    python -m experiments.power_iteration --config configs/power_iteration.py:smoke --workdir runs/pi_smoke
+
+A row-stochastic attention matrix A (A >= 0, A 1 = 1) has spectral radius 1,
+right eigenvector 1 and a left Perron vector pi (pi A = pi, sum pi = 1).
+Applying it repeatedly, v <- A v, is power iteration; the study measures three
+consequences (Seneta 2006, "Non-negative Matrices and Markov Chains"):
+
+(a) `fixed`: one matrix A = softmax(Q K^T / (sqrt(d) tau)), Q, K [T, d] with
+    iid N(0, 1) entries (the same draws at every temperature tau). Since
+    A^k - 1 pi^T = (A - 1 pi^T)^k, the distance
+        d(k) = max_i 1/2 ||e_i^T A^k - pi||_1          (worst-case total variation)
+    decays like |lambda_2|^k, lambda_2 the second eigenvalue of A (`slem`).
+    The measured rate is exp(slope) of a least-squares line through log d(k)
+    over the second half of the steps above rounding level (see `fit_rate`),
+    checked within `fixed.tolerance` of |lambda_2|. The rate of the seed's
+    vector iteration v <- A v (`attnjax.analysis.power_iteration`) is reported
+    alongside.
+(b) `products`: the attention of a network is an inhomogeneous product
+    P_l = A_l ... A_1 (`path_product`). Dobrushin's coefficient
+    tau(A) = 1/2 max_ij ||a_i - a_j||_1 is sub-multiplicative (Dobrushin 1956;
+    Seneta 2006, §3.1), so
+        delta(P_l) := tau(P_l) <= prod_{i<=l} tau(A_i)   and   delta(P_l) <= delta(P_{l-1}),
+    and the rows of P_l approach a common row p_l (weak ergodicity). Measured
+    for the head-averaged chain A_l = mean_h A_l^h and for each head's own
+    chain A_l^h ... A_1^h, with the total-variation distance between p_l
+    (the mean row of P_l) and each layer's Perron vector pi_l. Untrained
+    models are bidirectional; trained ones causal (associative recall is
+    next-token prediction). A causal A is lower-triangular with a_11 = 1, so
+    its only stationary distribution is e_1 and the products converge to
+    the first token. Dong, Cordonnier & Loukas (2021) for the link with rank
+    collapse.
+(c) `clusters`: parameter-free self-attention X <- softmax(X X^T / (sqrt(d) tau)) X
+    (q = k = v = X, one head), from X_0 [T, d] with iid N(0, 1) entries.
+    Each token moves to a convex combination of the tokens, so the convex
+    hull shrinks and the tokens cluster (Geshkovski, Letrouit, Polyanskiy &
+    Rigollet 2023, "A mathematical perspective on Transformers"): at high
+    temperature A is near uniform and all tokens merge at once; at low
+    temperature each token attends mostly to itself and its near neighbours,
+    and several clusters live long. Cluster rule (see `count_clusters`):
+    tokens closer than `clusters.threshold` x the RMS token norm of X_0 are
+    linked, and clusters are the connected components.
+
+Each temperature of (a) and (c) and each model of (b) is one run; a killed
+study, re-run with the same command, skips finished runs (an unfinished
+training run restarts from step 0 and, being deterministic, gives the same
+numbers) and ends with the same `summary.json`.
+
+Outputs (in --workdir): config.json, metrics.jsonl, runs/*.json,
+summary.json, report.md (tables and each prediction with the measured value
+and pass/fail), plots/*.png.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+from jax import lax
+from ml_collections import config_flags
+
+import attnjax
+from attnjax import nn, tasks, training
+from attnjax.analysis import (
+    dobrushin,
+    effective_rank,
+    path_product,
+    power_iteration,
+    residual_ratio,
+    slem,
+    stationary_distribution,
+)
+from attnjax.workdir import Workdir
+from configs import power_iteration as default_config
+from experiments import power_iteration_report
+from experiments.cli import flags_parser
+
+HIGHEST = lax.Precision.HIGHEST
+PARTS = ("fixed", "products", "clusters")
+ARCHITECTURES = {
+    "attention_only": dict(skip=False, mlp=False, norm=None),
+    "skip_mlp": dict(skip=True, mlp=True, norm="pre"),
+}
+# Rates are fitted to d(k) above FLOOR_FACTOR * T * eps: the rounding error
+# of one row of a product of T x T stochastic matrices is about T * eps, and
+# d(k) flattens there.
+FLOOR_FACTOR = 100.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run: a temperature of `fixed` or `clusters`, or a model of `products`."""
+
+    part: str
+    temperature: float = 1.0
+    architecture: str = ""
+    trained: bool = False
+
+    @property
+    def run_id(self) -> str:
+        if self.part == "products":
+            setting = "trained-causal" if self.trained else "untrained-bidirectional"
+            return f"products-{setting}-{self.architecture}"
+        return f"{self.part}-t{self.temperature:g}"
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def dtype_of(config):
+    return jnp.float64 if config.float64 else jnp.float32
+
+
+def precision_context(config):
+    """float64 for the analysis when `config.float64`, whatever the global x64 setting."""
+    return jax.enable_x64(True) if config.float64 else contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------
+# Config -> runs (all validation happens here, before anything compiles)
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_number(name: str, value, low: float, high: float = math.inf) -> None:
+    """`low < value < high`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
+        raise ValueError(f"{name} must be a number in ({low:g}, {high:g}), got {value!r}")
+
+
+def _check_temperatures(name: str, temperatures) -> None:
+    temperatures = tuple(temperatures)
+    if not temperatures:
+        raise ValueError(f"{name} must name at least one temperature")
+    for t in temperatures:
+        _check_number(name, t, 0.0)
+    if len({f"{t:g}" for t in temperatures}) != len(temperatures):
+        raise ValueError(f"{name} must be distinct, got {temperatures}")
+
+
+def make_task(config):
+    kwargs = {k: v for k, v in config.products.task.items() if k != "name"}
+    return tasks.make_task(config.products.task.name, **kwargs)
+
+
+def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
+    p, t = config.products, config.products.train
+    model = nn.TransformerConfig(
+        num_layers=p.num_layers, features=p.model.features, num_heads=p.model.num_heads,
+        vocab_size=task.vocab_size, max_len=task.seq_len, positions=p.model.positions, causal=spec.trained,
+        mlp_features=p.model.mlp_ratio * p.model.features, **ARCHITECTURES[spec.architecture],
+    )
+    optimizer = training.OptimizerConfig(learning_rate=t.learning_rate, warmup_steps=t.warmup_steps,
+                                         total_steps=t.steps, weight_decay=t.weight_decay)
+    return training.Trainer(model, optimizer, task, t.batch_size)
+
+
+def run_specs(config) -> list[RunSpec]:
+    specs = [RunSpec("fixed", temperature=float(t)) for t in config.fixed.temperatures]
+    for arch in config.products.architectures:
+        specs += [RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)]
+    return specs + [RunSpec("clusters", temperature=float(t)) for t in config.clusters.temperatures]
+
+
+def validate(config) -> list[RunSpec]:
+    """Every check that can fail, before any compilation."""
+    f, p, c = config.fixed, config.products, config.clusters
+    _check_int("seed", config.seed, 0)
+    if not isinstance(config.float64, bool):
+        raise ValueError(f"float64 must be True or False, got {config.float64!r}")
+    _check_temperatures("fixed.temperatures", f.temperatures)
+    _check_int("fixed.num_matrices", f.num_matrices, 1)
+    _check_int("fixed.seq_len", f.seq_len, 2)
+    _check_int("fixed.head_dim", f.head_dim, 1)
+    _check_int("fixed.steps", f.steps, 2)
+    _check_number("fixed.tolerance", f.tolerance, 0.0, 1.0)
+    for arch in p.architectures:
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"products.architectures: unknown {arch!r}; valid: {tuple(ARCHITECTURES)}")
+    if len(set(p.architectures)) != len(p.architectures):
+        raise ValueError(f"products.architectures must be distinct, got {tuple(p.architectures)}")
+    _check_int("products.num_seeds", p.num_seeds, 1)
+    _check_int("products.measure_batch_size", p.measure_batch_size, 1)
+    _check_int("products.train.steps", p.train.steps, 1)
+    _check_int("products.train.log_every", p.train.log_every, 1)
+    _check_int("products.train.eval_batches", p.train.eval_batches, 1)
+    _check_temperatures("clusters.temperatures", c.temperatures)
+    _check_int("clusters.num_tokens", c.num_tokens, 2)
+    _check_int("clusters.dim", c.dim, 1)
+    _check_int("clusters.steps", c.steps, 1)
+    _check_int("clusters.num_seeds", c.num_seeds, 1)
+    _check_number("clusters.threshold", c.threshold, 0.0, 1.0)
+    specs = run_specs(config)
+    task = make_task(config)
+    for spec in specs:
+        if spec.part == "products":
+            make_trainer(config, spec, task)  # raises on a bad model/optimiser config
+    return specs
+
+
+def _key(config, part: str):
+    return jax.random.fold_in(jax.random.key(config.seed), PARTS.index(part))
+
+
+# --------------------------------------------------------------------------
+# (a) One fixed matrix, iterated
+
+
+def random_attention(key, seq_len: int, head_dim: int, temperature: float, dtype) -> jax.Array:
+    """`A = softmax(Q Kᵀ / (√d τ))` `[T, T]` for Q, K `[T, d]` with iid N(0, 1) entries (one head)."""
+    kq, kk = jax.random.split(key)
+    q = jax.random.normal(kq, (seq_len, 1, head_dim), dtype)
+    k = jax.random.normal(kk, (seq_len, 1, head_dim), dtype)
+    return attnjax.attention_weights(q, k, temperature=temperature)[0].astype(dtype)
+
+
+def distance_to_limit(a: jax.Array, pi: jax.Array, steps: int) -> jax.Array:
+    """`d(k) = max_i ½ ‖e_iᵀ Aᵏ − π‖₁` for k = 0..steps: `a [T, T]`, `pi [T]` -> `[steps + 1]`.
+
+    The worst-case total-variation distance of the chain from stationarity
+    after k steps (Levin, Peres & Wilmer 2009, ch. 4), non-increasing in k
+    and ~ C |λ₂|^k for large k. The rows of `Aᵏ` are renormalised after each
+    product (an identity in exact arithmetic): a rounded softmax has row sums
+    1 + O(eps), and without it `Aᵏ 1` would drift linearly in k.
+    """
+
+    def tv(m):
+        return 0.5 * jnp.max(jnp.sum(jnp.abs(m - pi[None, :]), axis=-1))
+
+    def step(m, _):
+        m = jnp.matmul(m, a, precision=HIGHEST)
+        m = m / jnp.sum(m, axis=-1, keepdims=True)
+        return m, tv(m)
+
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    _, distances = lax.scan(step, eye, None, length=steps)
+    return jnp.concatenate([tv(eye)[None], distances])
+
+
+@functools.partial(jax.jit, static_argnames=("seq_len", "head_dim", "temperature", "steps", "dtype"))
+def fixed_matrices(keys, *, seq_len: int, head_dim: int, temperature: float, steps: int, dtype):
+    """For keys `[M]`: |λ₂| `[M]`, d(k) `[M, steps + 1]`, the v <- A v rate `[M]` and π `[M, T]`."""
+    a = jax.vmap(lambda key: random_attention(key, seq_len, head_dim, temperature, dtype))(keys)
+    pi = stationary_distribution(a)
+    v0 = jax.vmap(lambda key: jax.random.normal(jax.random.fold_in(key, 1), (seq_len,), dtype))(keys)
+    return {
+        "slem": slem(a, pi=pi),
+        "distance": jax.vmap(distance_to_limit, in_axes=(0, 0, None))(a, pi, steps),
+        "vector_rate": power_iteration(a, v0, steps).rate,
+        "pi": pi,
+    }
+
+
+def fit_rate(distance, floor: float) -> dict:
+    """Geometric decay rate of `distance [K + 1]` (d(0), ..., d(K)).
+
+    With k₁ the last step before d(k) first falls to `floor` (or K), fit
+    `log d(k) ≈ c + k log r` by least squares over k ∈ [⌊k₁/2⌋, k₁]: the
+    first half carries the transient of the other eigenvalues (their
+    share decays like |λ₃/λ₂|^k), the second half the asymptotic rate.
+    A complex pair ±λ₂ makes d(k) oscillate around C |λ₂|^k with a bounded
+    factor, whose effect on the slope falls like 1/k₁. Returns the rate
+    (NaN when fewer than three steps are above `floor`) and the fit range.
+    """
+    d = np.asarray(distance, dtype=np.float64)
+    below = np.nonzero(d <= floor)[0]
+    k1 = int(below[0]) - 1 if below.size else len(d) - 1
+    if k1 < 2:
+        return {"rate": math.nan, "fit_start": 0, "fit_end": k1, "floor_reached": bool(below.size)}
+    ks = np.arange(k1 // 2, k1 + 1)
+    slope = np.polyfit(ks, np.log(d[ks]), 1)[0]
+    return {"rate": float(np.exp(slope)), "fit_start": int(ks[0]), "fit_end": k1, "floor_reached": bool(below.size)}
+
+
+def fixed_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+    f = config.fixed
+    dtype = dtype_of(config)
+    keys = jax.random.split(_key(config, "fixed"), f.num_matrices)  # the same Q, K at every temperature
+    with precision_context(config):
+        out = fixed_matrices(keys, seq_len=f.seq_len, head_dim=f.head_dim, temperature=spec.temperature,
+                             steps=f.steps, dtype=dtype)
+        out = jax.tree.map(np.asarray, out)
+    floor = FLOOR_FACTOR * f.seq_len * float(jnp.finfo(dtype).eps)
+    rows = []
+    for i in range(f.num_matrices):
+        fit = fit_rate(out["distance"][i], floor)
+        values = {"slem": out["slem"][i], "vector_rate": out["vector_rate"][i], **fit}
+        rows += [{"part": "fixed", "matrix": i, "metric": k, "value": v} for k, v in values.items()]
+        rows.append({"part": "fixed", "matrix": i, "metric": "distance", "values": out["distance"][i]})
+    record = {"spec": dataclasses.asdict(spec), "dtype": jnp.dtype(dtype).name, "floor": floor}
+    return record, rows
+
+
+# --------------------------------------------------------------------------
+# (b) Inhomogeneous products across depth
+
+
+def product_metrics(mats: jax.Array) -> dict[str, jax.Array]:
+    """One chain per leading index: `mats [..., L, T, T]` (layer l at l-1) -> `[..., L]` each.
+
+    * `tau`: τ(A_l), Dobrushin's coefficient of each layer;
+    * `delta`: δ(P_l) = τ(A_l ⋯ A_1), of the product;
+    * `bound`: ∏_{i<=l} τ(A_i), which bounds δ(P_l) (sub-multiplicativity);
+    * `tv_to_pi`: ½ ‖p_l − π_l‖₁, p_l the mean row of P_l and π_l the
+      stationary distribution of A_l;
+    * `pi_first`: π_l of the first token;
+    * `absorbing`: the number of absorbing tokens, a_tt = 1 (to rounding).
+
+    A causal A is lower-triangular: every token t either is absorbing or
+    moves to an earlier one with positive probability, so the closed classes
+    are the absorbing tokens. The first always is (a_11 = 1); if it is the
+    only one, π_l = e_1 is the unique stationary distribution. A trained
+    float32 softmax can saturate (a_tt = 1, every other weight underflows),
+    and then π_l is not unique.
+    """
+    prods = path_product(mats)
+    tau = dobrushin(mats)
+    pi = stationary_distribution(mats)
+    row = jnp.mean(prods, axis=-2)
+    return {
+        "tau": tau,
+        "delta": dobrushin(prods),
+        "bound": jnp.cumprod(tau, axis=-1),
+        "tv_to_pi": 0.5 * jnp.sum(jnp.abs(row - pi), axis=-1),
+        "pi_first": pi[..., 0],
+        "absorbing": jnp.sum(jnp.diagonal(mats, axis1=-2, axis2=-1) >= 1, axis=-1).astype(mats.dtype),
+    }
+
+
+@functools.partial(jax.jit, static_argnames=("dtype",))
+def attention_products(attention: jax.Array, dtype) -> dict[str, jax.Array]:
+    """`attention [L, B, H, T, T]` -> head-averaged (`mean/...` `[B, L]`) and per-head (`head/...` `[B, H, L]`) metrics.
+
+    Cast to `dtype` and rows renormalised there, so every matrix is
+    stochastic to the rounding of `dtype` and the bound is exact up to it.
+    """
+    a = attention.astype(dtype)
+    a = a / jnp.sum(a, axis=-1, keepdims=True)
+    per_head = jnp.transpose(a, (1, 2, 0, 3, 4))  # [B, H, L, T, T]
+    head_mean = jnp.mean(per_head, axis=1)  # [B, L, T, T], still stochastic
+    out = {f"mean/{k}": v for k, v in product_metrics(head_mean).items()}
+    return out | {f"head/{k}": v for k, v in product_metrics(per_head).items()}
+
+
+def _worst(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Worst cases over all but the layer axis (last): the largest violations of
+    δ(P_l) <= ∏τ and δ(P_l) <= δ(P_{l-1}), and the largest 1 − π_l(first token)
+    among chains whose only absorbing token is the first (0 if there are none)."""
+    axes = tuple(range(m["delta"].ndim - 1))
+    monotone = np.diff(m["delta"], axis=-1)
+    gap = np.where(m["absorbing"] == 1, 1 - m["pi_first"], 0.0)
+    return {"bound_excess": np.max(m["delta"] - m["bound"], axis=axes),
+            "monotone_excess": np.max(monotone, axis=axes) if monotone.shape[-1] else np.zeros((0,)),
+            "pi_first_gap": np.max(gap, axis=axes)}
+
+
+def _product_rows(metrics: dict, phase: str) -> list[dict]:
+    """Per seed and chain: batch-mean values (`[L]` head-averaged, `[H, L]` per head) and
+    the worst cases over the batch (and heads) of `_worst`."""
+    rows = []
+    for seed in range(next(iter(metrics.values())).shape[0]):
+        for chain in ("mean", "head"):
+            m = {k.split("/")[1]: np.asarray(v[seed], np.float64) for k, v in metrics.items() if k.startswith(chain)}
+            base = {"part": "products", "phase": phase, "seed": seed, "chain": chain}
+            for name, values in m.items():
+                rows.append({**base, "metric": name, "values": values.mean(axis=0)})
+            for name, values in _worst(m).items():
+                rows.append({**base, "metric": name, "values": values})
+    return rows
+
+
+def _forward_fn(trainer: training.Trainer):
+    """state `[S, ...]`, inputs `[B, T]` -> attention `[S, L, B, H, T, T]`."""
+
+    def forward(state, inputs):
+        _, inter = trainer.model(state)(inputs, return_intermediates=True)
+        return inter["attention"]
+
+    return jax.jit(jax.vmap(forward, in_axes=(0, None)))
+
+
+def _measure_products(config, forward, state, inputs, phase: str) -> list[dict]:
+    """Metrics `[S, B, ...]` of every seed's attention, seeds folded into the batch axis.
+
+    Folded rather than vmapped: a vmap of `attention_products` inside
+    `jax.enable_x64` deadlocked on CPU (jax 0.10.2) for causal attention.
+    """
+    attention = forward(state, inputs)  # [S, L, B, H, T, T]
+    seeds, layers, batch = attention.shape[:3]
+    folded = jnp.moveaxis(attention, 0, 1).reshape((layers, seeds * batch) + attention.shape[3:])
+    with precision_context(config):
+        metrics = attention_products(folded, dtype_of(config))
+        metrics = {k: np.asarray(v).reshape((seeds, batch) + v.shape[1:]) for k, v in metrics.items()}
+    return _product_rows(metrics, phase)
+
+
+def products_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+    """An untrained bidirectional model, or a causal one at initialisation and after training."""
+    p = config.products
+    task = make_task(config)
+    trainer = make_trainer(config, spec, task)
+    runner = training.SeedsRunner(trainer)
+    root = _key(config, "products")
+    init_keys = jax.random.split(jax.random.fold_in(root, 0), p.num_seeds)  # the same parameters in both settings
+    data_keys = jax.random.split(jax.random.fold_in(root, 1), p.num_seeds)
+    eval_keys = jax.random.split(jax.random.fold_in(root, 2), p.num_seeds)
+    inputs = task.batch(jax.random.fold_in(root, 3), p.measure_batch_size).inputs
+    forward = _forward_fn(trainer)
+    state = runner.init(init_keys)
+    rows = _measure_products(config, forward, state, inputs, "init" if spec.trained else "untrained")
+    record = {"spec": dataclasses.asdict(spec), "seq_len": task.seq_len, "dtype": jnp.dtype(dtype_of(config)).name}
+    if spec.trained:
+        state = training.fit(runner, state, data_keys, total_steps=p.train.steps, log_every=p.train.log_every,
+                             progress=progress)
+        rows += _measure_products(config, forward, state, inputs, "trained")
+        evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, p.train.eval_batches))
+        record.update(eval_accuracy=evaluation["eval_accuracy"], eval_loss=evaluation["eval_loss"],
+                      chance_accuracy=task.chance_accuracy, diverged=np.asarray(state.diverged))
+    return record, rows
+
+
+# --------------------------------------------------------------------------
+# (c) Parameter-free self-attention dynamics
+
+
+def self_attention_step(x: jax.Array, temperature: float) -> jax.Array:
+    """`X ← softmax(X Xᵀ / (√d τ)) X` for `x [T, d]`: one head with q = k = v = X (seed 000 §5.3)."""
+    h = x[:, None, :]
+    return attnjax.dot_product_attention(h, h, h, temperature=temperature)[:, 0, :].astype(x.dtype)
+
+
+def count_clusters(x: jax.Array, radius) -> jax.Array:
+    """Number of clusters of the tokens `x [T, d]`: an int32 scalar.
+
+    Tokens i, j are linked when ‖x_i − x_j‖₂ <= `radius`; clusters are the
+    connected components of that graph (single linkage). Reachability by
+    ⌈log₂ T⌉ boolean squarings of the (reflexive) link matrix; each
+    component is counted once, at its smallest token index.
+    """
+    t = x.shape[0]
+    sq = jnp.sum(jnp.square(x[:, None, :] - x[None, :, :]), axis=-1)
+    reach = (sq <= jnp.square(radius)).astype(x.dtype)
+    for _ in range(max(1, math.ceil(math.log2(t)))):
+        reach = (jnp.matmul(reach, reach, precision=HIGHEST) > 0).astype(x.dtype)
+    first = jnp.argmax(reach > 0, axis=-1)  # the smallest token index in each token's component
+    return jnp.sum(first == jnp.arange(t)).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("temperature", "steps"))
+def self_attention_dynamics(x0: jax.Array, threshold, *, temperature: float, steps: int) -> dict[str, jax.Array]:
+    """Iterate `self_attention_step` from `x0 [T, d]`; every metric `[steps + 1]` (t = 0..steps).
+
+    `clusters` (see `count_clusters`, radius `threshold` x RMS token norm of
+    X_0), `residual` ‖X − 1 x̄ᵀ‖_F / ‖X‖_F (Dong et al. 2021) and
+    `effective_rank` of X (Roy & Vetterli 2007).
+    """
+    radius = threshold * jnp.sqrt(jnp.mean(jnp.sum(jnp.square(x0), axis=-1)))
+
+    def measure(x):
+        return {"clusters": count_clusters(x, radius), "residual": residual_ratio(x),
+                "effective_rank": effective_rank(x)}
+
+    def step(x, _):
+        x = self_attention_step(x, temperature)
+        return x, measure(x)
+
+    _, trajectory = lax.scan(step, x0, None, length=steps)
+    first = measure(x0)
+    return {k: jnp.concatenate([first[k][None], trajectory[k]]) for k in first}
+
+
+def clusters_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+    c = config.clusters
+    dtype = dtype_of(config)
+    keys = jax.random.split(_key(config, "clusters"), c.num_seeds)  # the same X_0 at every temperature
+    with precision_context(config):
+        x0 = jax.vmap(lambda key: jax.random.normal(key, (c.num_tokens, c.dim), dtype))(keys)
+        run = functools.partial(self_attention_dynamics, temperature=spec.temperature, steps=c.steps)
+        out = jax.tree.map(np.asarray, jax.vmap(run, in_axes=(0, None))(x0, jnp.asarray(c.threshold, dtype)))
+    rows = [{"part": "clusters", "seed": s, "metric": name, "values": values[s]}
+            for name, values in out.items() for s in range(c.num_seeds)]
+    return {"spec": dataclasses.asdict(spec), "dtype": jnp.dtype(dtype).name}, rows
+
+
+# --------------------------------------------------------------------------
+# The study
+
+RUNNERS = {"fixed": fixed_run, "products": products_run, "clusters": clusters_run}
+
+
+def run(config, workdir: str, progress=log) -> dict:
+    """Run (or resume) the study; returns the summary."""
+    specs = validate(config)
+    wd = Workdir(workdir)
+    wd.write_config(config.to_dict())
+    todo = [s for s in specs if not wd.is_done(s.run_id)]
+    progress(f"power_iteration: {len(specs)} runs ({len(specs) - len(todo)} already done), "
+             f"{'float64' if config.float64 else 'float32'} analysis, jax backend {jax.default_backend()}")
+    for i, spec in enumerate(todo, 1):
+        start = time.perf_counter()
+        progress(f"[{i}/{len(todo)}] {spec.run_id}")
+        record, rows = RUNNERS[spec.part](config, spec, progress)
+        wd.finish_run(spec.run_id, record, rows)
+        progress(f"      done in {time.perf_counter() - start:.1f} s")
+    summary = power_iteration_report.summarize(config, specs, wd)
+    wd.write_summary(summary)
+    power_iteration_report.write_plots(config, specs, summary, wd)
+    plots = sorted(os.listdir(wd.file("plots")))
+    report = wd.write_report(power_iteration_report.report_markdown(config, summary, plots))
+    progress(f"report: {report}")
+    return summary
+
+
+def main(argv, config_flag, workdir_flag) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    run(config_flag.value, workdir_flag.value)
+
+
+if __name__ == "__main__":
+    # Flags are defined only when this file is the entry script, so that
+    # importing it (tests, other studies) defines no absl flags.
+    config_flag = config_flags.DEFINE_config_file(
+        "config", None, "study config file (configs/power_iteration.py)", lock_config=True)
+    workdir_flag = flags.DEFINE_string("workdir", None, "output directory")
+    flags.mark_flags_as_required(["config", "workdir"])
+    app.run(functools.partial(main, config_flag=config_flag, workdir_flag=workdir_flag),
+            flags_parser=flags_parser(default_config.get_config))

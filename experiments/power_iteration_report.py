@@ -1,0 +1,459 @@
+"""Summary, checks, report and plots of the power-iteration study.
+
+Reads finished runs from the workdir (so an interrupted-then-resumed study
+gives the same result as an uninterrupted one) and checks each prediction
+against the measurements:
+
+* fixed matrix: the decay rate of A^k -> 1 pi^T is |lambda_2| (Seneta 2006, ch. 1);
+* products: delta(P_l) <= prod_i tau(A_i) and delta(P_l) non-increasing
+  (sub-multiplicativity of Dobrushin's coefficient; Seneta 2006, §3.1), and
+  pi_l = e_1 for causal attention;
+* self-attention dynamics: one cluster at high temperature, several
+  long-lived ones at low temperature, fewer as the temperature rises
+  (Geshkovski, Letrouit, Polyanskiy & Rigollet 2023).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnjax.workdir import Workdir
+
+# Iterations at which the report tabulates the cluster count.
+CLUSTER_GRID = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+PHASE_LABELS = {"untrained": "untrained, bidirectional", "init": "causal, at initialisation",
+                "trained": "causal, trained"}
+
+
+def _eps(dtype_name: str) -> float:
+    return float(np.finfo(np.dtype(dtype_name)).eps)
+
+
+def _by_metric(rows, **match) -> dict[str, list]:
+    """`{metric: [value or values per matching row, in row order]}` for rows matching `match`."""
+    out = {}
+    for row in rows:
+        if all(row.get(k) == v for k, v in match.items()):
+            out.setdefault(row["metric"], []).append(row["values"] if "values" in row else row["value"])
+    return out
+
+
+# --------------------------------------------------------------------------
+# Summary
+
+
+def _fixed_summary(config, record) -> dict:
+    tolerance = config.fixed.tolerance
+    matrices = []
+    for i in range(config.fixed.num_matrices):
+        m = {k: v[0] for k, v in _by_metric(record["metrics"], matrix=i).items() if k != "distance"}
+        slem, rate, vector_rate = float(m["slem"]), float(m["rate"]), float(m["vector_rate"])  # "nan" -> nan
+        rel = rate / slem - 1 if slem > 0 else math.nan
+        matrices.append({
+            "matrix": i, "slem": slem, "rate": rate, "rel_error": rel,
+            "passed": bool(math.isfinite(rel) and abs(rel) <= tolerance),
+            "fit_start": m["fit_start"], "fit_end": m["fit_end"], "floor_reached": m["floor_reached"],
+            "vector_rate": vector_rate, "vector_rel_error": vector_rate / slem - 1 if slem > 0 else math.nan,
+        })
+    errors = [abs(m["rel_error"]) if math.isfinite(m["rel_error"]) else math.inf for m in matrices]
+    return {"temperature": record["spec"]["temperature"], "dtype": record["dtype"], "floor": record["floor"],
+            "matrices": matrices, "worst_rel_error": max(errors)}
+
+
+def _phase_summary(rows, phase: str) -> dict:
+    """Head-averaged and per-head metrics of one phase: means over seeds, worst excesses over seeds."""
+    out = {}
+    for chain in ("mean", "head"):
+        metrics = _by_metric(rows, phase=phase, chain=chain)
+        summary = {}
+        for name, per_seed in metrics.items():
+            values = np.asarray(per_seed, dtype=np.float64)
+            worst = name.endswith("excess") or name.endswith("gap")
+            summary[name] = (np.max(values, axis=0) if worst else np.mean(values, axis=0)).tolist()
+        out[chain] = summary
+    return out
+
+
+def _products_summary(record) -> dict:
+    rows = record["metrics"]
+    phases = [p for p in ("untrained", "init", "trained") if any(r["phase"] == p for r in rows)]
+    out = {"spec": record["spec"], "seq_len": record["seq_len"], "dtype": record["dtype"],
+           "phases": {p: _phase_summary(rows, p) for p in phases}}
+    for key in ("eval_accuracy", "eval_loss", "chance_accuracy", "diverged"):
+        if key in record:
+            out[key] = record[key]
+    return out
+
+
+def _grid(steps: int) -> list[int]:
+    return sorted({t for t in CLUSTER_GRID if t <= steps} | {steps})
+
+
+def _clusters_summary(config, record) -> dict:
+    metrics = _by_metric(record["metrics"])
+    counts = np.asarray(metrics["clusters"], dtype=np.float64)  # [seeds, steps + 1]
+    grid = _grid(config.clusters.steps)
+    return {
+        "temperature": record["spec"]["temperature"], "iterations": grid,
+        "clusters_mean": counts[:, grid].mean(axis=0).tolist(),
+        "clusters_min": counts[:, grid].min(axis=0).tolist(),
+        "clusters_max": counts[:, grid].max(axis=0).tolist(),
+        "final_clusters": counts[:, -1].tolist(),
+        "final_residual": float(np.mean(np.asarray(metrics["residual"], dtype=np.float64)[:, -1])),
+        "final_effective_rank": float(np.mean(np.asarray(metrics["effective_rank"], dtype=np.float64)[:, -1])),
+    }
+
+
+def summarize(config, specs, wd: Workdir) -> dict:
+    records = {spec.run_id: wd.load_run(spec.run_id) for spec in specs}
+    summary = {
+        "fixed": {s.run_id: _fixed_summary(config, records[s.run_id]) for s in specs if s.part == "fixed"},
+        "products": {s.run_id: _products_summary(records[s.run_id]) for s in specs if s.part == "products"},
+        "clusters": {s.run_id: _clusters_summary(config, records[s.run_id]) for s in specs if s.part == "clusters"},
+    }
+    summary["predictions"] = check_predictions(config, summary)
+    return summary
+
+
+# --------------------------------------------------------------------------
+# Predictions
+
+
+def _prediction(name, source, prediction, measured, passed, note=""):
+    return {"name": name, "source": source, "prediction": prediction, "measured": measured,
+            "passed": passed, "note": note}
+
+
+def _fixed_checks(config, fixed) -> list[dict]:
+    checks = []
+    tol = config.fixed.tolerance
+    for run in fixed.values():
+        worst = run["worst_rel_error"]
+        failed = sum(not m["passed"] for m in run["matrices"])
+        checks.append(_prediction(
+            f"fixed matrix: A^k -> 1 pi^T at rate |lambda_2| (tau={run['temperature']:g})",
+            "Seneta 2006; seed 000 §4.2", f"|rate / |lambda_2| - 1| <= {tol:g} for every matrix",
+            worst, bool(worst <= tol),
+            f"worst of {len(run['matrices'])} matrices; {failed} outside; {run['dtype']}"))
+    return checks
+
+
+def _product_tolerance(run) -> float:
+    """Rounding allowance of the Dobrushin checks: 2 L T eps (each product adds <= T eps per row, in l1)."""
+    layers = len(run["phases"][next(iter(run["phases"]))]["mean"]["delta"])
+    return 2 * layers * run["seq_len"] * _eps(run["dtype"])
+
+
+def _dobrushin_check(run, phase: str) -> dict:
+    """Worst excess of both inequalities; layer 1 is left out of the bound (there delta(P_1) = tau(A_1))."""
+    p = run["phases"][phase]
+    if len(p["mean"]["delta"]) < 2:
+        return _prediction(f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
+                           "Seneta 2006, §3.1", "delta(P_l) <= prod_i tau(A_i)", None, None,
+                           "not measured: needs products.num_layers >= 2")
+    bound = max(max(p[c]["bound_excess"][1:]) for c in ("mean", "head"))
+    monotone = max(max(p[c]["monotone_excess"]) for c in ("mean", "head"))
+    worst = max(bound, monotone)
+    tol = _product_tolerance(run)
+    return _prediction(
+        f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})", "Seneta 2006, §3.1",
+        "delta(P_l) <= prod_i tau(A_i) and delta(P_l) <= delta(P_(l-1)), every layer, example and head",
+        worst, bool(worst <= tol),
+        f"max excess: bound {bound:.2e}, monotonicity {monotone:.2e}; rounding allowance {tol:.1e}")
+
+
+def _causal_check(run, phase: str) -> dict:
+    p = run["phases"][phase]
+    worst = max(float(np.max(p[c]["pi_first_gap"])) for c in ("mean", "head"))
+    saturated = max(float(np.max(p[c]["absorbing"])) for c in ("mean", "head")) > 1
+    tol = 1e3 * run["seq_len"] * _eps(run["dtype"])
+    note = f"tolerance {tol:.1e}"
+    if saturated:
+        note += ("; some chains have absorbing tokens besides the first (saturated rows, a_tt = 1): "
+                 "their pi_l is not unique and they are left out")
+    return _prediction(
+        f"causal attention: pi_l = e_1 ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
+        "Seneta 2006 (absorbing chains)",
+        "1 - pi_l(first token) ~ 0 for every layer whose only absorbing token is the first",
+        worst, bool(worst <= tol), note)
+
+
+def _cluster_checks(clusters) -> list[dict]:
+    if not clusters:
+        return []
+    source = "Geshkovski et al. 2023"
+    runs = sorted(clusters.values(), key=lambda r: r["temperature"])
+    hot, cold = runs[-1], runs[0]
+    steps = hot["iterations"][-1]
+    checks = [
+        _prediction(f"high temperature: one cluster (tau={hot['temperature']:g}, t={steps})", source,
+                    "every seed ends with 1 cluster", max(hot["final_clusters"]),
+                    bool(max(hot["final_clusters"]) == 1)),
+        _prediction(f"low temperature: several long-lived clusters (tau={cold['temperature']:g}, t={steps})",
+                    source, "every seed still has >= 2 clusters", min(cold["final_clusters"]),
+                    bool(min(cold["final_clusters"]) >= 2)),
+    ]
+    if len(runs) > 1:
+        means = [float(np.mean(r["final_clusters"])) for r in runs]
+        rise = max(b - a for a, b in zip(means, means[1:]))
+        checks.append(_prediction(
+            f"fewer clusters at higher temperature (t={steps})", source,
+            "mean final cluster count non-increasing in tau", rise, bool(rise <= 0),
+            "largest increase between neighbouring temperatures; means "
+            + ", ".join(f"{r['temperature']:g}: {m:.2f}" for r, m in zip(runs, means))))
+    return checks
+
+
+def check_predictions(config, summary) -> list[dict]:
+    checks = _fixed_checks(config, summary["fixed"])
+    for run in summary["products"].values():
+        for phase in run["phases"]:
+            checks.append(_dobrushin_check(run, phase))
+            if phase != "untrained":
+                checks.append(_causal_check(run, phase))
+    return checks + _cluster_checks(summary["clusters"])
+
+
+# --------------------------------------------------------------------------
+# Report
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int, float)) and math.isfinite(value) and (value == 0 or 1e-3 <= abs(value) < 1e4):
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+    return f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
+
+
+def _verdict(passed) -> str:
+    return {True: "PASS", False: "FAIL", None: "not measured"}[passed]
+
+
+def _predictions_table(predictions) -> list[str]:
+    lines = ["| check | source | prediction | measured | result | note |", "|---|---|---|---|---|---|"]
+    for p in predictions:
+        cells = [p["name"], p["source"], p["prediction"], _fmt(p["measured"]), _verdict(p["passed"]), p["note"]]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+def _floor(fixed) -> float:
+    return max((r["floor"] for r in fixed.values()), default=math.nan)
+
+
+def _fixed_section(config, fixed) -> list[str]:
+    f = config.fixed
+    lines = [
+        "## (a) One fixed attention matrix, iterated", "",
+        f"A = softmax(Q K^T / (sqrt(d) tau)) with Q, K [{f.seq_len}, {f.head_dim}] iid N(0, 1) (matrix i is the "
+        "same draw at every temperature). Distance d(k) = max_i 1/2 ||e_i^T A^k - pi||_1; measured rate = "
+        "exp(slope) of a least-squares line through log d(k) over k in [k1/2, k1], k1 the last step above "
+        f"the rounding floor 100 T eps = {_floor(fixed):.1e}. Predicted rate |lambda_2| = `slem(A)`. The rate "
+        "of the vector iteration v <- A v (`power_iteration`, v_0 ~ N(0, I)) is shown for comparison, not checked.", "",
+        "| tau | matrix | abs(lambda_2) | measured rate | rel. error | pass | fit range k | v <- A v rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in fixed.values():
+        for m in run["matrices"]:
+            fit = f"{m['fit_start']}..{m['fit_end']}" + ("" if m["floor_reached"] else " (floor not reached)")
+            lines.append(f"| {run['temperature']:g} | {m['matrix']} | {m['slem']:.4f} | {m['rate']:.4f} | "
+                         f"{m['rel_error']:+.4f} | {_verdict(m['passed'])} | {fit} | {m['vector_rate']:.4f} |")
+    worst = max((r["worst_rel_error"] for r in fixed.values()), default=None)
+    return lines + ["", f"Worst relative error over all matrices: {_fmt(worst)} (tolerance {f.tolerance:g}).", ""]
+
+
+def _layer_table(run, phase: str) -> list[str]:
+    p = run["phases"][phase]
+    mean, head = p["mean"], p["head"]
+    tol = _product_tolerance(run)
+    lines = [f"**{run['spec']['architecture']}, {PHASE_LABELS[phase]}**", "",
+             "| layer l | tau(A_l) | delta(P_l) | prod tau | bound holds | TV(p_l, pi_l) | absorbing tokens | "
+             "per head: delta(P_l) | prod tau | bound holds | TV(p_l, pi_l) | absorbing tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for l in range(len(mean["delta"])):
+        head_delta = np.asarray(head["delta"])[:, l]
+        head_bound = np.asarray(head["bound"])[:, l]
+        head_tv = np.asarray(head["tv_to_pi"])[:, l]
+        head_absorbing = np.asarray(head["absorbing"])[:, l]
+        lines.append(
+            f"| {l + 1} | {_fmt(mean['tau'][l])} | {_fmt(mean['delta'][l])} | {_fmt(mean['bound'][l])} | "
+            f"{mean['bound_excess'][l] <= tol} | {_fmt(mean['tv_to_pi'][l])} | {mean['absorbing'][l]:.2f} | "
+            f"{_fmt(float(head_delta.mean()))} [{_fmt(float(head_delta.min()))}, {_fmt(float(head_delta.max()))}] | "
+            f"{_fmt(float(head_bound.mean()))} | {head['bound_excess'][l] <= tol} | {_fmt(float(head_tv.mean()))} | "
+            f"{float(head_absorbing.mean()):.2f} |")
+    return lines + [""]
+
+
+def _products_section(config, products) -> list[str]:
+    p = config.products
+    lines = [
+        "## (b) Products across depth", "",
+        f"P_l = A_l ... A_1 for {p.num_layers}-layer models (width {p.model.features}, {p.model.num_heads} heads), "
+        f"means over {p.num_seeds} seed(s) and {p.measure_batch_size} held-out {p.task.name} sequences. "
+        "delta(P_l) = tau(P_l), Dobrushin's coefficient of the product; prod tau = prod_(i<=l) tau(A_i), its "
+        "bound; p_l = the mean row of P_l, which every row approaches; pi_l = the stationary distribution of "
+        "layer l alone. Head-averaged chain A_l = mean_h A_l^h (left) and each head's own chain "
+        "A_l^h ... A_1^h (right: mean over heads [min, max]). 'bound holds' is over every example, seed "
+        "(and head). Untrained models are bidirectional; the causal model is measured at initialisation "
+        "(the same parameters) and after training. Causal attention is lower-triangular with a_11 = 1: "
+        "the first token is absorbing, and if it is the only absorbing token (a_tt < 1 for t >= 2) every "
+        "pi_l is e_1 and the products converge to the first token. 'absorbing tokens' counts tokens with "
+        "a_tt = 1 (mean over examples): a saturated float32 softmax row makes a token absorbing, and then "
+        "pi_l is not unique (`stationary_distribution` returns the limit from the uniform start).", "",
+    ]
+    for run in products.values():
+        for phase in run["phases"]:
+            lines += _layer_table(run, phase)
+        if "eval_accuracy" in run:
+            accs = ", ".join(f"{a:.3f}" for a in run["eval_accuracy"])
+            lines += [f"After {p.train.steps} training steps: held-out query accuracy {accs} per seed "
+                      f"(chance {run['chance_accuracy']:.3f}).", ""]
+    return lines
+
+
+def _clusters_section(config, clusters) -> list[str]:
+    c = config.clusters
+    runs = sorted(clusters.values(), key=lambda r: r["temperature"])
+    if not runs:
+        return []
+    grid = runs[0]["iterations"]
+    lines = [
+        "## (c) Parameter-free self-attention dynamics", "",
+        f"X <- softmax(X X^T / (sqrt(d) tau)) X from X_0 [{c.num_tokens}, {c.dim}] iid N(0, 1), {c.num_seeds} "
+        "seeds (the same X_0 at every temperature). Cluster count: tokens closer than "
+        f"{c.threshold:g} x the RMS token norm of X_0 are linked; clusters are the connected components "
+        "(single linkage). Mean number of clusters [min, max over seeds] at iteration t:", "",
+        "| tau | " + " | ".join(f"t={t}" for t in grid) + " | residual (final) | effective rank (final) |",
+        "|---|" + "---|" * (len(grid) + 2),
+    ]
+    for r in runs:
+        cells = [f"{m:.1f} [{lo:.0f}, {hi:.0f}]" if lo != hi else f"{m:.0f}"
+                 for m, lo, hi in zip(r["clusters_mean"], r["clusters_min"], r["clusters_max"])]
+        lines.append(f"| {r['temperature']:g} | " + " | ".join(cells) +
+                     f" | {_fmt(r['final_residual'])} | {_fmt(r['final_effective_rank'])} |")
+    lines += ["", "residual = ||X - 1 x_bar^T||_F / ||X||_F (Dong et al. 2021), mean over seeds; 0 means "
+              "one point. Without normalisation the convex hull of the tokens only shrinks, so the low-"
+              "temperature clusters are long-lived, not permanent: they keep drifting together.", ""]
+    return lines
+
+
+def report_markdown(config, summary, plots=()) -> str:
+    predictions = summary["predictions"]
+    passed = sum(p["passed"] is True for p in predictions)
+    failed = sum(p["passed"] is False for p in predictions)
+    lines = [
+        "# Attention as power iteration", "",
+        f"Analysis in {'float64' if config.float64 else 'float32'}; models in float32. Seed {config.seed}.", "",
+        f"## Predictions: {passed} pass, {failed} fail", "",
+        *_predictions_table(predictions), "",
+        *_fixed_section(config, summary["fixed"]),
+        *_products_section(config, summary["products"]),
+        *_clusters_section(config, summary["clusters"]),
+        "Plots: " + (", ".join(f"`plots/{name}`" for name in plots) or "none"), "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Plots
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes.reshape(-1)
+
+
+def _save(fig, wd: Workdir, name: str) -> None:
+    fig.savefig(wd.file("plots", name), dpi=110)
+
+
+def _fixed_figure(summary, wd: Workdir, specs):
+    runs = [(s.run_id, summary["fixed"][s.run_id]) for s in specs if s.part == "fixed"]
+    cols = min(len(runs), 2)
+    rows = math.ceil(len(runs) / cols)
+    fig, axes = _figure(5.0 * cols, 3.4 * rows, rows, cols)
+    for ax, (run_id, run) in zip(axes, runs):
+        curves = _by_metric(wd.load_run(run_id)["metrics"])["distance"]
+        end = max(m["fit_end"] for m in run["matrices"]) + 5
+        for m, curve in zip(run["matrices"], curves):
+            d = np.asarray(curve, dtype=np.float64)[:end + 1]
+            k = np.arange(len(d))
+            (line,) = ax.semilogy(k, np.where(d > 0, d, np.nan), linewidth=1)
+            k1 = m["fit_end"]
+            ax.semilogy(k[:k1 + 1], d[k1] * m["slem"] ** (k[:k1 + 1] - k1), "--", color=line.get_color(),
+                        linewidth=0.8)
+        ax.axhline(run["floor"], color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(f"tau = {run['temperature']:g}")
+        ax.set_xlabel("k")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[::cols]:
+        ax.set_ylabel("max_i TV(e_i A^k, pi)")
+    for ax in axes[len(runs):]:
+        ax.set_visible(False)
+    fig.suptitle("A^k -> 1 pi^T: measured (solid) vs |lambda_2|^k (dashed); dotted: rounding floor")
+    return fig
+
+
+def _products_figure(summary):
+    by_arch = {}
+    for run in summary["products"].values():
+        by_arch.setdefault(run["spec"]["architecture"], []).append(run)
+    fig, axes = _figure(5.0 * len(by_arch), 3.8, 1, len(by_arch))
+    for ax, (arch, runs) in zip(axes, by_arch.items()):
+        for run in runs:
+            for phase, p in run["phases"].items():
+                layers = np.arange(1, len(p["mean"]["delta"]) + 1)
+                delta = np.asarray(p["mean"]["delta"], dtype=np.float64)
+                (line,) = ax.semilogy(layers, np.where(delta > 0, delta, np.nan), marker="o", markersize=3,
+                                      label=f"delta(P_l), {PHASE_LABELS[phase]}")
+                bound = np.asarray(p["mean"]["bound"], dtype=np.float64)
+                ax.semilogy(layers, np.where(bound > 0, bound, np.nan), "--", color=line.get_color(),
+                            label=f"prod tau, {PHASE_LABELS[phase]}")
+        ax.set_title(f"{arch} (head-averaged attention)")
+        ax.set_xlabel("layer l")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("Dobrushin coefficient")
+    return fig
+
+
+def _clusters_figure(config, summary, wd: Workdir, specs):
+    fig, axes = _figure(10.0, 3.8, 1, 2)
+    runs = sorted(((summary["clusters"][s.run_id], s.run_id) for s in specs if s.part == "clusters"),
+                  key=lambda r: r[0]["temperature"])
+    for run, run_id in runs:
+        metrics = _by_metric(wd.load_run(run_id)["metrics"])
+        t = np.arange(config.clusters.steps + 1)
+        counts = np.asarray(metrics["clusters"], dtype=np.float64).mean(axis=0)
+        residual = np.asarray(metrics["residual"], dtype=np.float64).mean(axis=0)
+        axes[0].plot(t + 1, counts, label=f"tau = {run['temperature']:g}")
+        axes[1].plot(t + 1, np.where(residual > 0, residual, np.nan), label=f"tau = {run['temperature']:g}")
+    axes[0].set_xscale("log")
+    axes[0].set_ylabel("number of clusters (mean over seeds)")
+    axes[1].set_xscale("log")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("||X - 1 x_bar^T||_F / ||X||_F")
+    for ax in axes:
+        ax.set_xlabel("iteration t + 1")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("X <- softmax(X X^T / (sqrt(d) tau)) X")
+    return fig
+
+
+def write_plots(config, specs, summary, wd: Workdir) -> None:
+    if summary["fixed"]:
+        _save(_fixed_figure(summary, wd, specs), wd, "fixed_matrix_rate.png")
+    if summary["products"]:
+        _save(_products_figure(summary), wd, "products_dobrushin.png")
+    if summary["clusters"]:
+        _save(_clusters_figure(config, summary, wd, specs), wd, "clusters.png")
