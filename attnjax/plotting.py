@@ -131,6 +131,7 @@ def metric_vs_depth(
     log: bool = True,
     band: str = "minmax",
     title: str | None = None,
+    start: int = 1,
 ):
     """A metric against depth, one line per variant, with a band over seeds.
 
@@ -139,11 +140,12 @@ def metric_vs_depth(
         The line is the mean over seeds; the band is the min–max range
         (`band='minmax'`) or mean ± one standard deviation (`band='std'`).
       ylabel: y-axis label.
-      depths: x values `[layers]` (default 1..layers).
+      depths: x values `[layers]` (default start..start + layers - 1).
       log: logarithmic y axis (rank-collapse metrics decay geometrically or
         faster); non-positive values are masked.
       band: `'minmax'` or `'std'`.
       title: axes title.
+      start: first default x value (0 when index 0 is the network's input).
 
     Returns:
       A Figure with one axes.
@@ -157,7 +159,7 @@ def metric_vs_depth(
     for name, values in metrics.items():
         v = _as_numpy(values, f"metrics[{name!r}]", (1, 2))
         v = v[None] if v.ndim == 1 else v
-        x = np.arange(1, v.shape[1] + 1) if depths is None else np.asarray(depths, dtype=np.float64)
+        x = np.arange(start, start + v.shape[1]) if depths is None else np.asarray(depths, dtype=np.float64)
         if x.shape != (v.shape[1],):
             raise ValueError(f"depths must have shape ({v.shape[1]},); got {x.shape}")
         mean = v.mean(axis=0)

@@ -20,7 +20,7 @@ Architectures (see `attnjax.nn.Block`):
   skip            attention with skip connections, no MLP, no norm
   skip_mlp        skip + MLP with pre-LayerNorm (the usual pre-LN transformer)
   post_ln         skip + MLP with post-LayerNorm
-  skip_scaled     skip + MLP, pre-LN, residual branches scaled by 1/sqrt(L)
+  skip_scaled     skip, with residual branches scaled by 1/sqrt(L) (no MLP, no norm)
 """
 from ml_collections import config_dict
 
@@ -42,7 +42,7 @@ def get_config(arg: str | None = None):
     config.task = config_dict.ConfigDict(dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32))
 
     config.model = config_dict.ConfigDict(
-        dict(features=64, num_heads=4, mlp_ratio=2, positions="learned", feature_map="favor_plus",
+        dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
              num_features=64)
     )
 

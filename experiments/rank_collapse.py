@@ -38,7 +38,11 @@ ARCHITECTURES = {
     "skip": dict(skip=True, mlp=False, norm=None),
     "skip_mlp": dict(skip=True, mlp=True, norm="pre"),
     "post_ln": dict(skip=True, mlp=True, norm="post"),
-    "skip_scaled": dict(skip=True, mlp=True, norm="pre", residual_scale="inv_sqrt_depth"),
+    # The `skip` network with its residual branch scaled by 1/sqrt(L) (Noci et al.
+    # 2022). Without MLP and norm, so that the comparison with `skip` isolates
+    # the scaling (a GELU MLP adds the same vector to every token at
+    # initialisation, which lowers the residual whatever attention does).
+    "skip_scaled": dict(skip=True, mlp=False, norm=None, residual_scale="inv_sqrt_depth"),
 }
 KINDS = ("softmax", "linear")
 

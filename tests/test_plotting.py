@@ -98,3 +98,8 @@ def test_spectrum_plots(tmp_path):
     assert saved_png(ev, tmp_path / "ev.png") > 5_000
     with pytest.raises(ValueError, match="square"):
         plotting.eigenvalue_spectrum(np.ones((3, 4)))
+
+
+def test_metric_vs_depth_start_shifts_the_layer_axis():
+    fig = plotting.metric_vs_depth({"a": np.array([1.0, 0.5, 0.25])}, start=0)
+    np.testing.assert_array_equal(fig.axes[0].lines[0].get_xdata(), [0, 1, 2])
