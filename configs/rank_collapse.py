@@ -69,7 +69,7 @@ def get_config(arg: str | None = None):
         config.task.num_pairs = config.task.num_queries = 4
         config.task.vocab_size = 16
         config.model.features = 32
-        config.init_sweep = _sweep((1, 4, 8), ("attention_only", "skip_scaled"), ("softmax", "linear"), (1.0,), False,
+        config.init_sweep = _sweep((1, 8), ("attention_only", "skip_scaled"), ("softmax", "linear"), (1.0,), False,
                                    grad_norms=False)
         config.train_sweep = _sweep((2,), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True)
         config.train.update(steps=40, batch_size=16, warmup_steps=4, log_every=20, eval_batches=1)
