@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from attnjax.workdir import Workdir
+from experiments.report_util import check_record, fmt, predictions_table, verdict
 
 # Iterations at which the report tabulates the cluster count.
 CLUSTER_GRID = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
@@ -120,18 +121,13 @@ def summarize(config, specs, wd: Workdir) -> dict:
 # Predictions
 
 
-def _prediction(name, source, prediction, measured, passed, note=""):
-    return {"name": name, "source": source, "prediction": prediction, "measured": measured,
-            "passed": passed, "note": note}
-
-
 def _fixed_checks(config, fixed) -> list[dict]:
     checks = []
     tol = config.fixed.tolerance
     for run in fixed.values():
         worst = run["worst_rel_error"]
         failed = sum(not m["passed"] for m in run["matrices"])
-        checks.append(_prediction(
+        checks.append(check_record(
             f"fixed matrix: A^k -> 1 pi^T at rate |lambda_2| (tau={run['temperature']:g})",
             "Seneta 2006; seed 000 §4.2", f"|rate / |lambda_2| - 1| <= {tol:g} for every matrix",
             worst, bool(worst <= tol),
@@ -149,14 +145,14 @@ def _dobrushin_check(run, phase: str) -> dict:
     """Worst excess of both inequalities; layer 1 is left out of the bound (there delta(P_1) = tau(A_1))."""
     p = run["phases"][phase]
     if len(p["mean"]["delta"]) < 2:
-        return _prediction(f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
+        return check_record(f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
                            "Seneta 2006, §3.1", "delta(P_l) <= prod_i tau(A_i)", None, None,
                            "not measured: needs products.num_layers >= 2")
     bound = max(max(p[c]["bound_excess"][1:]) for c in ("mean", "head"))
     monotone = max(max(p[c]["monotone_excess"]) for c in ("mean", "head"))
     worst = max(bound, monotone)
     tol = _product_tolerance(run)
-    return _prediction(
+    return check_record(
         f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})", "Seneta 2006, §3.1",
         "delta(P_l) <= prod_i tau(A_i) and delta(P_l) <= delta(P_(l-1)), every layer, example and head",
         worst, bool(worst <= tol),
@@ -172,7 +168,7 @@ def _causal_check(run, phase: str) -> dict:
     if saturated:
         note += ("; some chains have absorbing tokens besides the first (saturated rows, a_tt = 1): "
                  "their pi_l is not unique and they are left out")
-    return _prediction(
+    return check_record(
         f"causal attention: pi_l = e_1 ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
         "Seneta 2006 (absorbing chains)",
         "1 - pi_l(first token) ~ 0 for every layer whose only absorbing token is the first",
@@ -187,17 +183,17 @@ def _cluster_checks(clusters) -> list[dict]:
     hot, cold = runs[-1], runs[0]
     steps = hot["iterations"][-1]
     checks = [
-        _prediction(f"high temperature: one cluster (tau={hot['temperature']:g}, t={steps})", source,
+        check_record(f"high temperature: one cluster (tau={hot['temperature']:g}, t={steps})", source,
                     "every seed ends with 1 cluster", max(hot["final_clusters"]),
                     bool(max(hot["final_clusters"]) == 1)),
-        _prediction(f"low temperature: several long-lived clusters (tau={cold['temperature']:g}, t={steps})",
+        check_record(f"low temperature: several long-lived clusters (tau={cold['temperature']:g}, t={steps})",
                     source, "every seed still has >= 2 clusters", min(cold["final_clusters"]),
                     bool(min(cold["final_clusters"]) >= 2)),
     ]
     if len(runs) > 1:
         means = [float(np.mean(r["final_clusters"])) for r in runs]
         rise = max(b - a for a, b in zip(means, means[1:]))
-        checks.append(_prediction(
+        checks.append(check_record(
             f"fewer clusters at higher temperature (t={steps})", source,
             "mean final cluster count non-increasing in tau", rise, bool(rise <= 0),
             "largest increase between neighbouring temperatures; means "
@@ -217,28 +213,6 @@ def check_predictions(config, summary) -> list[dict]:
 
 # --------------------------------------------------------------------------
 # Report
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (int, float)) and math.isfinite(value) and (value == 0 or 1e-3 <= abs(value) < 1e4):
-        return f"{value:.3f}" if isinstance(value, float) else str(value)
-    return f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
-
-
-def _verdict(passed) -> str:
-    return {True: "PASS", False: "FAIL", None: "not measured"}[passed]
-
-
-def _predictions_table(predictions) -> list[str]:
-    lines = ["| check | source | prediction | measured | result | note |", "|---|---|---|---|---|---|"]
-    for p in predictions:
-        cells = [p["name"], p["source"], p["prediction"], _fmt(p["measured"]), _verdict(p["passed"]), p["note"]]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return lines
 
 
 def _floor(fixed) -> float:
@@ -261,9 +235,9 @@ def _fixed_section(config, fixed) -> list[str]:
         for m in run["matrices"]:
             fit = f"{m['fit_start']}..{m['fit_end']}" + ("" if m["floor_reached"] else " (floor not reached)")
             lines.append(f"| {run['temperature']:g} | {m['matrix']} | {m['slem']:.4f} | {m['rate']:.4f} | "
-                         f"{m['rel_error']:+.4f} | {_verdict(m['passed'])} | {fit} | {m['vector_rate']:.4f} |")
+                         f"{m['rel_error']:+.4f} | {verdict(m['passed'])} | {fit} | {m['vector_rate']:.4f} |")
     worst = max((r["worst_rel_error"] for r in fixed.values()), default=None)
-    return lines + ["", f"Worst relative error over all matrices: {_fmt(worst)} (tolerance {f.tolerance:g}).", ""]
+    return lines + ["", f"Worst relative error over all matrices: {fmt(worst)} (tolerance {f.tolerance:g}).", ""]
 
 
 def _layer_table(run, phase: str) -> list[str]:
@@ -280,10 +254,10 @@ def _layer_table(run, phase: str) -> list[str]:
         head_tv = np.asarray(head["tv_to_pi"])[:, l]
         head_absorbing = np.asarray(head["absorbing"])[:, l]
         lines.append(
-            f"| {l + 1} | {_fmt(mean['tau'][l])} | {_fmt(mean['delta'][l])} | {_fmt(mean['bound'][l])} | "
-            f"{mean['bound_excess'][l] <= tol} | {_fmt(mean['tv_to_pi'][l])} | {mean['absorbing'][l]:.2f} | "
-            f"{_fmt(float(head_delta.mean()))} [{_fmt(float(head_delta.min()))}, {_fmt(float(head_delta.max()))}] | "
-            f"{_fmt(float(head_bound.mean()))} | {head['bound_excess'][l] <= tol} | {_fmt(float(head_tv.mean()))} | "
+            f"| {l + 1} | {fmt(mean['tau'][l])} | {fmt(mean['delta'][l])} | {fmt(mean['bound'][l])} | "
+            f"{mean['bound_excess'][l] <= tol} | {fmt(mean['tv_to_pi'][l])} | {mean['absorbing'][l]:.2f} | "
+            f"{fmt(float(head_delta.mean()))} [{fmt(float(head_delta.min()))}, {fmt(float(head_delta.max()))}] | "
+            f"{fmt(float(head_bound.mean()))} | {head['bound_excess'][l] <= tol} | {fmt(float(head_tv.mean()))} | "
             f"{float(head_absorbing.mean()):.2f} |")
     return lines + [""]
 
@@ -334,7 +308,7 @@ def _clusters_section(config, clusters) -> list[str]:
         cells = [f"{m:.1f} [{lo:.0f}, {hi:.0f}]" if lo != hi else f"{m:.0f}"
                  for m, lo, hi in zip(r["clusters_mean"], r["clusters_min"], r["clusters_max"])]
         lines.append(f"| {r['temperature']:g} | " + " | ".join(cells) +
-                     f" | {_fmt(r['final_residual'])} | {_fmt(r['final_effective_rank'])} |")
+                     f" | {fmt(r['final_residual'])} | {fmt(r['final_effective_rank'])} |")
     lines += ["", "residual = ||X - 1 x_bar^T||_F / ||X||_F (Dong et al. 2021), mean over seeds; 0 means "
               "one point. Without normalisation the convex hull of the tokens only shrinks, so the low-"
               "temperature clusters are long-lived, not permanent: they keep drifting together.", ""]
@@ -349,7 +323,7 @@ def report_markdown(config, summary, plots=()) -> str:
         "# Attention as power iteration", "",
         f"Analysis in {'float64' if config.float64 else 'float32'}; models in float32. Seed {config.seed}.", "",
         f"## Predictions: {passed} pass, {failed} fail", "",
-        *_predictions_table(predictions), "",
+        *predictions_table(predictions), "",
         *_fixed_section(config, summary["fixed"]),
         *_products_section(config, summary["products"]),
         *_clusters_section(config, summary["clusters"]),

@@ -6,12 +6,12 @@ predictions of Dong et al. 2021 and Noci et al. 2022 against the measurements.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
 
 from attnjax.workdir import Workdir
+from experiments.report_util import check_record, fmt, predictions_table
 
 SKIP_ARCHITECTURES = ("skip", "skip_mlp", "post_ln", "skip_scaled")
 # Below this relative residual float32 rounding dominates (eps ~ 1.2e-7 per
@@ -82,13 +82,8 @@ def _final_scalar(run: dict, name: str) -> Optional[float]:
 # Literature predictions
 
 
-def _prediction(name, source, prediction, measured, passed, note=""):
-    return {"name": name, "source": source, "prediction": prediction, "measured": measured,
-            "passed": passed, "note": note}
-
-
 def _missing(name, source, prediction, need):
-    return _prediction(name, source, prediction, None, None, f"not measured: the config has no {need}")
+    return check_record(name, source, prediction, None, None, f"not measured: the config has no {need}")
 
 
 def _dong_checks(runs, kind, temperature) -> list[dict]:
@@ -100,15 +95,15 @@ def _dong_checks(runs, kind, temperature) -> list[dict]:
                          f"init_sweep run of attention_only ({kind}) with depth >= 4")]
     r = _mean(run["profiles"]["init@0"]["residual_fro"])
     depth = run["spec"]["depth"]
-    checks = [_prediction(f"residual falls 1000x within 4 layers ({label}, L={depth})", source,
+    checks = [check_record(f"residual falls 1000x within 4 layers ({label}, L={depth})", source,
                           "r_4 / r_0 <= 1e-3", float(r[4] / r[0]), bool(r[4] / r[0] <= 1e-3))]
     if depth >= 8:
-        checks.append(_prediction(f"residual <= 1e-4 by layer 8 ({label}, L={depth})", source, "r_8 <= 1e-4",
+        checks.append(check_record(f"residual <= 1e-4 by layer 8 ({label}, L={depth})", source, "r_8 <= 1e-4",
                                   float(r[8]), bool(r[8] <= 1e-4)))
     logs = np.log(np.maximum(r, 1e-300))
     usable = [l for l in range(1, len(r)) if r[l] >= RESIDUAL_FLOOR and r[l - 1] < 1]
     ratios = [float(logs[l] / logs[l - 1]) for l in usable]
-    checks.append(_prediction(
+    checks.append(check_record(
         f"doubly exponential decay ({label}, L={depth})", source,
         "log r_(l+1) / log r_l >= 2 for consecutive layers",
         min(ratios) if ratios else None, bool(ratios) and min(ratios) >= 2,
@@ -126,7 +121,7 @@ def _noci_check(runs, kind, temperature) -> dict:
         return _missing(f"skip scaled by 1/sqrt(L) keeps rank ({kind}, init)", source, prediction,
                         f"init_sweep run of skip_scaled ({kind}) with depth >= 12")
     r = _mean(run["profiles"]["init@0"]["residual_fro"])
-    return _prediction(f"skip scaled by 1/sqrt(L) keeps rank ({kind}, init, L={run['spec']['depth']})", source,
+    return check_record(f"skip scaled by 1/sqrt(L) keeps rank ({kind}, init, L={run['spec']['depth']})", source,
                        prediction, float(r[12]), bool(r[12] >= 0.9))
 
 
@@ -158,7 +153,7 @@ def _gradient_check(runs) -> dict:
     a, b = _qk_over_v(collapsed), _qk_over_v(healthy)
     spec = collapsed["spec"]
     setting = f"{spec['sweep']} sweep, {'causal' if spec['causal'] else 'bidirectional'}, L={spec['depth']}"
-    return _prediction(f"query/key gradients vanish under rank collapse (softmax, init, {setting})", source,
+    return check_record(f"query/key gradients vanish under rank collapse (softmax, init, {setting})", source,
                        prediction, a, bool(a < b), f"attention only {a:.3g} vs {healthy['spec']['architecture']} {b:.3g}")
 
 
@@ -169,7 +164,7 @@ def _training_checks(runs, config) -> list[dict]:
                  and r["spec"]["architecture"] in SKIP_ARCHITECTURES]
     for run in sorted(skip_runs, key=lambda r: (r["spec"]["kind"], r["spec"]["architecture"])):
         acc = _final_scalar(run, "eval_accuracy")
-        checks.append(_prediction(f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4",
+        checks.append(check_record(f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4",
                                   source, "query accuracy >= 0.9 (mean over seeds)", acc,
                                   acc is not None and acc >= 0.9, f"per seed: {_per_seed(run, 'eval_accuracy')}"))
     deep = [r for r in runs.values() if r["spec"]["sweep"] == "train" and r["spec"]["depth"] >= 8
@@ -177,7 +172,7 @@ def _training_checks(runs, config) -> list[dict]:
     for run in sorted(deep, key=lambda r: (r["spec"]["kind"], r["spec"]["depth"])):
         acc = _final_scalar(run, "eval_accuracy")
         chance = run["chance_accuracy"]
-        checks.append(_prediction(
+        checks.append(check_record(
             f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}", source,
             f"query accuracy <= 2 x chance = {2 * chance:.3f}", acc, acc is not None and acc <= 2 * chance,
             f"chance (uniform over value tokens) = {chance:.3f}; per seed: {_per_seed(run, 'eval_accuracy')}"))
@@ -204,28 +199,6 @@ def check_predictions(config, runs) -> list[dict]:
 # Report
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (int, float)) and (value == 0 or 1e-3 <= abs(value) < 1e4):
-        return f"{value:.3f}"
-    return f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
-
-
-def _verdict(passed) -> str:
-    return {True: "PASS", False: "FAIL", None: "not measured"}[passed]
-
-
-def _predictions_table(predictions) -> list[str]:
-    lines = ["| check | source | prediction | measured | result | note |", "|---|---|---|---|---|---|"]
-    for p in predictions:
-        lines.append(f"| {p['name']} | {p['source']} | {p['prediction']} | {_fmt(p['measured'])} | "
-                     f"{_verdict(p['passed'])} | {p['note']} |")
-    return lines
-
-
 def _init_table(runs, kind) -> list[str]:
     init = [r for r in runs.values() if r["spec"]["sweep"] == "init" and r["spec"]["kind"] == kind]
     depths = sorted({r["spec"]["depth"] for r in init})
@@ -239,7 +212,7 @@ def _init_table(runs, kind) -> list[str]:
         cells = []
         for d in depths:
             run = next((r for r in init if r["spec"]["architecture"] == arch and r["spec"]["depth"] == d), None)
-            cells.append(_fmt(float(_mean(run["profiles"]["init@0"]["residual_fro"])[-1])) if run else "")
+            cells.append(fmt(float(_mean(run["profiles"]["init@0"]["residual_fro"])[-1])) if run else "")
         lines.append(f"| {arch} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -258,8 +231,8 @@ def _train_table(runs) -> list[str]:
         res_trained = _mean(profiles[last]["residual_fro"])[-1]
         path = _mean(profiles[last]["path_rank_one_residual"])[-1]
         lines.append(f"| {r['spec']['kind']} | {r['spec']['architecture']} | {r['spec']['depth']} | "
-                     f"{_fmt(_final_scalar(r, 'eval_accuracy'))} | {_fmt(_final_scalar(r, 'eval_loss'))} | "
-                     f"{_fmt(float(res_init))} | {_fmt(float(res_trained))} | {_fmt(float(path))} | "
+                     f"{fmt(_final_scalar(r, 'eval_accuracy'))} | {fmt(_final_scalar(r, 'eval_loss'))} | "
+                     f"{fmt(float(res_init))} | {fmt(float(res_trained))} | {fmt(float(path))} | "
                      f"{int(np.sum(r.get('diverged', [])))} |")
     return lines + [""]
 
@@ -276,7 +249,7 @@ def report_markdown(config, summary, plots=()) -> str:
         f"{'causal' if config.init_sweep.causal else 'bidirectional'} attention; training sweep: "
         f"{'causal' if config.train_sweep.causal else 'bidirectional'}.", "",
         f"## Literature predictions: {passed} pass, {failed} fail", "",
-        *_predictions_table(predictions), "",
+        *predictions_table(predictions), "",
         "## Initialisation", "",
         *_init_table(runs, "softmax"), *_init_table(runs, "linear"),
         "## After training", "",
