@@ -171,22 +171,16 @@ def _measure(forward, state, inputs) -> dict:
     return _profile_seeds(*forward(state, inputs))
 
 
-def _profile_rows(profile: dict, step: int, phase: str) -> list[dict]:
-    """One row per (seed, metric) with the per-layer values as a list."""
-    rows = []
-    for name, values in profile.items():
-        values = np.asarray(values)
-        for seed in range(values.shape[0]):
-            rows.append({"phase": phase, "step": step, "seed": seed, "metric": name, "values": values[seed]})
-    return rows
+def _seed_rows(metrics: dict, step: int, phase: str, field: str) -> list[dict]:
+    """One row per (seed, metric): arrays `[S, ...]` -> `{..., "seed": s, "metric": name, field: value}`.
 
-
-def _metric_rows(metrics: dict, step: int, phase: str) -> list[dict]:
+    `field` is "values" for per-layer profiles and "value" for scalars.
+    """
     rows = []
     for name, values in metrics.items():
         values = np.asarray(values)
         for seed in range(values.shape[0]):
-            rows.append({"phase": phase, "step": step, "seed": seed, "metric": name, "value": values[seed]})
+            rows.append({"phase": phase, "step": step, "seed": seed, "metric": name, field: values[seed]})
     return rows
 
 
@@ -217,7 +211,7 @@ def _init_rows(config, trainer, task, with_grads: bool) -> list[dict]:
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, trainer.batch_size, data_keys)
     hidden, attention, norms = _init_probe(trainer, with_grads)(init_keys, inputs, batches)
-    return _profile_rows(_profile_seeds(hidden, attention), 0, "init") + _metric_rows(norms, 0, "init")
+    return _seed_rows(_profile_seeds(hidden, attention), 0, "init", "values") + _seed_rows(norms, 0, "init", "value")
 
 
 def measure_run(config, spec: RunSpec, task, progress=log) -> tuple[dict, list[dict]]:
@@ -258,8 +252,8 @@ def train_run(config, spec: RunSpec, task, wd: Workdir, progress=log) -> tuple[d
         saved.rows = _init_rows(config, trainer, task, with_grads=True)
 
     def on_log(step, state, metrics):
-        saved.rows += _metric_rows(metrics, step, "train")
-        saved.rows += _profile_rows(_measure(forward, state, inputs), step, "train")
+        saved.rows += _seed_rows(metrics, step, "train", "value")
+        saved.rows += _seed_rows(_measure(forward, state, inputs), step, "train", "values")
 
     class _SavingCheckpointer:
         def save(self, step, state):
@@ -269,7 +263,7 @@ def train_run(config, spec: RunSpec, task, wd: Workdir, progress=log) -> tuple[d
     state = training.fit(runner, state, data_keys, total_steps=config.train.steps, log_every=config.train.log_every,
                          on_log=on_log, checkpointer=_SavingCheckpointer(), progress=progress)
     eval_metrics = runner.evaluate(state, training.batch_keys(eval_keys, 0, config.train.eval_batches))
-    rows = saved.rows + _metric_rows(eval_metrics, config.train.steps, "final")
+    rows = saved.rows + _seed_rows(eval_metrics, config.train.steps, "final", "value")
     record = {"spec": dataclasses.asdict(spec), "diverged": np.asarray(state.diverged),
               "chance_accuracy": task.chance_accuracy}
     checkpointer.close()
