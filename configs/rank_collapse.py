@@ -41,9 +41,11 @@ def get_config(arg: str | None = None):
     # Multi-query associative recall (Arora et al. 2023): attention as retrieval.
     config.task = config_dict.ConfigDict(dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32))
 
+    # dtype: computation dtype; 'bfloat16' computes in bf16 with float32
+    # parameters and optimiser state (softmax and loss stay in float32).
     config.model = config_dict.ConfigDict(
         dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
-             num_features=64)
+             num_features=64, dtype="float32")
     )
 
     # Bidirectional at initialisation: the setting of Dong et al. and Noci et al.

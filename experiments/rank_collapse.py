@@ -104,13 +104,19 @@ def make_task(config):
     return tasks.make_task(config.task.name, **kwargs)
 
 
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
 def model_config(config, spec: RunSpec, task) -> nn.TransformerConfig:
     m = config.model
+    if m.dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"model.dtype must be one of {COMPUTE_DTYPES}, got {m.dtype!r}")
     return nn.TransformerConfig(
         num_layers=spec.depth, features=m.features, num_heads=m.num_heads, vocab_size=task.vocab_size,
         max_len=task.seq_len, positions=m.positions, causal=spec.causal, temperature=spec.temperature,
         attention_kind=spec.kind, feature_map=m.feature_map, num_features=m.num_features,
-        mlp_features=m.mlp_ratio * m.features, **ARCHITECTURES[spec.architecture],
+        mlp_features=m.mlp_ratio * m.features, dtype=jnp.dtype(m.dtype), param_dtype=jnp.float32,
+        **ARCHITECTURES[spec.architecture],
     )
 
 
