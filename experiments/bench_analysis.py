@@ -2,25 +2,20 @@
 
 Reference: one batched `jnp.linalg.svd(a, compute_uv=False)` of the same batch
 of row-stochastic matrices, timed in the same run. Target: computing every
-metric of `attnjax.analysis` takes at most 6 times as long, which requires
-sharing decompositions (one SVD for all rank metrics, one stationary solve
-for `slem` and the residual to `1 πᵀ`).
-
-    python -m experiments.bench_analysis [--quick]
+metric of `attnjax.analysis` takes at most `target` (6) times as long, which
+requires sharing decompositions (one SVD for all rank metrics, one stationary
+solve for `slem` and the residual to `1 πᵀ`). With `parts`, the main parts
+are timed too. Config: `configs/benchmark.py`, `analysis`.
 """
 from __future__ import annotations
-
-import argparse
 
 import jax
 import jax.numpy as jnp
 
 from attnjax import analysis as an
-from experiments.bench_util import drop_targets, format_table, median_time
+from experiments.bench_util import median_time, ratio_row
 
 SECTION = "analysis"
-TARGET = 6.0
-COLUMNS = ("section", "name", "shape", "seconds", "reference", "ratio", "target", "ok", "note")
 HEADS = 8  # the batch is read as [batch / 8, 8 heads] and as [batch / 8, 8 layers]
 
 
@@ -52,17 +47,6 @@ def all_metrics(a, slem_method: str = "iterative"):
     return out
 
 
-def _row(name, shape, seconds, reference=None, ref_seconds=None, target=None, note=""):
-    """A timing row; with `reference`, also the ratio to it (checked when `target` is set)."""
-    ratio = None if reference is None else seconds / ref_seconds
-    ok = None
-    if target is not None:
-        op, bound = target.split()
-        ok = ratio <= float(bound) if op == "<=" else ratio >= float(bound)
-    return {"section": SECTION, "name": name, "shape": shape, "seconds": seconds, "reference": reference,
-            "ratio": ratio, "target": target, "ok": ok, "note": note}
-
-
 def _interleaved(fn_a, fn_b, x, rounds: int) -> tuple[float, float]:
     """Median seconds of jitted `fn_a(x)` and `fn_b(x)`, timed alternately so
     that load changes on a shared machine affect both alike."""
@@ -74,20 +58,19 @@ def _interleaved(fn_a, fn_b, x, rounds: int) -> tuple[float, float]:
     return sorted(times_a)[rounds // 2], sorted(times_b)[rounds // 2]
 
 
-def run(quick: bool = False) -> list[dict]:
-    """Time the reference SVD and all metrics together (and, unless `quick`, the main parts)."""
-    batch, n = (8, 64) if quick else (64, 256)
-    a = attention_batch(batch, n)
-    shape = f"[{batch}, {n}, {n}] float32"
+def run(cfg) -> list[dict]:
+    """Time the reference SVD and all metrics together (and, with `cfg.parts`, the main parts)."""
+    a = attention_batch(cfg.batch, cfg.n)
+    shape = f"[{cfg.batch}, {cfg.n}, {cfg.n}] float32"
     ref_name = "svd (compute_uv=False)"
-    ref, total = _interleaved(singular_values, all_metrics, a, rounds=3 if quick else 7)
+    ref, total = _interleaved(singular_values, all_metrics, a, rounds=cfg.rounds)
     rows = [
-        _row(ref_name, shape, ref, note="reference"),
-        _row("all metrics, one jit", shape, total, ref_name, ref, f"<= {TARGET:g}",
-             "timed alternately with the reference"),
+        {"section": SECTION, "name": ref_name, "shape": shape, "seconds": ref, "note": "reference"},
+        ratio_row(SECTION, "all metrics, one jit", shape, total, ref, ref_name, f"<= {cfg.target:g}",
+                  seconds=total, note="timed alternately with the reference"),
     ]
-    if quick:
-        return drop_targets(rows)
+    if not cfg.parts:
+        return rows
     parts = {
         "rank_report (one SVD)": an.rank_report,
         "markov_report (one stationary solve)": an.markov_report,
@@ -97,15 +80,6 @@ def run(quick: bool = False) -> list[dict]:
         "dobrushin": an.dobrushin,
     }
     for name, fn in parts.items():
-        rows.append(_row(name, shape, median_time(jax.jit(fn), a, repeats=3), ref_name, ref, note="part"))
+        seconds = median_time(jax.jit(fn), a, repeats=3)
+        rows.append(ratio_row(SECTION, name, shape, seconds, ref, ref_name, seconds=seconds, note="part"))
     return rows
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    print(format_table(run(quick=parser.parse_args().quick), COLUMNS))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,30 +1,32 @@
-"""Benchmark section 'attention': exact attention speed and Transformer compile time.
+"""Benchmark section 'attention': exact attention against jax.nn, and on a GPU against cuDNN.
 
-Rows (each a ratio against a reference measured in the same run):
-* Any backend, float32, B=2 T=2048 H=8 D=64 causal: `attnjax.dot_product_attention`
-  without weights vs `jax.nn.dot_product_attention` (target <= 1.05), plus
-  the same call returning weights and a naive einsum for context.
-* GPU only, bf16, B=4 T=4096 H=16 D=128 causal: attnjax vs
-  `jax.nn.dot_product_attention(implementation='cudnn')` throughput
-  (target >= 0.95), with achieved TFLOP/s.
-* Compile time of a 32-layer `Transformer` forward+backward vs a 2-layer one
-  (target <= 2).
+Rows (config: `configs/benchmark.py`, `attention`):
+* matmul peak: a square matmul (float32 on CPU, bf16 on GPU), the
+  denominator of every `pct_peak` figure.
+* Any backend, float32, causal: `attnjax.dot_product_attention` without
+  weights against `jax.nn.dot_product_attention` (XLA), target time ratio
+  <= `target`; the same call returning weights and a naive einsum for context.
+* GPU only, bf16, causal, at each of `gpu_lengths`: attnjax against
+  `jax.nn.dot_product_attention(implementation='cudnn')`, forward and
+  forward+backward, with achieved TFLOP/s and the fraction of the matmul peak.
+  At `gpu_target_length`: forward throughput >= 0.95x cuDNN's and >= 50% of
+  the peak. Elsewhere these rows read "not measured (no GPU)".
 
-Run alone: python -m experiments.bench_attention [--quick]
+FLOPs of causal attention: 4 B H T^2 D / 2 forward (two matmuls, half the
+[T, T] square), 2.5x that backward (five matmuls), as FlashAttention counts.
 """
 from __future__ import annotations
 
-import sys
-
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 import attnjax
-from attnjax import nn
-from experiments.bench_util import compile_seconds, drop_targets, format_table, interleaved_median_times
+from experiments.bench_util import interleaved_median_times, median_time, not_measured, ratio_row
 
-COLUMNS = ("section", "name", "shape", "seconds", "reference", "ratio", "target", "ok", "tflops")
+SECTION = "attention"
+XLA = "jax.nn.dot_product_attention (xla)"
+CUDNN = "jax.nn.dot_product_attention (cudnn)"
+ATTNJAX = "attnjax.dot_product_attention"
 
 
 def _inputs(batch, length, heads, dim, dtype, seed=0):
@@ -39,88 +41,95 @@ def _naive(q, k, v):
     return jnp.einsum("bhts,bshd->bthd", weights, v)
 
 
-def _row(name, shape, seconds, reference=None, ref_seconds=None, target=None, higher_is_better=False, **extra):
-    row = {"section": "attention", "name": name, "shape": shape, "seconds": seconds, **extra}
-    if reference is not None:
-        ratio = seconds / ref_seconds
-        row.update(reference=reference, ratio=ratio, target=target)
-        if target is not None:
-            bound = float(target.split()[-1])
-            row["ok"] = ratio >= bound if higher_is_better else ratio <= bound
-    return row
+def causal_flops(batch, length, heads, dim, backward=False) -> float:
+    """FLOPs of causal attention: 4 B H T^2 D / 2 forward, x3.5 with the backward pass."""
+    forward = 4 * batch * heads * length * length * dim / 2
+    return forward * (3.5 if backward else 1.0)
 
 
-def exact_attention_rows(quick: bool) -> list[dict]:
-    batch, length, heads, dim = (2, 256, 4, 32) if quick else (2, 2048, 8, 64)
-    q, k, v = _inputs(batch, length, heads, dim, jnp.float32)
-    shape = f"B={batch} T={length} H={heads} D={dim} f32 causal"
+def _timed(name, shape, seconds, flops, peak_tflops, **extra):
+    tflops = flops / seconds / 1e12
+    return {"section": SECTION, "name": name, "shape": shape, "seconds": seconds, "tflops": tflops,
+            "pct_peak": 100 * tflops / peak_tflops, **extra}
+
+
+def _fwd_bwd(fn):
+    return jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
+
+
+def matmul_peak_row(cfg) -> dict:
+    """TFLOP/s of one square matmul: float32 (CPU, TPU) or bf16 (GPU)."""
+    gpu = jax.default_backend() == "gpu"
+    n, dtype = (cfg.gpu_peak_matmul_size, jnp.bfloat16) if gpu else (cfg.peak_matmul_size, jnp.float32)
+    a, b = (jax.random.normal(k, (n, n), dtype) for k in jax.random.split(jax.random.key(1)))
+    seconds = median_time(jax.jit(jnp.matmul), a, b, repeats=cfg.repeats)
+    tflops = 2 * n**3 / seconds / 1e12
+    return {"section": SECTION, "name": "matmul peak", "shape": f"{n}x{n} @ {n}x{n} {jnp.dtype(dtype).name}",
+            "seconds": seconds, "tflops": tflops, "pct_peak": 100.0}
+
+
+def exact_attention_rows(cfg, peak_tflops: float) -> list[dict]:
+    """float32 causal attention, every backend: attnjax against jax.nn's XLA path."""
+    b, t, h, d = cfg.batch, cfg.length, cfg.heads, cfg.head_dim
+    q, k, v = _inputs(b, t, h, d, jnp.float32)
+    shape = f"B={b} T={t} H={h} D={d} f32 causal"
     fns = {
-        "jax.nn.dot_product_attention (xla)": jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)),
-        "attnjax.dot_product_attention": jax.jit(lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)),
+        XLA: jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)),
+        ATTNJAX: jax.jit(lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)),
         "attnjax with return_weights=True": jax.jit(
             lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)),
         "naive einsum softmax": jax.jit(_naive),
     }
-    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=3 if quick else 7)
-    ref = "jax.nn.dot_product_attention (xla)"
-    rows = [_row(ref, shape, times[ref])]
-    rows.append(_row("attnjax.dot_product_attention", shape, times["attnjax.dot_product_attention"], ref, times[ref], "<= 1.05"))
-    for name in ("attnjax with return_weights=True", "naive einsum softmax"):
-        rows.append(_row(name, shape, times[name], ref, times[ref]))
+    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=cfg.repeats)
+    flops = causal_flops(b, t, h, d)
+    rows = []
+    for name, seconds in times.items():
+        row = _timed(name, shape, seconds, flops, peak_tflops)
+        if name != XLA:
+            target = f"<= {cfg.target:g}" if name == ATTNJAX else None
+            row.update(ratio_row(SECTION, name, shape, seconds, times[XLA], XLA, target))
+        rows.append(row)
     return rows
 
 
-def gpu_rows(quick: bool) -> list[dict]:
-    batch, length, heads, dim = (1, 1024, 4, 128) if quick else (4, 4096, 16, 128)
-    shape = f"B={batch} T={length} H={heads} D={dim} bf16 causal"
+def _gpu_length_rows(cfg, length: int, peak_tflops: float) -> list[dict]:
+    b, h, d = cfg.gpu_batch, cfg.gpu_heads, cfg.gpu_head_dim
+    q, k, v = _inputs(b, length, h, d, jnp.bfloat16)
+    shape = f"B={b} T={length} H={h} D={d} bf16 causal"
+    cudnn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")  # noqa: E731
+    ours = lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    at_target = length == cfg.gpu_target_length
+    rows = []
+    for mode, wrap, backward in (("fwd", lambda f: f, False), ("fwd+bwd", _fwd_bwd, True)):
+        fns = {CUDNN: jax.jit(wrap(cudnn)), ATTNJAX: jax.jit(wrap(ours))}
+        times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()},
+                                         repeats=cfg.gpu_repeats)
+        flops = causal_flops(b, length, h, d, backward)
+        ref = _timed(f"{CUDNN}, {mode}", shape, times[CUDNN], flops, peak_tflops)
+        mine = _timed(f"{ATTNJAX}, {mode}", shape, times[ATTNJAX], flops, peak_tflops)
+        check = at_target and not backward
+        # Throughput ratio: cuDNN's time over ours.
+        throughput = ratio_row(SECTION, f"attnjax / cuDNN throughput, {mode}", shape, times[CUDNN],
+                               times[ATTNJAX], ref["name"], f">= {cfg.gpu_target_vs_cudnn:g}" if check else None)
+        rows += [ref, mine, throughput]
+        if check:
+            rows.append(ratio_row(SECTION, f"attnjax fraction of matmul peak, {mode}", shape, mine["tflops"],
+                                  peak_tflops, "matmul peak", f">= {cfg.gpu_target_peak_fraction:g}"))
+    return rows
+
+
+def gpu_rows(cfg, peak_tflops: float) -> list[dict]:
     if jax.default_backend() != "gpu":
-        return [{"section": "attention", "name": "attnjax vs cudnn (GPU)", "shape": shape,
-                 "note": "not measured (no GPU)"}]
-    q, k, v = _inputs(batch, length, heads, dim, jnp.bfloat16)
-    flops = 4 * batch * heads * length * length * dim / 2  # two matmuls, causal half
-    fns = {
-        "jax.nn cudnn": jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")),
-        "attnjax.dot_product_attention": jax.jit(lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)),
-    }
-    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=20)
-    ref = times["jax.nn cudnn"]
-    rows = [_row("jax.nn cudnn", shape, ref, tflops=flops / ref / 1e12)]
-    ours = times["attnjax.dot_product_attention"]
-    # Throughput ratio = reference time / our time.
-    row = _row("attnjax.dot_product_attention (throughput vs cudnn)", shape, ours, tflops=flops / ours / 1e12)
-    row.update(reference="jax.nn cudnn", ratio=ref / ours, target=">= 0.95", ok=ref / ours >= 0.95)
-    return rows + [row]
+        shape = f"B={cfg.gpu_batch} T={cfg.gpu_target_length} H={cfg.gpu_heads} D={cfg.gpu_head_dim} bf16 causal"
+        return [
+            not_measured(SECTION, "attnjax / cuDNN throughput, fwd", shape, "no GPU", f">= {cfg.gpu_target_vs_cudnn:g}"),
+            not_measured(SECTION, "attnjax fraction of matmul peak, fwd", shape, "no GPU",
+                         f">= {cfg.gpu_target_peak_fraction:g}"),
+        ]
+    return [row for length in cfg.gpu_lengths for row in _gpu_length_rows(cfg, length, peak_tflops)]
 
 
-def _train_step_fn(depth: int):
-    config = nn.TransformerConfig(num_layers=depth, features=64, num_heads=4, vocab_size=64, max_len=64, causal=True)
-    graphdef, params = nnx.split(nn.Transformer(config, rngs=nnx.Rngs(0)))
-    tokens = jnp.zeros((8, 64), jnp.int32)
-
-    def loss(params, tokens):
-        logits = nnx.merge(graphdef, params)(tokens)
-        return jnp.mean(jax.nn.log_softmax(logits)[..., 0])
-
-    return jax.value_and_grad(loss), params, tokens
-
-
-def compile_time_rows(quick: bool) -> list[dict]:
-    deep = 8 if quick else 32
-    seconds = {}
-    for depth in (2, deep):
-        fn, params, tokens = _train_step_fn(depth)
-        seconds[depth] = min(compile_seconds(fn, params, tokens) for _ in range(2))
-    shape = "D=64 H=4 T=64 B=8 fwd+bwd"
-    return [
-        _row("compile Transformer L=2", shape, seconds[2]),
-        _row(f"compile Transformer L={deep}", shape, seconds[deep], "compile Transformer L=2", seconds[2], "<= 2"),
-    ]
-
-
-def run(quick: bool = False) -> list[dict]:
-    rows = exact_attention_rows(quick) + gpu_rows(quick) + compile_time_rows(quick)
-    return drop_targets(rows) if quick else rows
-
-
-if __name__ == "__main__":
-    print(format_table(run(quick="--quick" in sys.argv), COLUMNS + ("note",)))
+def run(cfg) -> list[dict]:
+    """All rows of the section (see the module docstring)."""
+    peak = matmul_peak_row(cfg)
+    return [peak] + exact_attention_rows(cfg, peak["tflops"]) + gpu_rows(cfg, peak["tflops"])

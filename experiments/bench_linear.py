@@ -1,27 +1,27 @@
-"""Benchmark section 'linear': causal linear attention against exact attention.
+"""Benchmark section 'linear': causal linear attention against exact attention over T.
 
-Run: `python -m experiments.bench_linear` (add `--quick` for a seconds-long
-smoke run). Every figure with a target is a ratio between rows of the same run:
+Config: `configs/benchmark.py`, `linear`. Batch 1, FAVOR+ features.
 
-* speed: causal linear attention (FAVOR+, M = 256) against exact causal
-  softmax attention (`attnjax.dot_product_attention`, jitted) at T = 8192,
-  H = 8, D = 64, forward: target >= 5x faster;
-* scaling: time and compiled temp memory of linear attention when T doubles
-  from 8192 to 16384, forward and forward+backward: target <= 2.5x;
-* memory: forward+backward temp memory of the chunked form against a
-  per-position `lax.scan` recurrence (`linear_attention_step`) differentiated
-  by autodiff, which saves an [M, Dv] state per position: target <= 1/4;
-* GPU only: forward+backward in bf16 at T = 32768, H = 16, D = 64, M = 128
-  against cuDNN exact causal attention (`jax.nn.dot_product_attention`,
-  implementation='cudnn'): target faster. Elsewhere these rows read
-  "not measured (no GPU)".
+* Sweep over `lengths`: forward time and compiled temp memory of chunked
+  causal linear attention, of the per-position recurrence
+  (`linear_attention_step` under `lax.scan`) and of exact causal attention
+  (`attnjax.dot_product_attention`), the last only while its float32 logits
+  fit in `exact_max_gib` (no limit on a GPU, where cuDNN never forms them).
+  The crossover row names the shortest T at which linear is faster; the
+  sweep is plotted as `plots/linear_crossover.png`.
+* Targets, ratios of rows of the same run: linear >= `target_speedup`x
+  faster than exact at `short`; time and temp memory of linear (forward and
+  forward+backward) grow <= `target_growth`x from `short` to `long`;
+  forward+backward temp memory of the chunked form <= `target_vs_scan_memory`
+  of the recurrence differentiated by autodiff, which saves an [M, Dv] state
+  per position.
+* GPU only: forward+backward in bf16 at `gpu_length` against cuDNN exact
+  causal attention; elsewhere "not measured (no GPU)".
 
-Batch size 1 everywhere: exact causal attention at T = 8192, H = 8 already
-materialises 2 GiB of float32 logits.
+On a GPU the sweep runs in bf16, elsewhere in float32.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 from typing import Callable, Optional
 
@@ -30,24 +30,23 @@ import jax.numpy as jnp
 
 import attnjax
 from attnjax import features, linear
-from experiments.bench_util import drop_targets, format_table, median_time, temp_bytes
+from experiments.bench_util import median_time, not_measured, ratio_row, temp_bytes
 
 SECTION = "linear"
-COLUMNS = ("section", "name", "shape", "seconds", "temp_mb", "reference", "ratio", "target", "ok", "note")
-
-
-# --------------------------------------------------------------------------
-# Functions under test (jitted; the projection is an argument, not a constant)
-
-
-def _linear_fwd(q, k, v, w, *, chunk_size=linear.DEFAULT_CHUNK_SIZE):
-    return linear.linear_attention(q, k, v, feature_map=features.favor_plus(w), is_causal=True, chunk_size=chunk_size)
-
+CHUNKED, RECURRENT, EXACT = "linear causal (chunked)", "linear causal (recurrent scan)", "exact causal softmax"
 
 # On a GPU the scan over chunks is bound by per-step launch latency, not
 # FLOPs: larger chunks mean 4x fewer sequential steps for cheap extra
 # intra-chunk work.
 GPU_CHUNK_SIZE = 256
+
+
+# --------------------------------------------------------------------------
+# Functions under test (the projection is an argument, not a constant)
+
+
+def _chunked_fwd(q, k, v, w, *, chunk_size=linear.DEFAULT_CHUNK_SIZE):
+    return linear.linear_attention(q, k, v, feature_map=features.favor_plus(w), is_causal=True, chunk_size=chunk_size)
 
 
 def _exact_fwd(q, k, v, w):
@@ -60,7 +59,7 @@ def _cudnn_fwd(q, k, v, w):
     return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
 
 
-def _scan_fwd(q, k, v, w):
+def _recurrent_fwd(q, k, v, w):
     """Per-position recurrence: `linear_attention_step` scanned over T, `[B, T, H, D]`."""
     phi = features.favor_plus(w)
     state = linear.init_state(q.shape[:1], k.shape[-2], w.shape[0], v.shape[-1])
@@ -90,99 +89,147 @@ def _shape(seq_len, heads, dim, num_features=None, dtype=jnp.float32):
     return f"B=1 T={seq_len} H={heads} D={dim}{m} {jnp.dtype(dtype).name}"
 
 
-def _measure(name, fn, args, shape, *, timed=True, repeats=5):
-    jitted = jax.jit(fn)
-    row = {"section": SECTION, "name": name, "shape": shape}
-    row["temp_mb"] = _mb(temp_bytes(fn, *args))
-    row["seconds"] = median_time(jitted, *args, repeats=repeats) if timed else None
-    if not timed:
-        row["note"] = "compiled only (memory analysis)"
-    return row
-
-
 def _mb(n: Optional[int]) -> Optional[float]:
     return None if n is None else n / 2**20
 
 
-def _compare(name, shape, value, ref_value, reference, target, note=""):
-    """A ratio row: value / ref_value checked against `target` ('>= x' or '<= x')."""
-    ratio = None if value is None or ref_value in (None, 0) else value / ref_value
-    op, bound = target.split()
-    ok = None if ratio is None else (ratio >= float(bound) if op == ">=" else ratio <= float(bound))
-    return {"section": SECTION, "name": name, "shape": shape, "reference": reference,
-            "ratio": ratio, "target": target, "ok": ok, "note": note}
-
-
-def _cpu_rows(quick: bool) -> list[dict]:
-    if quick:
-        short, long_, heads, dim, m, exact_repeats = 256, 512, 2, 16, 32, 3
+def _measure(name, fn, args, shape, *, repeats, timed=True, **extra) -> dict:
+    """Temp memory of `jax.jit(fn)` compiled once for `args`, and the median time of that executable."""
+    compiled = jax.jit(fn).lower(*args).compile()
+    row = {"section": SECTION, "name": name, "shape": shape, "temp_mb": _mb(temp_bytes(compiled)), **extra}
+    if timed:
+        row["seconds"] = median_time(compiled, *args, repeats=repeats)
     else:
-        short, long_, heads, dim, m, exact_repeats = 8192, 16384, 8, 64, 256, 3
+        row["note"] = "compiled only (memory analysis)"
+    return row
+
+
+def _exact_gib(cfg, length: int) -> float:
+    return cfg.heads * length * length * 4 / 2**30
+
+
+def sweep_rows(cfg, dtype) -> list[dict]:
+    """Forward rows of chunked, recurrent and (where it fits) exact attention at every length."""
+    gpu = jax.default_backend() == "gpu"
+    chunked = functools.partial(_chunked_fwd, chunk_size=GPU_CHUNK_SIZE) if gpu else _chunked_fwd
     rows = []
-    args = _inputs(short, heads, dim, m, jnp.float32)
-    exact = _measure("exact causal softmax, fwd", _exact_fwd, args, _shape(short, heads, dim), repeats=exact_repeats)
-    fwd = _measure("linear causal, fwd", _linear_fwd, args, _shape(short, heads, dim, m))
-    fwd_bwd = _measure("linear causal, fwd+bwd", _fwd_bwd(_linear_fwd), args, _shape(short, heads, dim, m))
-    scan = _measure("per-position scan recurrence, fwd+bwd", _fwd_bwd(_scan_fwd), args,
-                    _shape(short, heads, dim, m), timed=False)
-    exact_fb = _measure("exact causal softmax, fwd+bwd", _fwd_bwd(_exact_fwd), args, _shape(short, heads, dim),
-                        timed=False)
-    del args
-    args = _inputs(long_, heads, dim, m, jnp.float32)
-    fwd_long = _measure("linear causal, fwd", _linear_fwd, args, _shape(long_, heads, dim, m))
-    fwd_bwd_long = _measure("linear causal, fwd+bwd", _fwd_bwd(_linear_fwd), args, _shape(long_, heads, dim, m))
-    del args
-    rows += [exact, exact_fb, fwd, fwd_long, fwd_bwd, fwd_bwd_long, scan]
-    doubling = f"T {short} -> {long_}"
-    at_short = lambda row: f"{row['name']} @ T={short}"  # noqa: E731
-    rows += [
-        _compare("speedup of linear over exact, fwd", fwd["shape"], exact["seconds"], fwd["seconds"],
-                 exact["name"], ">= 5", "exact seconds / linear seconds"),
-        _compare("linear fwd time growth", doubling, fwd_long["seconds"], fwd["seconds"], at_short(fwd), "<= 2.5"),
-        _compare("linear fwd temp growth", doubling, fwd_long["temp_mb"], fwd["temp_mb"], at_short(fwd), "<= 2.5"),
-        _compare("linear fwd+bwd time growth", doubling, fwd_bwd_long["seconds"], fwd_bwd["seconds"],
-                 at_short(fwd_bwd), "<= 2.5"),
-        _compare("linear fwd+bwd temp growth", doubling, fwd_bwd_long["temp_mb"], fwd_bwd["temp_mb"],
-                 at_short(fwd_bwd), "<= 2.5"),
-        _compare("linear fwd+bwd temp vs scan recurrence", fwd_bwd["shape"], fwd_bwd["temp_mb"], scan["temp_mb"],
-                 scan["name"], "<= 0.25", "chunked temp / per-position scan temp"),
-    ]
+    for length in sorted(cfg.lengths):
+        args = _inputs(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
+        shape = _shape(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
+        sweep = dict(length=length, repeats=cfg.repeats)
+        print(f"[benchmark] linear sweep T={length}", flush=True)
+        rows.append(_measure(f"{CHUNKED}, fwd", chunked, args, shape, series=CHUNKED, **sweep))
+        rows.append(_measure(f"{RECURRENT}, fwd", _recurrent_fwd, args, shape, series=RECURRENT, **sweep))
+        exact_shape = _shape(length, cfg.heads, cfg.head_dim, dtype=dtype)
+        if gpu or _exact_gib(cfg, length) <= cfg.exact_max_gib:
+            rows.append(_measure(f"{EXACT}, fwd", _exact_fwd, args, exact_shape, series=EXACT, **sweep))
+        else:
+            rows.append(not_measured(SECTION, f"{EXACT}, fwd", exact_shape,
+                                     f"logits {_exact_gib(cfg, length):.0f} GiB > exact_max_gib"))
     return rows
 
 
-def _gpu_rows(quick: bool) -> list[dict]:
-    seq_len, heads, dim, m = (1024, 4, 64, 32) if quick else (32768, 16, 64, 128)
-    shape = _shape(seq_len, heads, dim, m, jnp.bfloat16)
-    cudnn_name, linear_name = "cuDNN exact causal, fwd+bwd", "linear causal, fwd+bwd"
+def crossover_row(rows: list[dict]) -> dict:
+    """The shortest swept T at which chunked linear attention beats exact attention."""
+    times = {(r["series"], r["length"]): r["seconds"] for r in rows if r.get("seconds") is not None}
+    lengths = sorted({length for series, length in times if series == EXACT})
+    faster = [t for t in lengths if times[(CHUNKED, t)] < times[(EXACT, t)]]
+    row = {"section": SECTION, "name": "crossover: shortest T where linear beats exact, fwd",
+           "shape": _shape_of(rows), "crossover_length": faster[0] if faster else None}
+    if not faster:
+        row["note"] = f"exact faster at every measured T (up to {lengths[-1]})" if lengths else "no exact rows"
+    elif faster[0] == lengths[0]:
+        row["note"] = f"T <= {faster[0]} (linear faster at every measured T)"
+    else:
+        row["note"] = f"T = {faster[0]} (exact faster at T = {max(t for t in lengths if t < faster[0])})"
+    return row
+
+
+def _shape_of(rows) -> str:
+    r = next(r for r in rows if r.get("series") == CHUNKED)
+    return r["shape"].replace(f"T={r['length']} ", "T=sweep ")
+
+
+def _row_at(rows, series, length):
+    return next(r for r in rows if r.get("series") == series and r.get("length") == length)
+
+
+def target_rows(cfg, sweep: list[dict], dtype) -> list[dict]:
+    """Speedup over exact at `short`; growth from `short` to `long`; memory against the recurrence."""
+    short, long_ = cfg.short, cfg.long
+    fwd_short, fwd_long = _row_at(sweep, CHUNKED, short), _row_at(sweep, CHUNKED, long_)
+    exact = _row_at(sweep, EXACT, short)
+    extra = []
+    for length in (short, long_):
+        args = _inputs(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
+        shape = _shape(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
+        extra.append(_measure(f"{CHUNKED}, fwd+bwd", _fwd_bwd(_chunked_fwd), args, shape, repeats=cfg.repeats))
+        if length == short:
+            extra.append(_measure(f"{RECURRENT}, fwd+bwd", _fwd_bwd(_recurrent_fwd), args, shape,
+                                  repeats=cfg.repeats, timed=False))
+    fb_short, scan, fb_long = extra
+    doubling = f"T {short} -> {long_}"
+    at = lambda row: f"{row['name']} @ T={short}"  # noqa: E731
+    growth = f"<= {cfg.target_growth:g}"
+    return extra + [
+        ratio_row(SECTION, "speedup of linear over exact, fwd", fwd_short["shape"], exact["seconds"],
+                  fwd_short["seconds"], exact["name"], f">= {cfg.target_speedup:g}", note="exact s / linear s"),
+        ratio_row(SECTION, "linear fwd time growth", doubling, fwd_long["seconds"], fwd_short["seconds"],
+                  at(fwd_short), growth),
+        ratio_row(SECTION, "linear fwd temp growth", doubling, fwd_long["temp_mb"], fwd_short["temp_mb"],
+                  at(fwd_short), growth),
+        ratio_row(SECTION, "linear fwd+bwd time growth", doubling, fb_long["seconds"], fb_short["seconds"],
+                  at(fb_short), growth),
+        ratio_row(SECTION, "linear fwd+bwd temp growth", doubling, fb_long["temp_mb"], fb_short["temp_mb"],
+                  at(fb_short), growth),
+        ratio_row(SECTION, "linear fwd+bwd temp vs recurrence", fb_short["shape"], fb_short["temp_mb"],
+                  scan["temp_mb"], scan["name"], f"<= {cfg.target_vs_scan_memory:g}",
+                  note="chunked temp / recurrent temp"),
+    ]
+
+
+def gpu_rows(cfg) -> list[dict]:
+    shape = _shape(cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16)
+    name, cudnn_name = "speedup of linear over cuDNN exact, fwd+bwd", "cuDNN exact causal, fwd+bwd"
     if jax.default_backend() != "gpu":
-        note = "not measured (no GPU)"
-        return [
-            {"section": SECTION, "name": cudnn_name, "shape": shape, "note": note},
-            {"section": SECTION, "name": linear_name, "shape": shape, "note": note},
-            {"section": SECTION, "name": "speedup of linear over cuDNN, fwd+bwd", "shape": shape,
-             "reference": cudnn_name, "target": ">= 1", "ok": None, "note": note},
-        ]
-    args = _inputs(seq_len, heads, dim, m, jnp.bfloat16)
-    cudnn = _measure(cudnn_name, _fwd_bwd(_cudnn_fwd), args, shape)
-    lin = _measure(linear_name, _fwd_bwd(functools.partial(_linear_fwd, chunk_size=GPU_CHUNK_SIZE)), args, shape)
-    lin["note"] = f"chunk_size={GPU_CHUNK_SIZE}"
-    compare = _compare("speedup of linear over cuDNN, fwd+bwd", shape, cudnn["seconds"], lin["seconds"],
-                       cudnn_name, ">= 1", "cuDNN seconds / linear seconds")
-    return [cudnn, lin, compare]
+        return [not_measured(SECTION, name, shape, "no GPU", ">= 1")]
+    args = _inputs(cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16)
+    cudnn = _measure(cudnn_name, _fwd_bwd(_cudnn_fwd), args, shape, repeats=cfg.repeats)
+    chunked = functools.partial(_chunked_fwd, chunk_size=GPU_CHUNK_SIZE)
+    lin = _measure(f"{CHUNKED}, fwd+bwd", _fwd_bwd(chunked), args, shape, repeats=cfg.repeats,
+                   note=f"chunk_size={GPU_CHUNK_SIZE}")
+    return [cudnn, lin, ratio_row(SECTION, name, shape, cudnn["seconds"], lin["seconds"], cudnn_name, ">= 1",
+                                  note="cuDNN s / linear s")]
 
 
-def run(quick: bool = False) -> list[dict]:
-    """All rows of the 'linear' section (see the module docstring); quick rows carry no targets."""
-    rows = _cpu_rows(quick) + _gpu_rows(quick)
-    return drop_targets(rows) if quick else rows
+def run(cfg) -> list[dict]:
+    """All rows of the section (see the module docstring)."""
+    dtype = jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
+    sweep = sweep_rows(cfg, dtype)
+    return sweep + [crossover_row(sweep)] + target_rows(cfg, sweep, dtype) + gpu_rows(cfg)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds")
-    rows = run(quick=parser.parse_args().quick)
-    print(format_table(rows, COLUMNS))
+def plot(rows: list[dict], path: str) -> Optional[str]:
+    """Log-log forward time against T for the three forms; returns the path, or None without sweep rows."""
+    sweep = [r for r in rows if r.get("section") == SECTION and r.get("series") and r.get("seconds")]
+    if not sweep:
+        return None
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-if __name__ == "__main__":
-    main()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for series, marker in ((EXACT, "o"), (CHUNKED, "s"), (RECURRENT, "^")):
+        points = sorted((r["length"], r["seconds"]) for r in sweep if r["series"] == series)
+        if points:
+            ax.loglog(*zip(*points), marker=marker, label=series, base=2)
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel("forward seconds (median)")
+    ax.set_title(f"Causal attention, {_shape_of(sweep)}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,4 +1,4 @@
-"""Shared helpers for benchmark sections: timing, memory and table output.
+"""Shared helpers for benchmark sections: timing, memory, and rows with ratios and targets.
 
 Every figure a section reports is a ratio against a reference measured in the
 same run: absolute times on shared machines are noisy, ratios less so.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 
@@ -58,30 +58,42 @@ def compile_seconds(fn: Callable[..., Any], *args) -> float:
     return time.perf_counter() - start
 
 
-def temp_bytes(fn: Callable[..., Any], *args) -> int | None:
-    """Temporary buffer bytes of the compiled `jax.jit(fn)`, or None if unknown."""
-    analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
+def temp_bytes(compiled) -> int | None:
+    """Temporary buffer bytes of a compiled executable (`jax.jit(f).lower(...).compile()`), or None if unknown."""
+    analysis = compiled.memory_analysis()
     if analysis is None:
         return None
     return int(analysis.temp_size_in_bytes)
 
 
-def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
-    """Plain-text table of `rows` restricted to `columns` (missing cells blank)."""
-
-    def cell(value):
-        if isinstance(value, float):
-            return f"{value:.4g}"
-        return "" if value is None else str(value)
-
-    body = [[cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
-    return "\n".join(lines)
-
-
 def drop_targets(rows: Sequence[dict]) -> list[dict]:
-    """Quick (smoke) runs use sizes too small for the targets to mean anything."""
+    """Smoke runs use sizes too small for the targets to mean anything."""
     return [{k: v for k, v in row.items() if k not in ("target", "ok")} for row in rows]
+
+
+def meets(ratio: Optional[float], target: Optional[str]) -> Optional[bool]:
+    """Whether `ratio` meets `target` ('>= x' or '<= x'); None when either is missing."""
+    if ratio is None or target is None:
+        return None
+    op, bound = target.split()
+    if op not in (">=", "<="):
+        raise ValueError(f"target must be '>= x' or '<= x', got {target!r}")
+    return ratio >= float(bound) if op == ">=" else ratio <= float(bound)
+
+
+def ratio_row(section: str, name: str, shape: str, value, ref_value, reference: str,
+              target: Optional[str] = None, **extra) -> dict:
+    """A row comparing `value` with `ref_value` measured in the same run: ratio = value / ref_value."""
+    ratio = None if value is None or not ref_value else value / ref_value
+    row = {"section": section, "name": name, "shape": shape, "reference": reference, "ratio": ratio, **extra}
+    if target is not None:
+        row.update(target=target, ok=meets(ratio, target))
+    return row
+
+
+def not_measured(section: str, name: str, shape: str, why: str, target: Optional[str] = None) -> dict:
+    """A placeholder row for a measurement this machine cannot make (e.g. no GPU)."""
+    row = {"section": section, "name": name, "shape": shape, "note": f"not measured ({why})"}
+    if target is not None:
+        row.update(target=target, ok=None)
+    return row

@@ -1,39 +1,46 @@
-"""One entry point for every benchmark section; prints a table and writes JSON.
+"""One entry point for every benchmark section: prints tables, writes JSON, Markdown and plots.
 
-    python -m experiments.benchmark                      # every section
-    python -m experiments.benchmark --sections=attention --quick
-    python -m experiments.benchmark --out=experiments/results/cpu.json
+    python -m experiments.benchmark --config configs/benchmark.py
+    python -m experiments.benchmark --config configs/benchmark.py:smoke --workdir bench_out/smoke
+    python -m experiments.benchmark --config configs/benchmark.py --config.sections='("attention","linear")'
 
-Each section is a module `experiments/bench_<name>.py` with
-`run(quick: bool) -> list[dict]`. Figures are ratios against a reference
-measured in the same run; rows with a target carry `ok`.
+Sections (`configs/benchmark.py`): attention, compile, linear, analysis,
+training; each is a module `experiments/bench_<name>.py` with
+`run(section_config) -> list[dict]`. Every figure with a target is a ratio
+against a reference measured in the same run; such rows carry `ok`.
+
+Outputs in --workdir: `benchmark.json` (environment: device kind, versions,
+date; the config; every row), `benchmark.md` (the same as a table) and
+`plots/`. Both files are rewritten after each section, so an interrupted
+run keeps the sections it finished.
 """
 from __future__ import annotations
 
 import datetime
 import importlib
-import json
 import os
 import platform
-import sys
+import time
 
 import jax
+import jaxlib
 from absl import app, flags
+from ml_collections import config_flags
 
-from experiments.bench_util import format_table
+from attnjax.workdir import atomic_write_json, atomic_write_text
+from configs import benchmark as default_config
+from experiments.bench_report import format_table, markdown_report
+from experiments.bench_training import cpu_device_count
+from experiments.bench_util import drop_targets
+from experiments.cli import flags_parser
+from experiments.rank_collapse import COMPUTE_DTYPES
 
-SECTIONS = ("attention", "linear", "analysis")
-COLUMNS = ("section", "name", "shape", "seconds", "temp_mb", "reference", "ratio", "target", "ok", "tflops", "note")
-
-_SECTIONS = flags.DEFINE_list("sections", list(SECTIONS), f"sections to run, from {SECTIONS}")
-_QUICK = flags.DEFINE_bool("quick", False, "small sizes: a smoke run in seconds")
-_OUT = flags.DEFINE_string("out", "bench_out/benchmark.json", "where to write the JSON results")
+COLUMNS = ("section", "name", "shape", "seconds", "temp_mb", "reference", "ratio", "target", "ok", "tflops",
+           "pct_peak", "tokens_per_s", "note")
 
 
 def environment() -> dict:
     """Device kind, versions and date, stored with every result file."""
-    import jaxlib
-
     device = jax.devices()[0]
     return {
         "backend": jax.default_backend(),
@@ -43,41 +50,84 @@ def environment() -> dict:
         "jaxlib": jaxlib.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
         "date": datetime.date.today().isoformat(),
     }
 
 
-def run_sections(sections, quick: bool) -> list[dict]:
-    unknown = sorted(set(sections) - set(SECTIONS))
-    if unknown:
-        raise ValueError(f"unknown benchmark sections {unknown}; valid: {list(SECTIONS)}")
-    rows = []
-    for name in sections:
-        print(f"[benchmark] section {name} ...", file=sys.stderr, flush=True)
+def validate(config) -> None:
+    """Every config check, before any section runs."""
+    valid = default_config.SECTIONS
+    unknown = [s for s in config.sections if s not in valid]
+    if unknown or not config.sections:
+        raise ValueError(f"sections must be a non-empty subset of {valid}, got {tuple(config.sections)}")
+    for name in ("short", "long"):
+        if config.linear[name] not in config.linear.lengths:
+            raise ValueError(f"linear.{name}={config.linear[name]} must be one of "
+                             f"linear.lengths={tuple(config.linear.lengths)}")
+    dtypes = tuple(config.training.dtypes)
+    if not dtypes or dtypes[0] != "float32" or not set(dtypes) <= set(COMPUTE_DTYPES):
+        raise ValueError(f"training.dtypes must start with 'float32' (the reference) and be from {COMPUTE_DTYPES}, "
+                         f"got {dtypes}")
+
+
+def start_cpu_devices(config) -> None:
+    """One XLA CPU device per core, so the training section can spread seeds over the cores.
+
+    Only possible before JAX starts its CPU backend, and skipped when
+    XLA_FLAGS already fixes the device count.
+    """
+    if "training" not in config.sections or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", cpu_device_count(config.training))
+    except RuntimeError:  # the backend is already running (an embedding program started it)
+        pass
+
+
+def write_outputs(workdir: str, payload: dict) -> None:
+    atomic_write_json(os.path.join(workdir, "benchmark.json"), payload)
+    atomic_write_text(os.path.join(workdir, "benchmark.md"), markdown_report(payload))
+
+
+def run(config, workdir: str, progress=print) -> dict:
+    """Run the configured sections; returns the payload written to `workdir/benchmark.json`."""
+    validate(config)
+    payload = {"environment": environment(), "config": config.to_dict(), "rows": []}
+    env = payload["environment"]
+    progress(f"benchmark: {env['device_kind']} ({env['backend']}, {env['device_count']} devices), "
+             f"jax {env['jax']}, sections {tuple(config.sections)}")
+    plots = os.path.join(workdir, "plots")
+    os.makedirs(plots, exist_ok=True)
+    for name in config.sections:
+        progress(f"[benchmark] section {name} ...")
+        start = time.perf_counter()
         module = importlib.import_module(f"experiments.bench_{name}")
-        rows += module.run(quick=quick)
-    return rows
+        rows = module.run(config[name])
+        rows = rows if config.check_targets else drop_targets(rows)
+        payload["rows"] += rows
+        progress(format_table(rows, COLUMNS))
+        progress(f"[benchmark] section {name} done in {time.perf_counter() - start:.1f} s")
+        if hasattr(module, "plot") and module.plot(rows, os.path.join(plots, f"{name}.png")):
+            progress(f"plot: {os.path.join(plots, name + '.png')}")
+        write_outputs(workdir, payload)
+    failed = [r["name"] for r in payload["rows"] if r.get("ok") is False]
+    met = sum(r.get("ok") is True for r in payload["rows"])
+    progress(f"wrote {workdir}/benchmark.json and benchmark.md; targets met: {met}, missed: {len(failed)} {failed}")
+    return payload
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Atomic write: a reader never sees a half-written file."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=float)
-    os.replace(tmp, path)
-
-
-def main(argv):
-    del argv
-    env = environment()
-    rows = run_sections(_SECTIONS.value, _QUICK.value)
-    print(f"device: {env['device_kind']} ({env['backend']}), jax {env['jax']}, {env['date']}")
-    print(format_table(rows, COLUMNS))
-    write_json(_OUT.value, {"environment": env, "quick": _QUICK.value, "rows": rows})
-    failed = [r["name"] for r in rows if r.get("ok") is False]
-    print(f"wrote {_OUT.value}; targets met: {sum(r.get('ok') is True for r in rows)}, missed: {len(failed)} {failed}")
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = flags.FLAGS.config
+    validate(config)
+    start_cpu_devices(config)
+    run(config, flags.FLAGS.workdir, progress=lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    config_flags.DEFINE_config_file("config", "configs/benchmark.py", "benchmark config file", lock_config=True)
+    flags.DEFINE_string("workdir", "bench_out", "output directory")
+    app.run(main, flags_parser=flags_parser(default_config.get_config))
+

@@ -25,10 +25,14 @@ def verdict(passed) -> str:
     return {True: "PASS", False: "FAIL", None: "not measured"}[passed]
 
 
+def markdown_table(header, rows) -> list[str]:
+    """Markdown table lines: `header` cells, then one line per row of cells ('|' inside cells escaped)."""
+    line = lambda cells: "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"  # noqa: E731
+    return [line(header), "|" + "---|" * len(header)] + [line(cells) for cells in rows]
+
+
 def predictions_table(predictions) -> list[str]:
-    """Markdown table lines of prediction records ('|' inside cells escaped)."""
-    lines = ["| check | source | prediction | measured | result | note |", "|---|---|---|---|---|---|"]
-    for p in predictions:
-        cells = [p["name"], p["source"], p["prediction"], fmt(p["measured"]), verdict(p["passed"]), p["note"]]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return lines
+    """Markdown table lines of prediction records."""
+    rows = [[p["name"], p["source"], p["prediction"], fmt(p["measured"]), verdict(p["passed"]), p["note"]]
+            for p in predictions]
+    return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)

@@ -1,42 +1,111 @@
 import json
+import os
+import time
 
 import pytest
 
-from experiments import benchmark
+from configs import benchmark as config_lib
+from experiments import bench_linear, bench_report, bench_util, benchmark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "experiments", "results", "benchmark_cpu", "benchmark.json")
 
 
-def test_quick_attention_section_produces_rows_with_ratios():
-    rows = benchmark.run_sections(["attention"], quick=True)
-    names = [r["name"] for r in rows]
-    assert "attnjax.dot_product_attention" in names
-    timed = [r for r in rows if "ratio" in r]
-    assert timed and all(r["ratio"] > 0 and r["seconds"] > 0 for r in timed)
-    assert all("ok" not in r for r in rows)  # quick runs carry no targets
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("bench")
+    start = time.perf_counter()
+    payload = benchmark.run(config_lib.get_config("smoke"), str(workdir), progress=lambda line: None)
+    return workdir, payload, time.perf_counter() - start
 
 
-def test_quick_analysis_section_times_all_metrics_against_svd():
-    rows = benchmark.run_sections(["analysis"], quick=True)
-    by_name = {r["name"]: r for r in rows}
-    assert any("svd" in n for n in by_name) and any("all metrics" in n for n in by_name)
-    assert all(r["seconds"] > 0 for r in rows if "seconds" in r)
-    assert all("ok" not in r for r in rows)
+def test_smoke_benchmark_runs_every_section_in_under_a_minute(smoke):
+    workdir, payload, seconds = smoke
+    assert seconds < 60, f"smoke benchmark took {seconds:.1f} s"
+    assert {r["section"] for r in payload["rows"]} == set(config_lib.SECTIONS)
+    assert json.loads((workdir / "benchmark.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
+    assert (workdir / "plots" / "linear.png").stat().st_size > 0
+    env = payload["environment"]
+    assert env["backend"] and env["jax"] and env["device_kind"]
+    timed = [r for r in payload["rows"] if r.get("seconds") is not None]
+    assert len(timed) >= 20 and all(r["seconds"] > 0 for r in timed)
+    assert all("ok" not in r and "target" not in r for r in payload["rows"])  # smoke rows carry no targets
 
 
-def test_quick_linear_section_compares_against_exact_attention():
-    rows = benchmark.run_sections(["linear"], quick=True)
-    assert any("linear causal" in r["name"] for r in rows)
-    assert all(r["seconds"] > 0 for r in rows if r.get("seconds") is not None)
-    assert all("ok" not in r for r in rows)
+def test_smoke_benchmark_rows_compare_against_references(smoke):
+    _, payload, _ = smoke
+    rows = {(r["section"], r["name"]): r for r in payload["rows"]}
+    ours = rows[("attention", "attnjax.dot_product_attention")]
+    assert ours["reference"] == "jax.nn.dot_product_attention (xla)" and ours["ratio"] > 0
+    assert 0 < ours["pct_peak"] and ours["tflops"] > 0
+    crossover = rows[("linear", "crossover: shortest T where linear beats exact, fwd")]
+    assert "crossover_length" in crossover and crossover["note"]
+    program = next(r for r in payload["rows"] if r["name"].endswith("one program, seeds sharded over devices"))
+    assert program["tokens_per_s"] > 0
+    seeds = next(r for r in payload["rows"] if r["name"].startswith(program["name"] + " / "))
+    assert seeds["ratio"] > 0 and seeds["reference"].endswith("sequential runs, one device")
+    assert rows[("training", "train step, float32")]["tokens_per_s"] > 0
+    if payload["environment"]["backend"] != "gpu":
+        gpu = rows[("attention", "attnjax / cuDNN throughput, fwd")]
+        assert gpu["note"] == "not measured (no GPU)"
 
 
-def test_unknown_section_is_rejected():
-    with pytest.raises(ValueError, match="unknown benchmark sections"):
-        benchmark.run_sections(["attention", "typo"], quick=True)
+def test_markdown_report_names_device_versions_and_date(smoke):
+    workdir, payload, _ = smoke
+    text = (workdir / "benchmark.md").read_text()
+    env = payload["environment"]
+    assert text.startswith("Device: ") and f"jax {env['jax']}" in text and env["date"] in text
+    assert text.count("\n| ") == len(payload["rows"]) + 1  # header + one line per row
 
 
-def test_write_json_is_atomic_and_complete(tmp_path):
-    path = tmp_path / "sub" / "out.json"
-    benchmark.write_json(str(path), {"environment": benchmark.environment(), "rows": [{"a": 1.5}]})
-    data = json.loads(path.read_text())
-    assert data["rows"] == [{"a": 1.5}] and data["environment"]["backend"]
-    assert not (tmp_path / "sub" / "out.json.tmp").exists()
+def test_readme_performance_table_is_rendered_from_the_committed_json():
+    with open(RESULTS) as f:
+        payload = json.load(f)
+    assert payload["config"]["check_targets"] and payload["environment"]["backend"] == "cpu"
+    assert {r["section"] for r in payload["rows"]} == set(config_lib.SECTIONS)
+    bf16 = next(r for r in payload["rows"] if r["name"] == "train step, bf16 compute, float32 params")
+    assert bf16["reference"] == "train step, float32" and bf16["ratio"] > 0
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert bench_report.markdown_report(payload, only_headline=True) in readme
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("sections", ("attention", "typo"), "sections must be a non-empty subset"),
+    ("linear.short", 1000, "linear.short=1000 must be one of linear.lengths"),
+    ("training.dtypes", ("bfloat16", "float32"), "training.dtypes must start with 'float32'"),
+    ("training.dtypes", ("float32", "float16"), "training.dtypes must start with 'float32'"),
+])
+def test_bad_config_is_rejected_before_any_work(tmp_path, field, value, message):
+    config = config_lib.get_config()
+    parent, _, leaf = field.rpartition(".")
+    (config[parent] if parent else config)[leaf] = value
+    with pytest.raises(ValueError, match=message):
+        benchmark.run(config, str(tmp_path / "out"), progress=lambda line: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_meets_reads_both_directions():
+    assert bench_util.meets(2.0, ">= 2") and not bench_util.meets(1.9, ">= 2")
+    assert bench_util.meets(0.5, "<= 1.05") and not bench_util.meets(1.1, "<= 1.05")
+    assert bench_util.meets(None, ">= 1") is None and bench_util.meets(1.0, None) is None
+    with pytest.raises(ValueError, match="target must be"):
+        bench_util.meets(1.0, "> 1")
+
+
+def _sweep_row(series, length, seconds):
+    return {"section": "linear", "series": series, "length": length, "seconds": seconds,
+            "shape": f"B=1 T={length} H=1 D=1 M=1 float32"}
+
+
+@pytest.mark.parametrize("exact, expected, note", [
+    ((1.0, 3.0, 9.0), 2048, "T = 2048 (exact faster at T = 1024)"),
+    ((3.0, 9.0, 27.0), 1024, "T <= 1024 (linear faster at every measured T)"),
+    ((1.0, 1.0, 1.0), None, "exact faster at every measured T (up to 4096)"),
+])
+def test_crossover_is_the_shortest_length_where_linear_wins(exact, expected, note):
+    rows = []
+    for length, exact_seconds in zip((1024, 2048, 4096), exact):
+        rows += [_sweep_row(bench_linear.CHUNKED, length, 2.0), _sweep_row(bench_linear.EXACT, length, exact_seconds)]
+    row = bench_linear.crossover_row(rows)
+    assert row["crossover_length"] == expected and row["note"] == note

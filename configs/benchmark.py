@@ -1,0 +1,102 @@
+"""Benchmark sizes and targets, one ConfigDict per section.
+
+    python -m experiments.benchmark --config configs/benchmark.py
+    python -m experiments.benchmark --config configs/benchmark.py:smoke
+    python -m experiments.benchmark --config configs/benchmark.py --config.sections='("attention",)'
+
+Every figure with a target is a ratio against a reference measured in the
+same run (median of `repeats` timed calls after a warm-up call). The default
+runs in under 10 minutes on a 2-core CPU; `smoke` in under a minute, with
+sizes too small for the targets to mean anything (its rows carry none).
+"""
+from ml_collections import config_dict
+
+SECTIONS = ("attention", "compile", "linear", "analysis", "training")
+
+
+def _attention():
+    return config_dict.ConfigDict(dict(
+        # Any backend, float32: attnjax vs jax.nn (xla), with weights, naive einsum.
+        batch=2, length=2048, heads=8, head_dim=64, repeats=7, target=1.05,
+        # Accelerators only (bf16, causal): attnjax vs cuDNN at each length,
+        # forward and forward+backward, TFLOP/s against a measured matmul peak.
+        gpu_batch=4, gpu_lengths=(4096, 8192, 16384), gpu_heads=16, gpu_head_dim=128, gpu_repeats=20,
+        gpu_target_length=8192, gpu_target_vs_cudnn=0.95, gpu_target_peak_fraction=0.5,
+        # Square matmul timed for the peak (float32 on CPU, bf16 on GPU).
+        peak_matmul_size=2048, gpu_peak_matmul_size=8192,
+    ))
+
+
+def _compile():
+    # Compile time of a Transformer forward+backward against its shallowest depth.
+    # The fastest of `trials` compiles counts (caches cleared before each).
+    return config_dict.ConfigDict(dict(depths=(2, 8, 32), features=64, heads=4, length=64, batch=8, trials=2,
+                                       target=2.0))
+
+
+def _linear():
+    return config_dict.ConfigDict(dict(
+        # Crossover sweep: chunked causal linear (FAVOR+), per-position
+        # recurrence and exact causal attention over T; exact runs while its
+        # float32 logits fit in `exact_max_gib`.
+        lengths=(256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536), heads=8, head_dim=64, num_features=256,
+        exact_max_gib=2.0, repeats=3,
+        # Targets at these lengths (both in `lengths`): speedup over exact at
+        # `short`, time and memory growth from `short` to `long`.
+        short=8192, long=16384, target_speedup=5.0, target_growth=2.5, target_vs_scan_memory=0.25,
+        # Accelerators only: fwd+bwd in bf16 against cuDNN exact attention.
+        gpu_length=32768, gpu_heads=16, gpu_head_dim=64, gpu_num_features=128,
+    ))
+
+
+def _analysis():
+    return config_dict.ConfigDict(dict(batch=64, n=256, rounds=7, parts=True, target=6.0))
+
+
+def _training():
+    return config_dict.ConfigDict(dict(
+        # Training step of the default rank-collapse model (configs/rank_collapse.py,
+        # train sweep) for each compute dtype; bf16 keeps float32 params.
+        model_config="", architecture="skip_mlp", depth=8, dtypes=("float32", "bfloat16"), steps_per_call=20,
+        repeats=5,
+        # Seeds in one program against sequential runs on one device (JAX's
+        # default), on the smoke model (configs/rank_collapse.py:smoke).
+        seeds_model_config="smoke", seeds_architecture="skip_mlp", seeds_depth=2,
+        num_seeds=8, steps=40, seeds_repeats=5, target_seeds=2.0,
+        # Also time the program on one device and sequential runs with the
+        # batch sharded over every device (context rows, no target).
+        all_variants=True,
+        # XLA CPU devices to shard the seeds over (0: one per core); set before
+        # JAX starts, so only when the benchmark is the program.
+        cpu_devices=0,
+    ))
+
+
+def get_config(arg: str | None = None):
+    """Default benchmark; `arg='smoke'` for the under-a-minute variant."""
+    config = config_dict.ConfigDict()
+    config.sections = SECTIONS
+    config.check_targets = True
+    config.attention = _attention()
+    config.compile = _compile()
+    config.linear = _linear()
+    config.analysis = _analysis()
+    config.training = _training()
+    if arg == "smoke":
+        config.check_targets = False
+        config.attention.update(batch=1, length=256, heads=4, head_dim=32, repeats=3, peak_matmul_size=256,
+                                gpu_batch=1, gpu_lengths=(1024,), gpu_target_length=1024, gpu_repeats=3,
+                                gpu_peak_matmul_size=1024)
+        config.compile.update(depths=(1, 2), features=32, trials=1)
+        config.linear.update(lengths=(128, 256), heads=2, head_dim=16, num_features=32, short=128, long=256,
+                             gpu_length=1024, gpu_heads=4, gpu_num_features=32)
+        config.analysis.update(batch=8, n=64, rounds=3, parts=False)
+        # Smaller programs compile faster: one attention-only layer.
+        # (bf16 training has its own test: tests/test_mixed_precision.py.)
+        config.training.update(model_config="smoke", architecture="attention_only", depth=1, dtypes=("float32",),
+                               steps_per_call=4,
+                               repeats=2, seeds_architecture="attention_only", seeds_depth=1, num_seeds=2, steps=8,
+                               seeds_repeats=1, all_variants=False)
+    elif arg not in (None, ""):
+        raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
+    return config
