@@ -8,13 +8,13 @@ from attnjax import training
 from configs import rank_collapse as config_lib
 from experiments import rank_collapse as study
 
-STEPS, LOG_EVERY, SEEDS = 60, 10, 2
+STEPS, LOG_EVERY, SEEDS = 40, 10, 2
 
 
 def _trainer(dtype: str):
     config = config_lib.get_config("smoke")
     config.model.dtype = dtype
-    config.train.update(steps=STEPS, warmup_steps=6)
+    config.train.update(steps=STEPS, warmup_steps=4)
     spec = study.RunSpec("train", "softmax", "skip_mlp", 2, 1.0, True)
     return study.make_trainer(config, spec, study.make_task(config))
 

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 
 import pytest
 
@@ -67,8 +68,19 @@ def test_rerun_skips_finished_runs(finished, monkeypatch):
     assert study.run(tiny_config(), str(workdir), progress=lambda m: None) == summary
 
 
+def _with_finished_init_runs(finished, workdir):
+    """A workdir holding the finished study's config and init-sweep records: a
+    re-run skips those runs and starts with the training run."""
+    done, _ = finished
+    shutil.copy(done / "config.json", workdir / "config.json")
+    (workdir / "runs").mkdir()
+    for record in (done / "runs").glob("init-*.json"):
+        shutil.copy(record, workdir / "runs" / record.name)
+
+
 def test_killed_training_resumes_to_the_same_summary(finished, tmp_path, monkeypatch):
     _, uninterrupted = finished
+    _with_finished_init_runs(finished, tmp_path)
     real_save = study._Progress.save
 
     def save_then_die(self, step):
@@ -89,6 +101,7 @@ def test_killed_training_resumes_to_the_same_summary(finished, tmp_path, monkeyp
 
 def test_kill_between_checkpoint_and_progress_restarts_the_run_cleanly(finished, tmp_path, monkeypatch):
     _, uninterrupted = finished
+    _with_finished_init_runs(finished, tmp_path)
     real_save = training.Checkpointer.save
 
     def save_then_die(self, step, state):
