@@ -67,7 +67,7 @@ def _keys(config, num_seeds: int):
 
 
 def step_rows(cfg) -> list[dict]:
-    """Seconds per train step and tokens/s of the default model, float32 and bf16 compute."""
+    """Seconds per train step and tokens/s of the default model for each of `cfg.dtypes` (float32 first)."""
     calls, shapes = {}, {}
     for dtype in cfg.dtypes:
         trainer, config = make_trainer(cfg.model_config, cfg.architecture, cfg.depth, dtype)

@@ -121,7 +121,6 @@ def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = flags.FLAGS.config
-    validate(config)
     start_cpu_devices(config)
     run(config, flags.FLAGS.workdir, progress=lambda line: print(line, flush=True))
 
