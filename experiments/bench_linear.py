@@ -8,7 +8,7 @@ Config: `configs/benchmark.py`, `linear`. Batch 1, FAVOR+ features.
   (`attnjax.dot_product_attention`), the last only while its float32 logits
   fit in `exact_max_gib` (no limit on a GPU, where cuDNN never forms them).
   The crossover row names the shortest T at which linear is faster; the
-  sweep is plotted as `plots/linear_crossover.png`.
+  sweep is plotted as `plots/linear.png`.
 * Targets, ratios of rows of the same run: linear >= `target_speedup`x
   faster than exact at `short`; time and temp memory of linear (forward and
   forward+backward) grow <= `target_growth`x from `short` to `long`;
