@@ -107,12 +107,18 @@ def _logits_shape(query: Array, key: Array) -> tuple[int, ...]:
 
 
 def _check_broadcastable(name: str, x: Optional[Array], target: tuple[int, ...]) -> Optional[Array]:
-    """`x` must broadcast to exactly `target` (it may not enlarge the logits)."""
+    """`x` must broadcast to exactly `target` (it may not enlarge the logits).
+
+    Leading axes beyond `target`'s rank are allowed when they have size 1 (an
+    unbatched query `[T, H, D]` with a mask `[1, H, T, S]`, as jax.nn accepts).
+    """
     if x is None:
         return None
     x = jnp.asarray(x)
+    extra = x.ndim - len(target)
     try:
-        fits = x.ndim <= len(target) and np.broadcast_shapes(x.shape, target) == target
+        fits = all(d == 1 for d in x.shape[:max(extra, 0)])
+        fits = fits and np.broadcast_shapes(x.shape[max(extra, 0):], target) == target
     except ValueError:
         fits = False
     if not fits:
@@ -120,7 +126,28 @@ def _check_broadcastable(name: str, x: Optional[Array], target: tuple[int, ...])
             f"{name} of shape {tuple(x.shape)} does not broadcast to the logits shape "
             f"[..., H, T, S] = {target}"
         )
-    return x
+    return jnp.reshape(x, x.shape[max(extra, 0):])
+
+
+def _fit_to_logits(x: Optional[Array], target: tuple[int, ...]) -> Optional[Array]:
+    """A mask/bias that broadcasts to `target` -> the same rank, with its T and S axes full size.
+
+    Batch and head axes stay size 1 where they were (no copy per head), but the
+    single-head core needs a whole `[T, S]` matrix per head.
+    """
+    if x is None:
+        return None
+    x = jnp.reshape(x, (1,) * (len(target) - x.ndim) + x.shape)
+    return jnp.broadcast_to(x, x.shape[:-2] + target[-2:])
+
+
+def _as_bool_mask(mask: Optional[Array]) -> Optional[Array]:
+    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`."""
+    if mask is None or mask.dtype == jnp.bool_:
+        return mask
+    if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
+        raise TypeError(f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}")
+    return mask != 0
 
 
 def _check_temperature(temperature: Scalar) -> None:
@@ -131,16 +158,67 @@ def _check_temperature(temperature: Scalar) -> None:
         raise ValueError(f"temperature must be a scalar, got shape {jnp.shape(temperature)}")
 
 
+def _check_lengths(name: str, lengths: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Array]:
+    """Sequence lengths: an integer array broadcastable to the batch dims `[...]` (jax.nn: `[B]`)."""
+    if lengths is None:
+        return None
+    lengths = jnp.asarray(lengths)
+    if not jnp.issubdtype(lengths.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {lengths.dtype}")
+    extra = lengths.ndim - len(batch_shape)
+    try:
+        fits = all(d == 1 for d in lengths.shape[:max(extra, 0)])
+        fits = fits and np.broadcast_shapes(lengths.shape[max(extra, 0):], batch_shape) == batch_shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} of shape {tuple(lengths.shape)} does not broadcast to the batch dims {batch_shape}")
+    return jnp.reshape(lengths, lengths.shape[max(extra, 0):])
+
+
+def _check_window(local_window_size) -> Optional[tuple[int, int]]:
+    """jax.nn's `local_window_size`: an int w (meaning (w, w)) or (left, right), non-negative ints."""
+    if local_window_size is None:
+        return None
+    window = (local_window_size,) * 2 if isinstance(local_window_size, (int, np.integer)) else local_window_size
+    ok = isinstance(window, (tuple, list)) and len(window) == 2
+    ok = ok and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0 for w in window)
+    if not ok:
+        raise ValueError(f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
+    return int(window[0]), int(window[1])
+
+
+def _check_dropout(dropout_rate, dropout_rng) -> bool:
+    """True when dropout is to be applied (rate > 0)."""
+    if not isinstance(dropout_rate, (int, float, np.number)) or not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"dropout_rate must be a number in [0, 1), got {dropout_rate!r}")
+    if dropout_rate > 0 and dropout_rng is None:
+        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng (a PRNG key)")
+    return dropout_rate > 0
+
+
 def _prepare(query, key, value, mask, bias, temperature):
-    """Validates all inputs (shapes and dtypes only); returns mask and bias as arrays."""
+    """Validates all inputs (shapes and dtypes only); returns mask (boolean) and bias as arrays."""
     _check_qkv(query, key, value)
     _check_temperature(temperature)
     target = _logits_shape(query, key)
-    mask = _check_broadcastable("mask", mask, target)
+    mask = _as_bool_mask(_check_broadcastable("mask", mask, target))
     bias = _check_broadcastable("bias", bias, target)
-    if mask is not None and mask.dtype != jnp.bool_:
-        raise TypeError(f"mask must be boolean (True = attend), got dtype {mask.dtype}")
     return mask, bias
+
+
+def _keyword_masks(query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window):
+    """jax.nn's mask keywords as boolean masks broadcastable to `[..., H, T, S]` (None where unused)."""
+    q_len, kv_len = query.shape[-3], key.shape[-3]
+    causal = masks_lib.causal_mask(q_len, kv_len) if is_causal else None
+    local = None if window is None else masks_lib.local_window_mask(q_len, kv_len, left=window[0], right=window[1])
+    kv_valid = None
+    if key_value_seq_lengths is not None:
+        kv_valid = masks_lib.key_padding_mask(lengths=key_value_seq_lengths, kv_len=kv_len)
+    q_valid = None
+    if query_seq_lengths is not None:
+        q_valid = jnp.swapaxes(masks_lib.key_padding_mask(lengths=query_seq_lengths, kv_len=q_len), -1, -2)
+    return causal, local, kv_valid, q_valid
 
 
 def _default_scale(query: Array, scale: Optional[float]) -> Scalar:
@@ -151,28 +229,39 @@ def _default_scale(query: Array, scale: Optional[float]) -> Scalar:
 # Single-head core, lifted over heads and batch
 
 
-def _attend_one_head(q, k, v, mask=None, bias=None, *, scale, temperature):
-    """One head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]`."""
+def _attend_one_head(q, k, v, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0):
+    """One head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]`.
+
+    `keep` `[T, S]` (boolean) is the dropout draw: the output uses
+    weights * keep / (1 - dropout_rate); the returned weights are the softmax's.
+    """
     logits_dtype = jnp.promote_types(q.dtype, jnp.float32)
     logits = jnp.einsum("td,sd->ts", q, k, preferred_element_type=logits_dtype)
     logits = logits * jnp.asarray(scale, logits_dtype)
     if bias is not None:
         logits = logits + bias.astype(logits_dtype)
     weights = softmax_with_temperature(logits, temperature, mask=mask)
-    out = jnp.einsum("ts,sd->td", weights.astype(v.dtype), v, preferred_element_type=logits_dtype)
+    mixing = weights
+    if keep is not None:
+        mixing = jnp.where(keep, weights / jnp.asarray(1.0 - dropout_rate, weights.dtype), 0)
+    out = jnp.einsum("ts,sd->td", mixing.astype(v.dtype), v, preferred_element_type=logits_dtype)
     return out.astype(v.dtype), weights
 
 
 def _group_heads(x: Array, num_kv_heads: int) -> Array:
-    """`[..., H, T, S]`-like array (head axis -3) -> `[..., K, G, T, S]`."""
-    if x.ndim < 3 or x.shape[-3] == 1:
-        x = jnp.reshape(x, (1,) * max(0, 3 - x.ndim) + x.shape)
+    """`[..., H or 1, T, S]` -> `[..., K, G, T, S]` (or `[..., 1, 1, T, S]`), query head h = k * G + g."""
+    if x.shape[-3] == 1:
         return x[..., None, :, :]
     return jnp.reshape(x, x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
 
 
-def _vmapped_attention(query, key, value, mask, bias, scale, temperature):
-    """All heads through the single-head core; returns out `[..., T, H, Dv]`, weights `[..., H, T, S]`."""
+def _vmapped_attention(query, key, value, mask, bias, scale, temperature, keep=None, dropout_rate=0.0):
+    """All heads through the single-head core.
+
+    mask, bias, keep: `None` or the rank of the logits `[..., H, T, S]` with
+    full T and S axes (`_fit_to_logits`). Returns out `[..., T, H, Dv]`,
+    weights `[..., H, T, S]`.
+    """
     num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
     group = num_heads // num_kv_heads
     # [..., T, H, D] -> [..., K, G, T, D]; keys/values [..., K, 1, S, D] are shared by the group.
@@ -180,24 +269,17 @@ def _vmapped_attention(query, key, value, mask, bias, scale, temperature):
     q = jnp.reshape(q, q.shape[:-3] + (num_kv_heads, group) + q.shape[-2:])
     k = jnp.swapaxes(key, -3, -2)[..., None, :, :]
     v = jnp.swapaxes(value, -3, -2)[..., None, :, :]
-    operands = [q, k, v]
-    signature = ["(t,d)", "(s,d)", "(s,e)"]
-    for name, extra in (("mask", mask), ("bias", bias)):
-        if extra is not None:
-            operands.append(_group_heads(extra, num_kv_heads))
-            signature.append("(t,s)")
-    has_mask, has_bias = mask is not None, bias is not None
+    extras = {name: x for name, x in (("mask", mask), ("bias", bias), ("keep", keep)) if x is not None}
+    operands = [q, k, v] + [_group_heads(x, num_kv_heads) for x in extras.values()]
+    signature = ",".join(["(t,d)", "(s,d)", "(s,e)"] + ["(t,s)"] * len(extras)) + "->(t,e),(t,s)"
 
-    def core(q, k, v, *extras):
-        extras = list(extras)
-        m = extras.pop(0) if has_mask else None
-        b = extras.pop(0) if has_bias else None
-        return _attend_one_head(q, k, v, m, b, scale=scale, temperature=temperature)
+    def core(q, k, v, *extra_values):
+        return _attend_one_head(q, k, v, **dict(zip(extras, extra_values)),
+                                scale=scale, temperature=temperature, dropout_rate=dropout_rate)
 
     rank = max(x.ndim for x in operands)
     operands = [jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape) for x in operands]
-    lifted = jnp.vectorize(core, signature=",".join(signature) + "->(t,e),(t,s)")
-    out, weights = lifted(*operands)
+    out, weights = jnp.vectorize(core, signature=signature)(*operands)
     batch = out.shape[:-4]
     out = jnp.reshape(out, batch + (num_heads,) + out.shape[-2:])
     weights = jnp.reshape(weights, batch + (num_heads,) + weights.shape[-2:])
@@ -268,72 +350,107 @@ def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperatu
 # Public functions
 
 
+IMPLEMENTATIONS = (None, "xla", "cudnn")
+
+
 def dot_product_attention(
     query: Array,
     key: Array,
     value: Array,
-    *,
-    mask: Optional[Array] = None,
     bias: Optional[Array] = None,
-    is_causal: bool = False,
+    mask: Optional[Array] = None,
+    *,
     scale: Optional[float] = None,
+    is_causal: bool = False,
+    query_seq_lengths: Optional[Array] = None,
+    key_value_seq_lengths: Optional[Array] = None,
+    local_window_size: Union[int, tuple[int, int], None] = None,
+    implementation: Optional[str] = None,
     temperature: Scalar = 1.0,
     return_weights: bool = False,
+    dropout_rate: float = 0.0,
+    dropout_rng: Optional[Array] = None,
 ):
     """Scaled dot-product attention, softmax((Q K^T * scale + bias) / temperature) V.
+
+    A drop-in for `jax.nn.dot_product_attention` (same positional order
+    `(query, key, value, bias, mask)` and keywords), plus `temperature`,
+    `return_weights` and dropout on the weights.
 
     Args:
       query: `[..., T, H, D]`.
       key: `[..., S, K, D]`, K dividing H (grouped-query attention).
       value: `[..., S, K, Dv]`.
-      mask: boolean, broadcastable to `[..., H, T, S]`; True = attend.
       bias: additive logits bias, broadcastable to `[..., H, T, S]`.
-      is_causal: also apply the causal mask (query t attends to keys s <= t).
+      mask: broadcastable to `[..., H, T, S]`; boolean (True = attend) or
+        numeric 0/1 (nonzero = attend). Extra leading size-1 axes are allowed
+        (an unbatched query with a `[1, H, T, S]` mask).
       scale: logits scale; default 1/sqrt(D).
+      is_causal: also apply the causal mask (query t attends to keys s <= t,
+        top-left aligned as in jax.nn).
+      query_seq_lengths: integer `[...]` (jax.nn: `[B]`): queries t >= length
+        are padding; their rows are fully masked (zero output).
+      key_value_seq_lengths: integer `[...]`: keys s >= length are masked.
+      local_window_size: w or (left, right): query t attends to keys
+        t - left <= s <= t + right.
+      implementation: None (cuDNN on a GPU for bf16/fp16 when no weights or
+        dropout are asked for and it accepts the shapes, else the XLA core),
+        'xla' (always the core) or 'cudnn' (cuDNN or an error).
       temperature: positive scalar dividing the scaled, biased logits.
       return_weights: also return the attention weights.
+      dropout_rate: in [0, 1); when > 0, each weight is dropped with this
+        probability (needs `dropout_rng`) and kept ones are scaled by
+        1 / (1 - rate) in the output (inverted dropout).
+      dropout_rng: PRNG key for the dropout draw.
 
     Returns:
       `out` `[..., T, H, Dv]` in value's dtype, or `(out, weights)` with weights
       `[..., H, T, S]` in `promote_types(dtype, float32)`; rows sum to 1, or to 0
-      for fully masked rows (whose output is 0).
+      for fully masked rows (whose output is 0). The weights are the softmax's,
+      before dropout (the row-stochastic matrix the analysis reads).
 
     Raises:
       ValueError / TypeError, naming the argument and shapes, for inputs of the
-      wrong rank, mismatched heads or dims, or masks/biases that do not
-      broadcast; raised while tracing, before any compute.
+      wrong rank, mismatched heads or dims, masks/biases/lengths that do not
+      broadcast, or bad options; raised while tracing, before any compute.
     """
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
+    batch_shape = query.shape[:-3]
+    query_seq_lengths = _check_lengths("query_seq_lengths", query_seq_lengths, batch_shape)
+    key_value_seq_lengths = _check_lengths("key_value_seq_lengths", key_value_seq_lengths, batch_shape)
+    window = _check_window(local_window_size)
+    use_dropout = _check_dropout(dropout_rate, dropout_rng)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
     scale = _default_scale(query, scale)
-    if not return_weights and _can_use_cudnn(query, key, value, temperature):
+    causal, local, kv_valid, q_valid = _keyword_masks(
+        query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
+    )
+    if implementation == "cudnn" or (implementation is None and not (return_weights or use_dropout)
+                                     and _can_use_cudnn(query, key, value, temperature)):
+        cudnn_mask = masks_lib.combine_masks(mask, local, kv_valid, q_valid)
         try:
-            return _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperature, "cudnn")
+            return _jax_nn_attention(query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn")
         except (ValueError, NotImplementedError, RuntimeError, TypeError):
-            pass  # cuDNN does not support these shapes/mask on this GPU: use the core.
-    if is_causal:
-        mask = masks_lib.combine_masks(mask, masks_lib.causal_mask(query.shape[-3], key.shape[-3]))
-    out, weights = _vmapped_attention(query, key, value, mask, bias, scale, temperature)
+            if implementation == "cudnn":
+                raise
+            # cuDNN does not support these shapes/mask on this GPU: use the core.
+    target = _logits_shape(query, key)
+    mask = _fit_to_logits(masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid), target)
+    bias = _fit_to_logits(bias, target)
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, target) if use_dropout else None
+    out, weights = _vmapped_attention(query, key, value, mask, bias, scale, temperature, keep, dropout_rate)
     return (out, weights) if return_weights else out
 
 
-def attention_weights(
-    query: Array,
-    key: Array,
-    *,
-    mask: Optional[Array] = None,
-    bias: Optional[Array] = None,
-    is_causal: bool = False,
-    scale: Optional[float] = None,
-    temperature: Scalar = 1.0,
-) -> Array:
+def attention_weights(query: Array, key: Array, bias: Optional[Array] = None, mask: Optional[Array] = None,
+                      **options) -> Array:
     """The attention matrix softmax((Q K^T * scale + bias) / temperature) alone.
 
-    Args as `dot_product_attention` (no value needed). Returns `[..., H, T, S]`,
-    row-stochastic (rows of fully masked queries are zero).
+    Args as `dot_product_attention` (no value needed; `options` are its
+    keywords). Returns `[..., H, T, S]`, row-stochastic (rows of fully masked
+    queries are zero).
     """
     value = jnp.zeros(key.shape[:-1] + (1,), key.dtype) if hasattr(key, "shape") else key
-    _, weights = dot_product_attention(
-        query, key, value, mask=mask, bias=bias, is_causal=is_causal,
-        scale=scale, temperature=temperature, return_weights=True,
-    )
+    _, weights = dot_product_attention(query, key, value, bias, mask, **{**options, "return_weights": True})
     return weights

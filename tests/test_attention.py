@@ -296,7 +296,15 @@ def test_articles_example_runs_and_rows_sum_to_one():
         (((2, 4, 8, 16), (3, 4, 8, 16), (3, 4, 8, 16)), {}, r"same batch dims"),
         (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 5), bool)}, r"mask of shape \(4, 5\).*\(2, 8, 4, 4\)"),
         (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((3, 8, 4, 4), bool)}, r"mask of shape \(3, 8, 4, 4\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 4), np.float32)}, r"mask must be boolean"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 4), np.complex64)}, r"mask must be boolean or numeric"),
+        (((4, 8, 16), (4, 8, 16), (4, 8, 16)), {"mask": np.ones((2, 8, 4, 4), bool)}, r"mask of shape \(2, 8, 4, 4\).*\(8, 4, 4\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"key_value_seq_lengths": np.ones((3,), np.int32)}, r"key_value_seq_lengths of shape \(3,\).*\(2,\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"query_seq_lengths": np.ones((2,), np.float32)}, r"query_seq_lengths must be an integer array"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"local_window_size": -1}, r"local_window_size must be a non-negative int"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"local_window_size": (1, 2, 3)}, r"local_window_size must be .*\(1, 2, 3\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"implementation": "flash"}, r"implementation must be one of"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"dropout_rate": 1.0}, r"dropout_rate must be a number in \[0, 1\)"),
+        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"dropout_rate": 0.1}, r"dropout_rate=0.1 needs a dropout_rng"),
         (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"bias": np.ones((5, 4), np.float32)}, r"bias of shape \(5, 4\)"),
         (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": -1.0}, r"temperature must be > 0"),
         (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": 0.0}, r"temperature must be > 0"),
@@ -304,7 +312,8 @@ def test_articles_example_runs_and_rows_sum_to_one():
 )
 def test_bad_inputs_raise_before_compute(shapes, kwargs, message):
     arrays = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
-    with pytest.raises(ValueError if "boolean" not in message else TypeError, match=message):
+    expected = TypeError if ("boolean" in message or "integer array" in message) else ValueError
+    with pytest.raises(expected, match=message):
         # Tracing alone (no compute) must raise.
         jax.eval_shape(lambda q, k, v: attnjax.dot_product_attention(q, k, v, **kwargs), *arrays)
 
