@@ -348,3 +348,44 @@ def test_cudnn_is_only_considered_on_gpu_for_half_precision():
     expected = jax.default_backend() == "gpu"
     assert attention._can_use_cudnn(q, q, q, 1.0) == expected
     assert not attention._can_use_cudnn(q.astype(jnp.float32), q.astype(jnp.float32), q.astype(jnp.float32), 1.0)
+
+
+# ----------------------------------------------------------------- dropout
+
+
+def test_dropout_rate_zero_is_exactly_no_dropout():
+    q, k, v = qkv(30, (2,), 6, 6, 4, 2, 8)
+    plain = attnjax.dot_product_attention(q, k, v, is_causal=True)
+    np.testing.assert_array_equal(
+        attnjax.dot_product_attention(q, k, v, is_causal=True, dropout_rate=0.0, dropout_rng=jax.random.key(0)), plain)
+
+
+def test_dropout_draws_differ_per_head_and_average_to_no_dropout():
+    """E[keep / (1 - p)] = 1, so the mean output over n draws tends to the
+    dropout-free output with standard error ~ sd / sqrt(n)."""
+    q, k, v = qkv(31, (), 6, 6, 4, 4, 8, dtype=jnp.float64)
+    rate, n = 0.3, 4000
+    plain, weights = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    draw = lambda key: attnjax.dot_product_attention(q, k, v, is_causal=True, dropout_rate=rate,  # noqa: E731
+                                                     dropout_rng=key, return_weights=True)
+    outs, ws = jax.vmap(draw)(jax.random.split(jax.random.key(1), n))
+    np.testing.assert_array_equal(ws[0], weights)  # weights are the softmax's, before dropout
+    assert not np.allclose(outs[0], plain)
+    # Every head gets its own draw: identical q/k/v in two heads still give different outputs.
+    same = jnp.broadcast_to(q[:, :1], q.shape), jnp.broadcast_to(k[:, :1], k.shape), jnp.broadcast_to(v[:, :1], v.shape)
+    one = attnjax.dot_product_attention(*same, dropout_rate=rate, dropout_rng=jax.random.key(2))
+    assert not np.allclose(one[:, 0], one[:, 1])
+    stderr = np.std(np.asarray(outs), axis=0) / np.sqrt(n)
+    assert np.all(np.abs(np.mean(np.asarray(outs), axis=0) - np.asarray(plain)) <= 5 * stderr + 1e-12)
+
+
+def test_signature_is_a_superset_of_jax_nn():
+    import inspect
+    ours = inspect.signature(attnjax.dot_product_attention).parameters
+    theirs = inspect.signature(jax.nn.dot_product_attention).parameters
+    for name, p in theirs.items():
+        if name == "return_residual":
+            continue
+        assert name in ours, name
+        assert ours[name].kind == p.kind, name
+    assert list(ours)[:5] == list(theirs)[:5]
