@@ -10,7 +10,16 @@
 * `Transformer` (+ `TransformerConfig`): embedding, positions, L blocks
   scanned over stacked parameters (compile time independent of depth), final
   norm and output head; optionally returns every layer's hidden states and
-  attention weights.
+  attention weights. `ARCHITECTURES` / `architecture(name)`: presets of the
+  block switches that depth studies compare.
+
+Any function with `jax.nn.dot_product_attention`'s signature can do the
+attention (`attention_fn`). Autoregressive decoding: `init_cache(batch_size,
+max_len)` then calls with `decode=True` on chunks of one or more positions (a
+K/V cache for softmax attention, the recurrent state for linear attention);
+`Transformer.generate` prefills a prompt and samples. Dropout on the attention
+weights and on the residual branches, off by default, with a `deterministic`
+switch and explicit `rngs` as in `flax.nnx.Dropout`.
 
 Shapes: tokens `[B, T]` (int) or features `[B, T, F]`; hidden states
 `[B, T, D]`; attention weights `[B, H, T, S]`.
@@ -18,15 +27,19 @@ Shapes: tokens `[B, T]` (int) or features `[B, T, F]`; hidden states
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attnjax import features as features_lib
 from attnjax import linear as linear_lib
+from attnjax import masks as masks_lib
 from attnjax.attention import dot_product_attention
 
 Array = jax.Array
@@ -40,6 +53,13 @@ RANDOM_FEATURE_MAPS = {
     "relu_random": features_lib.relu_random,
     "trig_random": features_lib.trig_random,
 }
+
+
+# The initialisers `nnx.Linear` and `nnx.Embed` use by default.
+DEFAULT_KERNEL_INIT = nnx.nn.linear.default_kernel_init
+DEFAULT_BIAS_INIT = nnx.nn.linear.default_bias_init
+DEFAULT_EMBED_INIT = nnx.nn.linear.default_embed_init
+DEFAULT_POSITION_INIT = nnx.initializers.normal(stddev=0.02)
 
 
 class RandomProjection(nnx.Variable):
@@ -70,6 +90,91 @@ def _check_temperature(temperature) -> None:
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
 
 
+def _check_rate(name: str, rate) -> None:
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}")
+
+
+def _check_bool(name: str, value, *, optional: bool = False) -> None:
+    if not (isinstance(value, bool) or (optional and value is None)):
+        raise TypeError(f"{name} must be a bool{' or None' if optional else ''}, got {value!r}")
+
+
+def _check_callable(name: str, value, *, optional: bool = False) -> None:
+    if not (callable(value) or (optional and value is None)):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r:.60}")
+
+
+def _check_rngs(rngs) -> None:
+    if not (rngs is None or isinstance(rngs, (jax.Array, nnx.Rngs, nnx.RngStream))):
+        raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream, a PRNG key or None, got {type(rngs).__name__}")
+
+
+def _as_key(rngs) -> Optional[Array]:
+    """Per-call randomness (`nnx.Rngs`, `nnx.RngStream`, a PRNG key or None) -> a key or None."""
+    _check_rngs(rngs)
+    if isinstance(rngs, nnx.Rngs):
+        return rngs.dropout()
+    if isinstance(rngs, nnx.RngStream):
+        return rngs()
+    return rngs
+
+
+# --------------------------------------------------------------------------
+# The attention-function contract: jax.nn.dot_product_attention's signature
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_keywords(fn: Callable) -> Optional[frozenset]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume it takes what it is given
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _describe(fn: Callable) -> str:
+    name = getattr(fn, "__name__", type(fn).__name__)
+    module = "jax.nn" if getattr(jax.nn, name, None) is fn else getattr(fn, "__module__", "?")
+    return f"{name} from {module}"
+
+
+def _require_keywords(fn: Callable, names: tuple[str, ...], purpose: str) -> None:
+    """Raises unless `fn` takes keyword arguments `names` (its signature is read once per function)."""
+    try:
+        accepted = _signature_keywords(fn)
+    except TypeError:  # an unhashable callable: read it uncached
+        accepted = _signature_keywords.__wrapped__(fn)
+    missing = [n for n in names if accepted is not None and n not in accepted]
+    if missing:
+        takes = ", ".join(f"{n}=" for n in missing)
+        raise ValueError(
+            f"{purpose} unavailable with attention_fn={_describe(fn)}: it takes no {takes}; "
+            f"use attnjax.dot_product_attention (or any function that takes {takes})"
+        )
+
+
+def _check_attention_options(attention_kind: str, attention_fn, dropout_rate, rate_name: str) -> None:
+    """attention_fn, and dropout on the attention weights (`rate_name`), which only softmax attention has."""
+    _check_callable("attention_fn", attention_fn)
+    _check_rate(rate_name, dropout_rate)
+    if attention_kind == "softmax":
+        _require_keywords(attention_fn, ("mask", "is_causal", "scale"), "attention is")
+        if dropout_rate > 0:
+            _require_keywords(attention_fn, ("dropout_rate", "dropout_rng"), "attention dropout is")
+    elif dropout_rate > 0:
+        raise ValueError(f"dropout on the attention weights needs attention_kind='softmax', "
+                         f"got attention_kind={attention_kind!r} with {rate_name}={dropout_rate}")
+
+
+def _check_weights_available(attention_kind: str, attention_fn) -> None:
+    if attention_kind == "softmax":
+        _require_keywords(attention_fn, ("return_weights",),
+                          "attention weights (sow_weights / return_weights / return_intermediates) are")
+
+
 def _normalize_qk_mode(normalize_qk) -> Optional[str]:
     if normalize_qk is True:
         return "layernorm"
@@ -88,8 +193,48 @@ def cosine_normalize(x: Array) -> Array:
     return (x32 * (math.sqrt(x.shape[-1]) / jnp.maximum(norm, tiny))).astype(x.dtype)
 
 
+def _visible_keys(index: Array, chunk: int, max_len: int, rank: int) -> Array:
+    """Causal mask of a chunk at the end of the cache, `[1, ..., 1, C, max_len]` (rank `rank`).
+
+    Query i of the chunk sits at absolute position index + i and sees cache
+    slots s <= index + i: earlier positions and the chunk up to itself, never
+    the unfilled slots s >= index + C.
+    """
+    rows = index + jnp.arange(chunk, dtype=index.dtype)[:, None]
+    cols = jnp.arange(max_len, dtype=index.dtype)[None, :]
+    return jnp.reshape(cols <= rows, (1,) * (rank - 2) + (chunk, max_len))
+
+
+def _time_major(x: Array) -> Array:
+    """`[B, C, h, d]` -> `[C, B, h, d]`, for scanning over positions."""
+    return jnp.moveaxis(x, -3, 0)
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention: out = concat_h(attn(x W_q^h, c W_k^h, c W_v^h)) W_o.
+
+    The attention itself is `attention_fn`, any function with the signature of
+    `jax.nn.dot_product_attention` on q `[B, T, H, Dh]`, k, v `[B, S, K, Dh]`.
+    The module calls
+
+        attention_fn(q, k, v, mask=mask, is_causal=is_causal, scale=1 / (sqrt(Dh) * temperature))
+
+    (the temperature is folded into the scale, so jax.nn's function runs
+    unchanged), adding `return_weights=True` only when the weights are asked
+    for (`sow_weights`, `return_weights`) and `dropout_rate=, dropout_rng=`
+    only when attention dropout is active; a function that does not take
+    those keywords raises a `ValueError` saying so. For example:
+
+        mha = MultiHeadAttention(64, 4, attention_fn=jax.nn.dot_product_attention, rngs=rngs)
+        out = mha(x, is_causal=True)        # x [B, T, 64] -> [B, T, 64], as with the default
+        mha(x, return_weights=True)         # ValueError: jax.nn's function returns no weights
+        # On a GPU in bf16, cuDNN's fused kernel:
+        cudnn = functools.partial(jax.nn.dot_product_attention, implementation="cudnn")
+        mha = MultiHeadAttention(64, 4, attention_fn=cudnn, dtype=jnp.bfloat16, rngs=rngs)
+
+    Autoregressive decoding: `init_cache(batch_size, max_len)`, then calls
+    with `decode=True` on chunks `[B, C, F]` (a prompt, then one token at a
+    time); each chunk attends causally to everything decoded so far.
 
     Args:
       in_features: F, the width of `x` (and of `context`).
@@ -100,13 +245,13 @@ class MultiHeadAttention(nnx.Module):
       fused_qkv: one W_qkv `[F, (H + 2K) Dh]` instead of three matrices
         (self-attention only).
       use_bias: biases on every projection.
-      temperature: softmax temperature passed to `attention_fn`.
+      temperature: softmax temperature, folded into the scale given to
+        `attention_fn`.
       normalize_qk: None, 'layernorm' (QK-norm, as `flax.nnx.MultiHeadAttention`
         with `normalize_qk=True`; `True` means this) or 'cosine' (q and k
         rescaled to norm sqrt(Dh), so logits are sqrt(Dh) cos(q, k)).
-      attention_fn: `fn(q, k, v, *, mask, is_causal, temperature,
-        return_weights)` on `[B, T, H, Dh]`; default `dot_product_attention`.
-        Used when `attention_kind='softmax'`.
+      attention_fn: see above; default `attnjax.dot_product_attention`. Used
+        when `attention_kind='softmax'`.
       attention_kind: 'softmax' (exact, through `attention_fn`) or 'linear'
         (`attnjax.linear_attention`; weights from `linear_attention_weights`).
         For linear attention the temperature divides the queries before the
@@ -116,9 +261,19 @@ class MultiHeadAttention(nnx.Module):
         held in a non-trainable `RandomProjection`; `redraw(key)` draws a
         new one), 'elu_plus_one' or 'relu'.
       num_features: M, the number of random features.
+      dropout_rate: dropout on the attention weights, in [0, 1) (softmax
+        attention; done by `attention_fn`). 0 (default) is off.
+      deterministic: default for the call's `deterministic`: True turns
+        dropout off (`nnx.Module.eval()` sets it, `train()` clears it).
+      kernel_init, bias_init: initialisers `fn(key, shape, dtype)` of the
+        Q/K/V (or fused QKV) kernels `[F, width]` and of every bias (default:
+        those of `nnx.Linear`).
+      out_kernel_init: initialiser of W_o `[H Dh, out_features]` (default
+        `kernel_init`).
       dtype: computation dtype (None: that of the inputs/params).
       param_dtype: parameter dtype.
-      rngs: `nnx.Rngs` for initialisation.
+      rngs: `nnx.Rngs` for initialisation; with `dropout_rate > 0` a 'dropout'
+        (or default) stream is forked from it, after the parameters are drawn.
     """
 
     def __init__(
@@ -137,6 +292,11 @@ class MultiHeadAttention(nnx.Module):
         attention_kind: str = "softmax",
         feature_map: str = "favor_plus",
         num_features: int = 64,
+        dropout_rate: float = 0.0,
+        deterministic: bool = False,
+        kernel_init: Callable = DEFAULT_KERNEL_INIT,
+        bias_init: Callable = DEFAULT_BIAS_INIT,
+        out_kernel_init: Optional[Callable] = None,
         dtype: Optional[Any] = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -152,6 +312,11 @@ class MultiHeadAttention(nnx.Module):
         _check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
         _check_temperature(temperature)
         _check_linear_options(attention_kind, feature_map, num_features)
+        _check_attention_options(attention_kind, attention_fn, dropout_rate, "dropout_rate")
+        _check_bool("deterministic", deterministic)
+        for name, init in (("kernel_init", kernel_init), ("bias_init", bias_init)):
+            _check_callable(name, init)
+        _check_callable("out_kernel_init", out_kernel_init, optional=True)
         self.in_features = in_features
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -162,10 +327,14 @@ class MultiHeadAttention(nnx.Module):
         self.attention_fn = attention_fn
         self.attention_kind = attention_kind
         self.feature_map_name = feature_map
+        self.dropout_rate = dropout_rate
+        self.deterministic = deterministic
+        self.dtype, self.param_dtype = dtype, param_dtype
         if attention_kind == "linear" and feature_map in RANDOM_FEATURE_MAPS:
             self.projection = RandomProjection(self._draw_projection(rngs.params(), num_features))
-        linear = lambda i, o: nnx.Linear(  # noqa: E731
-            i, o, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+        linear = lambda i, o, init=kernel_init: nnx.Linear(  # noqa: E731
+            i, o, use_bias=use_bias, kernel_init=init, bias_init=bias_init,
+            dtype=dtype, param_dtype=param_dtype, rngs=rngs,
         )
         q_width, kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
         if fused_qkv:
@@ -179,7 +348,8 @@ class MultiHeadAttention(nnx.Module):
                 self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
             )
             self.query_ln, self.key_ln = norm(), norm()
-        self.out = linear(q_width, out_features)
+        self.out = linear(q_width, out_features, kernel_init if out_kernel_init is None else out_kernel_init)
+        self.rngs = rngs.dropout.fork() if dropout_rate > 0 else None
 
     def _draw_projection(self, key: Array, num_features: int) -> Array:
         return features_lib.orthogonal_random_matrix(key, num_features, self.head_dim)
@@ -196,12 +366,25 @@ class MultiHeadAttention(nnx.Module):
             return FIXED_FEATURE_MAPS[self.feature_map_name]
         return RANDOM_FEATURE_MAPS[self.feature_map_name](self.projection[...])
 
-    def _attend(self, q, k, v, mask, is_causal, need_weights):
+    # ------------------------------------------------------------ attention
+
+    def _dropout_rng(self, deterministic: Optional[bool], rngs) -> Optional[Array]:
+        """The key for attention dropout, or None when it is off (rate 0 or deterministic)."""
+        deterministic = self.deterministic if deterministic is None else deterministic
+        if self.dropout_rate == 0 or deterministic:
+            return None
+        key = _as_key(rngs)
+        return self.rngs() if key is None else key
+
+    def _attend(self, q, k, v, mask, is_causal, need_weights, dropout_rng=None):
         """Heads `[..., T, H, Dh]` -> (out `[..., T, H, Dh]`, weights `[..., H, T, S]` or None)."""
         if self.attention_kind == "softmax":
-            result = self.attention_fn(
-                q, k, v, mask=mask, is_causal=is_causal, temperature=self.temperature, return_weights=need_weights
-            )
+            kwargs = dict(mask=mask, is_causal=is_causal, scale=1.0 / (math.sqrt(self.head_dim) * self.temperature))
+            if need_weights:
+                kwargs["return_weights"] = True
+            if dropout_rng is not None:
+                kwargs.update(dropout_rate=self.dropout_rate, dropout_rng=dropout_rng)
+            result = self.attention_fn(q, k, v, **kwargs)
             return result if need_weights else (result, None)
         phi = self._feature_map()
         q = q / jnp.asarray(self.temperature, q.dtype)
@@ -230,6 +413,85 @@ class MultiHeadAttention(nnx.Module):
             q, k = cosine_normalize(q), cosine_normalize(k)
         return q, k, v
 
+    # ------------------------------------------------------------- decoding
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Optional[Any] = None) -> None:
+        """Empty decoding cache (`nnx.Cache` variables) for `batch_size` sequences of up to `max_len` positions.
+
+        Softmax attention: `cached_key`, `cached_value` `[B, max_len, K, Dh]`
+        (only the K = num_kv_heads key/value heads). Linear attention: the
+        recurrent state `cached_kv` `[B, K, M, Dh]` and `cached_normalizer`
+        `[B, K, M]` (at least float32). Both: `cache_index`, the number of
+        positions written so far (int32 scalar). `dtype` defaults to the
+        module's computation dtype, else its parameter dtype.
+        """
+        _check_positive_int("batch_size", batch_size)
+        _check_positive_int("max_len", max_len)
+        dtype = jnp.dtype(dtype or self.dtype or self.param_dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+        if self.attention_kind == "softmax":
+            shape = (batch_size, max_len, self.num_kv_heads, self.head_dim)
+            self.cached_key = nnx.Cache(jnp.zeros(shape, dtype))
+            self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
+        else:
+            num_features = features_lib.num_features(self._feature_map(), self.head_dim)
+            state = linear_lib.init_state((batch_size,), self.num_kv_heads, num_features, self.head_dim,
+                                          jnp.promote_types(dtype, jnp.float32))
+            self.cached_kv = nnx.Cache(state.kv)
+            self.cached_normalizer = nnx.Cache(state.normalizer)
+        self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
+        self.cache_shape = (batch_size, max_len)
+
+    def _check_decode(self, batch: int, chunk: int, shape: tuple[int, ...]) -> None:
+        """The cache exists, has this batch size and room for `chunk` more positions.
+
+        Room is checked exactly when the cache index is concrete (eager calls);
+        under a trace only `chunk <= max_len` can be, and an overflowing chunk
+        gives NaN outputs instead of silently wrong ones.
+        """
+        if getattr(self, "cache_index", None) is None:
+            raise ValueError(f"decode=True needs a cache: call init_cache(batch_size, max_len) first "
+                             f"(inputs of shape {shape})")
+        batch_size, max_len = self.cache_shape
+        if batch != batch_size:
+            raise ValueError(f"decode: inputs of shape {shape} have batch size {batch}, "
+                             f"the cache was initialised with batch_size={batch_size}")
+        index = self.cache_index[...]
+        filled = None if isinstance(index, jax.core.Tracer) else int(np.max(index))
+        if chunk + (filled or 0) > max_len:
+            raise ValueError(f"decode: a chunk of {chunk} positions (inputs of shape {shape}) does not fit "
+                             f"in the cache of max_len={max_len} with {filled or 0} positions filled")
+
+    def _decode_linear(self, q: Array, k: Array, v: Array) -> Array:
+        """The recurrent form, one position of the chunk at a time: heads `[B, C, H, Dh]`."""
+        phi = self._feature_map()
+        q = q / jnp.asarray(self.temperature, q.dtype)
+        step = functools.partial(linear_lib.linear_attention_step, feature_map=phi)
+        state = linear_lib.LinearAttentionState(self.cached_kv[...], self.cached_normalizer[...])
+        inputs = (_time_major(q), _time_major(k), _time_major(v))
+        state, out = jax.lax.scan(lambda s, qkv_t: step(s, *qkv_t), state, inputs)
+        self.cached_kv[...], self.cached_normalizer[...] = state
+        return jnp.moveaxis(out, 0, -3)
+
+    def _decode(self, q, k, v, mask, need_weights, dropout_rng):
+        """Write the chunk's k, v at the cache index, attend to the cache, advance the index."""
+        index, chunk, max_len = self.cache_index[...], q.shape[-3], self.cache_shape[1]
+        if self.attention_kind == "linear":
+            out, weights = self._decode_linear(q, k, v), None
+        else:
+            zero = jnp.zeros((), index.dtype)
+            start = (zero, index, zero, zero)
+            keys = jax.lax.dynamic_update_slice(self.cached_key[...], k.astype(self.cached_key.dtype), start)
+            values = jax.lax.dynamic_update_slice(self.cached_value[...], v.astype(self.cached_value.dtype), start)
+            self.cached_key[...], self.cached_value[...] = keys, values
+            visible = _visible_keys(index, chunk, max_len, q.ndim)
+            mask = visible if mask is None else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
+            out, weights = self._attend(q, keys.astype(k.dtype), values.astype(v.dtype), mask, False,
+                                        need_weights, dropout_rng)
+        self.cache_index[...] = index + chunk
+        return jnp.where(index + chunk <= max_len, out, jnp.nan), weights
+
     def __call__(
         self,
         x: Array,
@@ -239,32 +501,72 @@ class MultiHeadAttention(nnx.Module):
         is_causal: bool = False,
         sow_weights: bool = False,
         return_weights: bool = False,
+        decode: bool = False,
+        deterministic: Optional[bool] = None,
+        rngs=None,
     ):
         """Attend from `x` `[..., T, F]` to `context` `[..., S, F]` (default: `x`).
 
         Args:
-          mask: boolean, broadcastable to `[..., H, T, S]`, True = attend.
+          mask: boolean (or 0/1), broadcastable to `[..., H, T, S]`, True = attend.
           is_causal: apply the causal mask.
           sow_weights: store the weights `[..., H, T, S]` as an
             `nnx.Intermediate` named 'attention_weights' (collect them with
             `nnx.capture(fn, nnx.Intermediate)`).
           return_weights: return `(out, weights)` instead of `out`.
+          decode: `x` `[B, C, F]` is the next chunk of C positions of the
+            sequences in the cache (`init_cache`): its keys and values are
+            written at the cache index, its queries attend to every cached
+            position up to their own (causal whatever `is_causal`; `mask`, if
+            given, broadcasts to `[B, H, C, max_len]`, and for linear
+            attention must be None), and the index advances by C. Weights
+            (softmax only) are `[B, H, C, max_len]`. Self-attention only.
+          deterministic: True turns dropout off; None uses the constructor's.
+          rngs: randomness for dropout (`nnx.Rngs`, `nnx.RngStream` or a key);
+            None uses the stream forked at construction.
 
         Returns:
           `[..., T, out_features]`, or `(out, weights)`.
         """
+        need_weights = sow_weights or return_weights
+        self._check_call(x, context, mask, need_weights, decode, deterministic, rngs)
+        dropout_rng = self._dropout_rng(deterministic, rngs)
+        q, k, v = self._project(x, context)
+        if decode:
+            heads_out, weights = self._decode(q, k, v, mask, need_weights, dropout_rng)
+        else:
+            heads_out, weights = self._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
+        if sow_weights:
+            self.sow(nnx.Intermediate, "attention_weights", weights)
+        out = self.out(jnp.reshape(heads_out, heads_out.shape[:-2] + (-1,)))
+        return (out, weights) if return_weights else out
+
+    def _check_call(self, x, context, mask, need_weights, decode, deterministic, rngs) -> None:
+        """All of `__call__`'s checks (shapes and options only), before any compute."""
         if x.ndim < 2 or x.shape[-1] != self.in_features:
             raise ValueError(f"x must have shape [..., T, {self.in_features}], got {x.shape}")
         if context is not None and (context.ndim != x.ndim or context.shape[-1] != self.in_features):
             raise ValueError(
                 f"context must have shape [..., S, {self.in_features}] like x {x.shape}, got {context.shape}"
             )
-        q, k, v = self._project(x, context)
-        heads_out, weights = self._attend(q, k, v, mask, is_causal, sow_weights or return_weights)
-        if sow_weights:
-            self.sow(nnx.Intermediate, "attention_weights", weights)
-        out = self.out(jnp.reshape(heads_out, heads_out.shape[:-2] + (-1,)))
-        return (out, weights) if return_weights else out
+        _check_bool("decode", decode)
+        _check_bool("deterministic", deterministic, optional=True)
+        _check_rngs(rngs)
+        if need_weights:
+            _check_weights_available(self.attention_kind, self.attention_fn)
+        if decode:
+            self._check_decode_inputs(x, context, mask, need_weights)
+
+    def _check_decode_inputs(self, x, context, mask, need_weights) -> None:
+        if context is not None:
+            raise ValueError(f"decode=True is self-attention only; got a context of shape {context.shape}")
+        if x.ndim != 3:
+            raise ValueError(f"decode=True needs x of shape [B, C, {self.in_features}], got {x.shape}")
+        if self.attention_kind == "linear" and (mask is not None or need_weights):
+            raise ValueError("decoding linear attention takes no mask and gives no weights "
+                             f"(got mask={None if mask is None else tuple(jnp.shape(mask))}, "
+                             f"weights requested={need_weights})")
+        self._check_decode(x.shape[0], x.shape[1], x.shape)
 
 
 class Mlp(nnx.Module):
@@ -283,10 +585,10 @@ class Mlp(nnx.Module):
 class Block(nnx.Module):
     """One transformer layer with switchable skip connections, MLP and norm placement.
 
-    For each sub-layer f (attention, then the MLP if `mlp`):
-      norm='pre':  x <- x + a f(LN(x))   (skip)   or  f(LN(x))   (no skip)
-      norm='post': x <- LN(x + a f(x))   (skip)   or  LN(f(x))   (no skip)
-      norm=None:   x <- x + a f(x)       (skip)   or  f(x)       (no skip)
+    For each sub-layer f (attention, then the MLP if `mlp`), with d = dropout:
+      norm='pre':  x <- x + a d(f(LN(x)))   (skip)   or  d(f(LN(x)))   (no skip)
+      norm='post': x <- LN(x + a d(f(x)))   (skip)   or  LN(d(f(x)))   (no skip)
+      norm=None:   x <- x + a d(f(x))       (skip)   or  d(f(x))       (no skip)
     with a = `residual_scale` (e.g. 1/sqrt(L), Noci et al. 2022, "Signal
     propagation in transformers"). Attention only without skip (`skip=False,
     mlp=False, norm=None`) is the pure-attention network of Dong et al. 2021,
@@ -295,9 +597,15 @@ class Block(nnx.Module):
     Args:
       features: D, the hidden width.
       num_heads: attention heads; further keyword arguments (`num_kv_heads`,
-        `fused_qkv`, `temperature`, `normalize_qk`, `attention_fn`, ...) go to
-        `MultiHeadAttention`.
+        `fused_qkv`, `temperature`, `normalize_qk`, `attention_fn`,
+        `kernel_init`, ...) go to `MultiHeadAttention`.
       mlp_features: hidden width of the MLP (default 4 D).
+      dropout_rate: dropout d on each sub-layer's output, before the residual
+        add (`nnx.Dropout`), in [0, 1); 0 (default) is off.
+      attention_dropout_rate: dropout on the attention weights
+        (`MultiHeadAttention`'s `dropout_rate`).
+      deterministic: default for the call's `deterministic` (True: no dropout).
+      rngs: `nnx.Rngs`; with dropout, 'dropout' (or default) streams are forked from it.
     """
 
     def __init__(
@@ -310,6 +618,9 @@ class Block(nnx.Module):
         norm: Optional[str] = "pre",
         residual_scale: float = 1.0,
         mlp_features: Optional[int] = None,
+        dropout_rate: float = 0.0,
+        attention_dropout_rate: float = 0.0,
+        deterministic: bool = False,
         dtype=None,
         param_dtype=jnp.float32,
         rngs: nnx.Rngs,
@@ -317,9 +628,12 @@ class Block(nnx.Module):
     ):
         if norm not in NORM_CHOICES:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {norm!r}")
+        _check_rate("dropout_rate", dropout_rate)
+        _check_rate("attention_dropout_rate", attention_dropout_rate)
         self.skip, self.use_mlp, self.norm, self.residual_scale = skip, mlp, norm, residual_scale
         self.attention = MultiHeadAttention(
-            features, num_heads, dtype=dtype, param_dtype=param_dtype, rngs=rngs, **attention_kwargs
+            features, num_heads, dropout_rate=attention_dropout_rate, deterministic=deterministic,
+            dtype=dtype, param_dtype=param_dtype, rngs=rngs, **attention_kwargs
         )
         layer_norm = lambda: nnx.LayerNorm(features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # noqa: E731
         if norm is not None:
@@ -328,35 +642,53 @@ class Block(nnx.Module):
             self.mlp = Mlp(features, mlp_features or 4 * features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             if norm is not None:
                 self.mlp_norm = layer_norm()
+        self.dropout = nnx.Dropout(dropout_rate, deterministic=deterministic, rngs=rngs) if dropout_rate > 0 else None
 
-    def _sublayer(self, x: Array, branch: Callable[[Array], Array], layer_norm) -> Array:
+    def _sublayer(self, x: Array, branch: Callable[[Array], Array], layer_norm, deterministic, key) -> Array:
+        def dropped(h):
+            y = branch(h)
+            return y if self.dropout is None else self.dropout(y, deterministic=deterministic, rngs=key)
+
         if self.norm == "pre":
-            y = branch(layer_norm(x))
+            y = dropped(layer_norm(x))
             return x + self.residual_scale * y if self.skip else y
-        y = branch(x)
+        y = dropped(x)
         y = x + self.residual_scale * y if self.skip else y
         return layer_norm(y) if self.norm == "post" else y
 
     def __call__(
-        self, x: Array, *, mask: Optional[Array] = None, is_causal: bool = False, return_weights: bool = False
+        self,
+        x: Array,
+        *,
+        mask: Optional[Array] = None,
+        is_causal: bool = False,
+        return_weights: bool = False,
+        decode: bool = False,
+        deterministic: Optional[bool] = None,
+        rngs=None,
     ):
-        """x `[..., T, D]` -> (x `[..., T, D]`, weights `[..., H, T, T]` or None).
+        """x `[..., T, D]` -> (x `[..., T, D]`, weights `[..., H, T, S]` or None).
 
         Weights are computed only when `return_weights` is set, so the default
-        keeps the fast attention path.
+        keeps the fast attention path. `decode`, `deterministic`, `rngs`: see
+        `MultiHeadAttention.__call__` (one key from `rngs` is split between
+        the attention and the two residual dropouts).
         """
+        key = _as_key(rngs)
+        keys = [None] * 3 if key is None else [jax.random.fold_in(key, i) for i in range(3)]
         weights = []
 
         def attend(h):
-            out = self.attention(h, mask=mask, is_causal=is_causal, return_weights=return_weights)
+            out = self.attention(h, mask=mask, is_causal=is_causal, return_weights=return_weights,
+                                 decode=decode, deterministic=deterministic, rngs=keys[0])
             if return_weights:
                 out, w = out
                 weights.append(w)
             return out
 
-        x = self._sublayer(x, attend, getattr(self, "attention_norm", None))
+        x = self._sublayer(x, attend, getattr(self, "attention_norm", None), deterministic, keys[1])
         if self.use_mlp:
-            x = self._sublayer(x, self.mlp, getattr(self, "mlp_norm", None))
+            x = self._sublayer(x, self.mlp, getattr(self, "mlp_norm", None), deterministic, keys[2])
         return x, (weights[0] if return_weights else None)
 
 
@@ -379,7 +711,12 @@ class TransformerConfig:
       final_norm: LayerNorm before the head.
       causal: causal self-attention.
       temperature, fused_qkv, normalize_qk, attention_kind, feature_map,
-        num_features: see `MultiHeadAttention`.
+        num_features, attention_fn: see `MultiHeadAttention`.
+      dropout_rate, attention_dropout_rate, deterministic: see `Block`.
+      embedding_init: initialiser of the token embedding `[vocab_size, D]`
+        (or of the input projection kernel `[input_features, D]`); None: the
+        layer's default (`nnx.Embed`'s, or `nnx.Linear`'s).
+      position_init: initialiser of the learned position table `[max_len, D]`.
       mlp_features: MLP hidden width (default 4 D).
       dtype, param_dtype: computation and parameter dtypes.
     """
@@ -405,6 +742,12 @@ class TransformerConfig:
     attention_kind: str = "softmax"
     feature_map: str = "favor_plus"
     num_features: int = 64
+    attention_fn: Callable[..., Any] = dot_product_attention
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    deterministic: bool = False
+    embedding_init: Optional[Callable] = None
+    position_init: Callable = DEFAULT_POSITION_INIT
     mlp_features: Optional[int] = None
     dtype: Any = None
     param_dtype: Any = jnp.float32
@@ -428,6 +771,12 @@ class TransformerConfig:
         _check_temperature(self.temperature)
         _normalize_qk_mode(self.normalize_qk)
         _check_linear_options(self.attention_kind, self.feature_map, self.num_features)
+        _check_attention_options(self.attention_kind, self.attention_fn, self.attention_dropout_rate,
+                                 "attention_dropout_rate")
+        _check_rate("dropout_rate", self.dropout_rate)
+        _check_bool("deterministic", self.deterministic)
+        _check_callable("embedding_init", self.embedding_init, optional=True)
+        _check_callable("position_init", self.position_init)
         if isinstance(self.residual_scale, str) and self.residual_scale != "inv_sqrt_depth":
             raise ValueError(f"residual_scale must be a number or 'inv_sqrt_depth', got {self.residual_scale!r}")
 
@@ -445,11 +794,39 @@ class TransformerConfig:
         return self.vocab_size if self.vocab_size is not None else self.features
 
 
-def sinusoidal_positions(length: int, features: int) -> Array:
-    """Sinusoidal position table `[length, features]` (Vaswani et al. 2017, §3.5)."""
-    position = jnp.arange(length, dtype=jnp.float32)[:, None]
+# Presets of the skip / MLP / norm switches (`Block`) that depth studies compare.
+ARCHITECTURES = {
+    "attention_only": dict(skip=False, mlp=False, norm=None),  # Dong et al. 2021: collapses to rank one
+    "attention_mlp": dict(skip=False, mlp=True, norm=None),
+    "skip": dict(skip=True, mlp=False, norm=None),
+    "skip_mlp": dict(skip=True, mlp=True, norm="pre"),
+    "post_ln": dict(skip=True, mlp=True, norm="post"),
+    # The `skip` network with its residual branch scaled by 1/sqrt(L) (Noci et al.
+    # 2022). Without MLP and norm, so that the comparison with `skip` isolates
+    # the scaling (a GELU MLP adds the same vector to every token at
+    # initialisation, which lowers the residual whatever attention does).
+    "skip_scaled": dict(skip=True, mlp=False, norm=None, residual_scale="inv_sqrt_depth"),
+}
+
+
+def architecture(name: str) -> dict:
+    """The `TransformerConfig` keyword arguments of the preset `name` (a key of `ARCHITECTURES`)."""
+    if name not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {tuple(ARCHITECTURES)}, got {name!r}")
+    return dict(ARCHITECTURES[name])
+
+
+def has_skip(name: str) -> bool:
+    """Whether the preset `name` has skip connections."""
+    return architecture(name)["skip"]
+
+
+def sinusoidal_positions(length: int, features: int, offset: Union[int, Array] = 0, dtype=jnp.float32) -> Array:
+    """Sinusoidal position table `[length, features]` of positions offset..offset+length-1
+    (Vaswani et al. 2017, §3.5), computed in `dtype`; `offset` may be traced (decoding)."""
+    position = (jnp.arange(length) + offset).astype(dtype)[:, None]
     half = features // 2
-    rates = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=jnp.float32) / max(half, 1))[None, :]
+    rates = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=dtype) / max(half, 1))[None, :]
     table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)
     return jnp.pad(table, ((0, 0), (0, features - 2 * half)))
 
@@ -463,10 +840,14 @@ def _make_block(config: TransformerConfig, rngs: nnx.Rngs) -> Block:
         norm=config.norm,
         residual_scale=config.branch_scale,
         mlp_features=config.mlp_features,
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        deterministic=config.deterministic,
         num_kv_heads=config.num_kv_heads,
         fused_qkv=config.fused_qkv,
         temperature=config.temperature,
         normalize_qk=config.normalize_qk,
+        attention_fn=config.attention_fn,
         attention_kind=config.attention_kind,
         feature_map=config.feature_map,
         num_features=config.num_features,
@@ -480,19 +861,22 @@ class Transformer(nnx.Module):
     """Embedding -> positions -> L scanned `Block`s -> final norm -> head.
 
     The L blocks' parameters are stacked on a leading axis and the forward pass
-    is an `nnx.scan` over them, so compile time does not grow with depth.
+    is an `nnx.scan` over them, so compile time does not grow with depth. So
+    are the decoding caches (`init_cache`): each layer's cache `[L, ...]`.
     """
 
     def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
         self.config = config
         kw = dict(dtype=config.dtype, param_dtype=config.param_dtype, rngs=rngs)
         if config.vocab_size is not None:
-            self.embed = nnx.Embed(config.vocab_size, config.features, **kw)
+            init = config.embedding_init or DEFAULT_EMBED_INIT
+            self.embed = nnx.Embed(config.vocab_size, config.features, embedding_init=init, **kw)
         else:
-            self.embed = nnx.Linear(config.input_features, config.features, **kw)
+            init = config.embedding_init or DEFAULT_KERNEL_INIT
+            self.embed = nnx.Linear(config.input_features, config.features, kernel_init=init, **kw)
         if config.positions == "learned":
-            init = nnx.initializers.normal(stddev=0.02)
-            self.position_table = nnx.Param(init(rngs.params(), (config.max_len, config.features), config.param_dtype))
+            shape = (config.max_len, config.features)
+            self.position_table = nnx.Param(config.position_init(rngs.params(), shape, config.param_dtype))
 
         @nnx.split_rngs(splits=config.num_layers)
         @nnx.vmap(in_axes=(0,), out_axes=0)
@@ -516,46 +900,100 @@ class Transformer(nnx.Module):
         draw = lambda k: features_lib.orthogonal_random_matrix(k, num_features, head_dim)  # noqa: E731
         attention.projection[...] = jax.vmap(draw)(keys)
 
-    def _embed(self, inputs: Array) -> Array:
+    def _check_inputs(self, inputs: Array) -> None:
         config = self.config
         if config.vocab_size is not None:
             if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.integer):
                 raise ValueError(f"inputs must be integer tokens [B, T], got {inputs.dtype} {inputs.shape}")
         elif inputs.ndim != 3 or inputs.shape[-1] != config.input_features:
             raise ValueError(f"inputs must have shape [B, T, {config.input_features}], got {inputs.shape}")
-        length = inputs.shape[1]
-        if length > config.max_len and config.positions == "learned":
-            raise ValueError(f"sequence length {length} exceeds max_len {config.max_len}")
+        if inputs.shape[1] > config.max_len and config.positions == "learned":
+            raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len {config.max_len}")
+
+    def _embed(self, inputs: Array, offset: Union[int, Array] = 0) -> Array:
+        """Embedding plus the positions offset..offset+T-1 (offset: the cache index when decoding)."""
+        config, length = self.config, inputs.shape[1]
         x = self.embed(inputs)
         if config.positions == "learned":
-            x = x + self.position_table[...][None, :length].astype(x.dtype)
+            table = jax.lax.dynamic_slice_in_dim(self.position_table[...], offset, length, axis=0)
+            x = x + table[None].astype(x.dtype)
         elif config.positions == "sinusoidal":
-            x = x + sinusoidal_positions(length, config.features)[None].astype(x.dtype)
+            table = sinusoidal_positions(length, config.features, offset, jnp.promote_types(x.dtype, jnp.float32))
+            x = x + table[None].astype(x.dtype)
         return x
 
-    def __call__(self, inputs: Array, *, mask: Optional[Array] = None, return_intermediates: bool = False):
+    # ------------------------------------------------------------- decoding
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Optional[Any] = None) -> None:
+        """Empty decoding caches of every layer, stacked `[L, ...]` (see `MultiHeadAttention.init_cache`)."""
+        _check_positive_int("max_len", max_len)
+        if self.config.positions == "learned" and max_len > self.config.max_len:
+            raise ValueError(f"max_len={max_len} exceeds the learned position table's "
+                             f"TransformerConfig.max_len={self.config.max_len}")
+
+        @nnx.vmap(in_axes=(0,), out_axes=None)
+        def init(block):
+            block.attention.init_cache(batch_size, max_len, dtype)
+
+        init(self.blocks)
+
+    def _decode_offset(self, inputs: Array) -> Array:
+        """Validates a decoding call; returns the cache index (the chunk's first position)."""
+        if not self.config.causal:
+            raise ValueError("decode=True needs a causal model (TransformerConfig.causal=True)")
+        attention = self.blocks.attention
+        attention._check_decode(inputs.shape[0], inputs.shape[1], inputs.shape)
+        return attention.cache_index[...][0]
+
+    def __call__(
+        self,
+        inputs: Array,
+        *,
+        mask: Optional[Array] = None,
+        return_intermediates: bool = False,
+        decode: bool = False,
+        deterministic: Optional[bool] = None,
+        rngs=None,
+    ):
         """Forward pass.
 
         Args:
           inputs: tokens `[B, T]` (int) or features `[B, T, input_features]`.
           mask: optional boolean attention mask broadcastable to `[B, H, T, T]`
-            (combined with the causal mask when `config.causal`).
+            (combined with the causal mask when `config.causal`; when decoding,
+            to `[B, H, T, max_len]`).
           return_intermediates: also return a dict with 'hidden' `[L + 1, B, T, D]`
             (index 0 is the input to the first block, index l the output of
-            block l) and 'attention' `[L, B, H, T, T]`.
+            block l) and 'attention' `[L, B, H, T, T]` (`[L, B, H, T, max_len]`
+            when decoding).
+          decode: `inputs` are the next T positions of the sequences in the
+            caches (`init_cache`; causal models only): positions are offset
+            by the cache index, every layer attends to its cache and advances.
+          deterministic: True turns dropout off; None uses the modules' own.
+          rngs: randomness for dropout (`nnx.Rngs`, `nnx.RngStream` or a key,
+            split over layers); None uses the streams forked at construction.
 
         Returns:
           logits `[B, T, out_features]`, or `(logits, intermediates)`.
         """
-        x = self._embed(inputs)
+        self._check_inputs(inputs)
+        _check_bool("decode", decode)
+        _check_bool("deterministic", deterministic, optional=True)
+        if return_intermediates:
+            _check_weights_available(self.config.attention_kind, self.config.attention_fn)
+        offset = self._decode_offset(inputs) if decode else 0
+        key = _as_key(rngs)
+        layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
+        x = self._embed(inputs, offset)
         causal = self.config.causal
 
-        @nnx.scan(in_axes=(0, nnx.Carry, None), out_axes=(nnx.Carry, 0))
-        def run_blocks(block, h, mask):
-            h, weights = block(h, mask=mask, is_causal=causal, return_weights=return_intermediates)
+        @nnx.scan(in_axes=(0, nnx.Carry, None, 0), out_axes=(nnx.Carry, 0))
+        def run_blocks(block, h, mask, key):
+            h, weights = block(h, mask=mask, is_causal=causal, return_weights=return_intermediates,
+                               decode=decode, deterministic=deterministic, rngs=key)
             return h, ((h, weights) if return_intermediates else None)
 
-        h, per_layer = run_blocks(self.blocks, x, mask)
+        h, per_layer = run_blocks(self.blocks, x, mask, layer_keys)
         out = self.final_norm(h) if self.config.final_norm else h
         logits = self.head(out)
         if not return_intermediates:
@@ -563,3 +1001,68 @@ class Transformer(nnx.Module):
         hidden, weights = per_layer
         hidden = jnp.concatenate([x[None], hidden], axis=0)
         return logits, {"hidden": hidden, "attention": weights}
+
+    def generate(
+        self, prompt_tokens: Array, max_new_tokens: int, *, key: Optional[Array] = None, temperature: float = 0.0
+    ) -> Array:
+        """Continue `prompt_tokens` `[B, P]` by `max_new_tokens` tokens -> `[B, P + max_new_tokens]`.
+
+        The prompt is prefilled as one chunk into fresh caches of length
+        P + max_new_tokens, then tokens are decoded one at a time in a
+        `lax.scan`, all in one jitted program; dropout is off. The model is
+        not modified (the caches live in that program). `temperature=0`
+        (default) is greedy (argmax); `temperature > 0` samples from
+        softmax(logits / temperature) with `key` (token t uses fold_in(key, t)),
+        so the same key gives the same tokens.
+        """
+        self._check_generate(prompt_tokens, max_new_tokens, key, temperature)
+        graphdef, state = nnx.split(self)
+        return _generate(graphdef, state, prompt_tokens, key, max_new_tokens=max_new_tokens,
+                         temperature=float(temperature))
+
+    def _check_generate(self, prompt_tokens, max_new_tokens, key, temperature) -> None:
+        config = self.config
+        if config.vocab_size is None or config.out_features != config.vocab_size or not config.causal:
+            raise ValueError("generate needs a causal token model whose head predicts tokens "
+                             f"(causal={config.causal}, vocab_size={config.vocab_size}, "
+                             f"output_features={config.out_features})")
+        if not hasattr(prompt_tokens, "ndim") or prompt_tokens.ndim != 2 or not jnp.issubdtype(
+                prompt_tokens.dtype, jnp.integer):
+            raise ValueError(f"prompt_tokens must be integer tokens [B, P], got {type(prompt_tokens).__name__} "
+                             f"of dtype {getattr(prompt_tokens, 'dtype', None)}, shape {jnp.shape(prompt_tokens)}")
+        _check_positive_int("max_new_tokens", max_new_tokens)
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+        if temperature > 0 and not isinstance(key, jax.Array):
+            raise ValueError(f"sampling (temperature={temperature}) needs key=, a PRNG key; got {key!r}")
+        total = prompt_tokens.shape[1] + max_new_tokens
+        if config.positions == "learned" and total > config.max_len:
+            raise ValueError(f"prompt_tokens of shape {prompt_tokens.shape} plus max_new_tokens={max_new_tokens} "
+                             f"exceed max_len {config.max_len}")
+
+
+def _next_token(logits: Array, key: Optional[Array], step, temperature: float) -> Array:
+    """logits `[B, V]` -> tokens `[B]`: argmax (temperature 0) or a sample with fold_in(key, step)."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1)
+    return jax.random.categorical(jax.random.fold_in(key, step), logits / temperature, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature"))
+def _generate(graphdef, state, prompt, key, *, max_new_tokens: int, temperature: float) -> Array:
+    """`Transformer.generate` as one program: prefill, then a scan over steps carrying the model state."""
+    model = nnx.merge(graphdef, state)
+    model.init_cache(prompt.shape[0], prompt.shape[1] + max_new_tokens)
+    logits = model(prompt, decode=True, deterministic=True)
+    first = _next_token(logits[:, -1], key, 0, temperature).astype(prompt.dtype)
+    graphdef, state = nnx.split(model)
+
+    def step(carry, t):
+        state, token = carry
+        model = nnx.merge(graphdef, state)
+        logits = model(token[:, None], decode=True, deterministic=True)
+        token = _next_token(logits[:, -1], key, t, temperature).astype(prompt.dtype)
+        return (nnx.state(model), token), token
+
+    _, tokens = jax.lax.scan(step, (state, first), jnp.arange(1, max_new_tokens))
+    return jnp.concatenate([prompt, first[:, None], tokens.T], axis=1)

@@ -248,6 +248,17 @@ def test_transformer_config_fails_fast(kwargs, message):
         _config(**kwargs)
 
 
+@pytest.mark.parametrize("name", sorted(nn.ARCHITECTURES))
+def test_architecture_presets_are_valid_configs(name):
+    config = _config(**nn.architecture(name))
+    assert all(getattr(config, k) == v for k, v in nn.ARCHITECTURES[name].items())
+
+
+def test_unknown_architecture_raises():
+    with pytest.raises(ValueError, match=r"architecture must be one of \('attention_only', .*got 'resnet'"):
+        nn.architecture("resnet")
+
+
 def test_transformer_rejects_bad_inputs():
     model = nn.Transformer(_config(max_len=8), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"exceeds max_len 8"):
