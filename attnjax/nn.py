@@ -40,12 +40,21 @@ from flax import nnx
 from attnjax import features as features_lib
 from attnjax import linear as linear_lib
 from attnjax import masks as masks_lib
+from attnjax import rope as rope_lib
 from attnjax.attention import dot_product_attention
 
 Array = jax.Array
 NORM_CHOICES = ("pre", "post", None)
 QK_NORM_CHOICES = (None, "layernorm", "cosine")
 POSITION_CHOICES = ("learned", "sinusoidal", None)
+NORM_KINDS = ("layernorm", "rmsnorm")
+HEAD_CHOICES = ("linear", "tied", None)
+MLP_ACTIVATIONS = {
+    "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),  # the default; GPT-2's
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # exact x Phi(x); BERT's
+    "relu": jax.nn.relu,
+    "swiglu": jax.nn.silu,  # gated: W_down (silu(W_gate x) * W_up x), Shazeer 2020; llama's
+}
 ATTENTION_KINDS = ("softmax", "linear")
 FIXED_FEATURE_MAPS = {"elu_plus_one": features_lib.elu_plus_one, "relu": features_lib.relu}
 RANDOM_FEATURE_MAPS = {
@@ -103,6 +112,21 @@ def _check_bool(name: str, value, *, optional: bool = False) -> None:
 def _check_callable(name: str, value, *, optional: bool = False) -> None:
     if not (callable(value) or (optional and value is None)):
         raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r:.60}")
+
+
+def _check_norm(norm_kind, norm_eps) -> None:
+    if norm_kind not in NORM_KINDS:
+        raise ValueError(f"norm_kind must be one of {NORM_KINDS}, got {norm_kind!r}")
+    if not isinstance(norm_eps, (int, float)) or isinstance(norm_eps, bool) or not norm_eps > 0:
+        raise ValueError(f"norm_eps must be a positive number, got {norm_eps!r}")
+
+
+def make_norm(features: int, *, kind: str = "layernorm", eps: float = 1e-6, dtype=None, param_dtype=jnp.float32,
+              rngs: nnx.Rngs) -> nnx.Module:
+    """LayerNorm (Ba et al. 2016; scale and bias) or RMSNorm (Zhang & Sennrich 2019; scale only) over `[..., D]`."""
+    _check_norm(kind, eps)
+    norm = nnx.LayerNorm if kind == "layernorm" else nnx.RMSNorm
+    return norm(features, epsilon=eps, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
 def _check_rngs(rngs) -> None:
@@ -261,6 +285,10 @@ class MultiHeadAttention(nnx.Module):
         held in a non-trainable `RandomProjection`; `redraw(key)` draws a
         new one), 'elu_plus_one' or 'relu'.
       num_features: M, the number of random features.
+      rope: rotary position embedding of q and k (`attnjax.rope`): None
+        (default), 'half' or 'interleaved'; positions count from 0, or from
+        the cache index when decoding.
+      rope_base: the rotary base (10000 in RoFormer; 1e5 in SmolLM2).
       dropout_rate: dropout on the attention weights, in [0, 1) (softmax
         attention; done by `attention_fn`). 0 (default) is off.
       deterministic: default for the call's `deterministic`: True turns
@@ -292,6 +320,8 @@ class MultiHeadAttention(nnx.Module):
         attention_kind: str = "softmax",
         feature_map: str = "favor_plus",
         num_features: int = 64,
+        rope: Optional[str] = None,
+        rope_base: float = 10000.0,
         dropout_rate: float = 0.0,
         deterministic: bool = False,
         kernel_init: Callable = DEFAULT_KERNEL_INIT,
@@ -312,6 +342,9 @@ class MultiHeadAttention(nnx.Module):
         _check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
         _check_temperature(temperature)
         _check_linear_options(attention_kind, feature_map, num_features)
+        rope_lib.check_rope(rope, rope_base)
+        if rope is not None and (qkv_features // num_heads) % 2:
+            raise ValueError(f"rope needs an even head dim, got qkv_features={qkv_features}, num_heads={num_heads}")
         _check_attention_options(attention_kind, attention_fn, dropout_rate, "dropout_rate")
         _check_bool("deterministic", deterministic)
         for name, init in (("kernel_init", kernel_init), ("bias_init", bias_init)):
@@ -327,6 +360,7 @@ class MultiHeadAttention(nnx.Module):
         self.attention_fn = attention_fn
         self.attention_kind = attention_kind
         self.feature_map_name = feature_map
+        self.rope, self.rope_base = rope, rope_base
         self.dropout_rate = dropout_rate
         self.deterministic = deterministic
         self.dtype, self.param_dtype = dtype, param_dtype
@@ -412,6 +446,13 @@ class MultiHeadAttention(nnx.Module):
         elif self.normalize_qk == "cosine":
             q, k = cosine_normalize(q), cosine_normalize(k)
         return q, k, v
+
+    def _rotate(self, q: Array, k: Array, offset) -> tuple[Array, Array]:
+        """Rotary embedding of q `[..., T, H, Dh]` at offset..offset+T-1 and k `[..., S, K, Dh]` at offset..offset+S-1."""
+        if self.rope is None:
+            return q, k
+        rotate = functools.partial(rope_lib.rotary_embedding, base=self.rope_base, layout=self.rope)
+        return (rotate(q, offset + jnp.arange(q.shape[-3])), rotate(k, offset + jnp.arange(k.shape[-3])))
 
     # ------------------------------------------------------------- decoding
 
@@ -532,6 +573,7 @@ class MultiHeadAttention(nnx.Module):
         self._check_call(x, context, mask, need_weights, decode, deterministic, rngs)
         dropout_rng = self._dropout_rng(deterministic, rngs)
         q, k, v = self._project(x, context)
+        q, k = self._rotate(q, k, self.cache_index[...] if decode else 0)
         if decode:
             heads_out, weights = self._decode(q, k, v, mask, need_weights, dropout_rng)
         else:
@@ -570,16 +612,35 @@ class MultiHeadAttention(nnx.Module):
 
 
 class Mlp(nnx.Module):
-    """Feed-forward network `[..., D] -> [..., D]`: W_2 gelu(W_1 x + b_1) + b_2."""
+    """Feed-forward network `[..., D] -> [..., D]`.
 
-    def __init__(self, features: int, hidden_features: int, *, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+    activation 'gelu_tanh' (default), 'gelu' (exact) or 'relu':
+        W_2 act(W_1 x + b_1) + b_2                       (params fc1, fc2)
+    activation 'swiglu' (Shazeer 2020, "GLU variants improve transformer"):
+        W_down (silu(W_gate x) * W_up x)                 (params gate, up, down)
+    `use_bias=False` drops every bias.
+    """
+
+    def __init__(self, features: int, hidden_features: int, *, activation: str = "gelu_tanh", use_bias: bool = True,
+                 dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
         _check_positive_int("features", features)
         _check_positive_int("hidden_features", hidden_features)
-        self.fc1 = nnx.Linear(features, hidden_features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.fc2 = nnx.Linear(hidden_features, features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        if activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"mlp_activation must be one of {tuple(MLP_ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        linear = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,  # noqa: E731
+                                         rngs=rngs)
+        if activation == "swiglu":
+            self.gate, self.up = linear(features, hidden_features), linear(features, hidden_features)
+            self.down = linear(hidden_features, features)
+        else:
+            self.fc1, self.fc2 = linear(features, hidden_features), linear(hidden_features, features)
 
     def __call__(self, x: Array) -> Array:
-        return self.fc2(jax.nn.gelu(self.fc1(x)))
+        act = MLP_ACTIVATIONS[self.activation]
+        if self.activation == "swiglu":
+            return self.down(act(self.gate(x)) * self.up(x))
+        return self.fc2(act(self.fc1(x)))
 
 
 class Block(nnx.Module):
@@ -600,6 +661,9 @@ class Block(nnx.Module):
         `fused_qkv`, `temperature`, `normalize_qk`, `attention_fn`,
         `kernel_init`, ...) go to `MultiHeadAttention`.
       mlp_features: hidden width of the MLP (default 4 D).
+      mlp_activation: see `Mlp` ('gelu_tanh', 'gelu', 'relu', 'swiglu').
+      norm_kind: 'layernorm' or 'rmsnorm' (the LN above); norm_eps its epsilon.
+      use_bias: biases in the attention projections and the MLP.
       dropout_rate: dropout d on each sub-layer's output, before the residual
         add (`nnx.Dropout`), in [0, 1); 0 (default) is off.
       attention_dropout_rate: dropout on the attention weights
@@ -618,6 +682,10 @@ class Block(nnx.Module):
         norm: Optional[str] = "pre",
         residual_scale: float = 1.0,
         mlp_features: Optional[int] = None,
+        mlp_activation: str = "gelu_tanh",
+        norm_kind: str = "layernorm",
+        norm_eps: float = 1e-6,
+        use_bias: bool = True,
         dropout_rate: float = 0.0,
         attention_dropout_rate: float = 0.0,
         deterministic: bool = False,
@@ -628,18 +696,21 @@ class Block(nnx.Module):
     ):
         if norm not in NORM_CHOICES:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {norm!r}")
+        _check_norm(norm_kind, norm_eps)
         _check_rate("dropout_rate", dropout_rate)
         _check_rate("attention_dropout_rate", attention_dropout_rate)
         self.skip, self.use_mlp, self.norm, self.residual_scale = skip, mlp, norm, residual_scale
         self.attention = MultiHeadAttention(
-            features, num_heads, dropout_rate=attention_dropout_rate, deterministic=deterministic,
+            features, num_heads, dropout_rate=attention_dropout_rate, deterministic=deterministic, use_bias=use_bias,
             dtype=dtype, param_dtype=param_dtype, rngs=rngs, **attention_kwargs
         )
-        layer_norm = lambda: nnx.LayerNorm(features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # noqa: E731
+        layer_norm = functools.partial(make_norm, features, kind=norm_kind, eps=norm_eps, dtype=dtype,
+                                       param_dtype=param_dtype, rngs=rngs)
         if norm is not None:
             self.attention_norm = layer_norm()
         if mlp:
-            self.mlp = Mlp(features, mlp_features or 4 * features, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+            self.mlp = Mlp(features, mlp_features or 4 * features, activation=mlp_activation, use_bias=use_bias,
+                           dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             if norm is not None:
                 self.mlp_norm = layer_norm()
         self.dropout = nnx.Dropout(dropout_rate, deterministic=deterministic, rngs=rngs) if dropout_rate > 0 else None
@@ -705,19 +776,29 @@ class TransformerConfig:
       input_features: width of real-valued inputs (when `vocab_size` is None).
       output_features: width of the output head (default `vocab_size`, else D).
       max_len: longest sequence (learned positions need it).
-      positions: 'learned', 'sinusoidal' or None.
+      positions: 'learned', 'sinusoidal' or None (e.g. with `rope`).
+      type_vocab_size: number of token types (BERT's segment embeddings,
+        added to the token embedding); None: no token types.
+      embedding_norm: a norm after embedding + positions + types (BERT).
       skip, mlp, norm, residual_scale: see `Block`; residual_scale may be
         the string 'inv_sqrt_depth' for 1/sqrt(L).
-      final_norm: LayerNorm before the head.
+      norm_kind, norm_eps: 'layernorm' or 'rmsnorm' and its epsilon, for
+        every norm of the model (blocks, embedding, final).
+      final_norm: a norm before the head.
+      head: 'linear' (default, a Linear to `out_features`), 'tied' (logits
+        x E^T with the token embedding E) or None (the model returns hidden
+        states `[B, T, D]`, as an encoder).
       causal: causal self-attention.
       temperature, fused_qkv, normalize_qk, attention_kind, feature_map,
-        num_features, attention_fn: see `MultiHeadAttention`.
+        num_features, attention_fn, rope, rope_base: see `MultiHeadAttention`.
+      use_bias: biases in the attention projections and MLPs.
       dropout_rate, attention_dropout_rate, deterministic: see `Block`.
       embedding_init: initialiser of the token embedding `[vocab_size, D]`
         (or of the input projection kernel `[input_features, D]`); None: the
         layer's default (`nnx.Embed`'s, or `nnx.Linear`'s).
       position_init: initialiser of the learned position table `[max_len, D]`.
       mlp_features: MLP hidden width (default 4 D).
+      mlp_activation: see `Mlp`.
       dtype, param_dtype: computation and parameter dtypes.
     """
 
@@ -730,11 +811,16 @@ class TransformerConfig:
     output_features: Optional[int] = None
     max_len: int = 512
     positions: Optional[str] = "learned"
+    type_vocab_size: Optional[int] = None
+    embedding_norm: bool = False
     skip: bool = True
     mlp: bool = True
     norm: Optional[str] = "pre"
     residual_scale: Union[float, str] = 1.0
+    norm_kind: str = "layernorm"
+    norm_eps: float = 1e-6
     final_norm: bool = True
+    head: Optional[str] = "linear"
     causal: bool = False
     temperature: float = 1.0
     fused_qkv: bool = False
@@ -742,6 +828,9 @@ class TransformerConfig:
     attention_kind: str = "softmax"
     feature_map: str = "favor_plus"
     num_features: int = 64
+    rope: Optional[str] = None
+    rope_base: float = 10000.0
+    use_bias: bool = True
     attention_fn: Callable[..., Any] = dot_product_attention
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
@@ -749,6 +838,7 @@ class TransformerConfig:
     embedding_init: Optional[Callable] = None
     position_init: Callable = DEFAULT_POSITION_INIT
     mlp_features: Optional[int] = None
+    mlp_activation: str = "gelu_tanh"
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
@@ -768,6 +858,11 @@ class TransformerConfig:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {self.norm!r}")
         if self.positions not in POSITION_CHOICES:
             raise ValueError(f"positions must be one of {POSITION_CHOICES}, got {self.positions!r}")
+        self._check_embedding_and_head()
+        _check_norm(self.norm_kind, self.norm_eps)
+        rope_lib.check_rope(self.rope, self.rope_base)
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"mlp_activation must be one of {tuple(MLP_ACTIVATIONS)}, got {self.mlp_activation!r}")
         _check_temperature(self.temperature)
         _normalize_qk_mode(self.normalize_qk)
         _check_linear_options(self.attention_kind, self.feature_map, self.num_features)
@@ -780,6 +875,18 @@ class TransformerConfig:
         if isinstance(self.residual_scale, str) and self.residual_scale != "inv_sqrt_depth":
             raise ValueError(f"residual_scale must be a number or 'inv_sqrt_depth', got {self.residual_scale!r}")
 
+    def _check_embedding_and_head(self) -> None:
+        if self.type_vocab_size is not None:
+            _check_positive_int("type_vocab_size", self.type_vocab_size)
+        if self.head not in HEAD_CHOICES:
+            raise ValueError(f"head must be one of {HEAD_CHOICES}, got {self.head!r}")
+        if self.head == "tied" and (self.vocab_size is None or self.output_features not in (None, self.vocab_size)):
+            raise ValueError(f"head='tied' needs token inputs and output_features=vocab_size, got "
+                             f"vocab_size={self.vocab_size}, output_features={self.output_features}")
+        if self.head is None and self.output_features not in (None, self.features):
+            raise ValueError(f"head=None returns hidden states of width features={self.features}, "
+                             f"got output_features={self.output_features}")
+
     @property
     def branch_scale(self) -> float:
         """The numeric residual scale a (1/sqrt(L) for 'inv_sqrt_depth')."""
@@ -789,6 +896,8 @@ class TransformerConfig:
 
     @property
     def out_features(self) -> int:
+        if self.head is None:
+            return self.features
         if self.output_features is not None:
             return self.output_features
         return self.vocab_size if self.vocab_size is not None else self.features
@@ -840,6 +949,10 @@ def _make_block(config: TransformerConfig, rngs: nnx.Rngs) -> Block:
         norm=config.norm,
         residual_scale=config.branch_scale,
         mlp_features=config.mlp_features,
+        mlp_activation=config.mlp_activation,
+        norm_kind=config.norm_kind,
+        norm_eps=config.norm_eps,
+        use_bias=config.use_bias,
         dropout_rate=config.dropout_rate,
         attention_dropout_rate=config.attention_dropout_rate,
         deterministic=config.deterministic,
@@ -851,6 +964,8 @@ def _make_block(config: TransformerConfig, rngs: nnx.Rngs) -> Block:
         attention_kind=config.attention_kind,
         feature_map=config.feature_map,
         num_features=config.num_features,
+        rope=config.rope,
+        rope_base=config.rope_base,
         dtype=config.dtype,
         param_dtype=config.param_dtype,
         rngs=rngs,
@@ -877,6 +992,10 @@ class Transformer(nnx.Module):
         if config.positions == "learned":
             shape = (config.max_len, config.features)
             self.position_table = nnx.Param(config.position_init(rngs.params(), shape, config.param_dtype))
+        if config.type_vocab_size is not None:
+            self.type_embed = nnx.Embed(config.type_vocab_size, config.features, **kw)
+        if config.embedding_norm:
+            self.embed_norm = make_norm(config.features, kind=config.norm_kind, eps=config.norm_eps, **kw)
 
         @nnx.split_rngs(splits=config.num_layers)
         @nnx.vmap(in_axes=(0,), out_axes=0)
@@ -884,9 +1003,11 @@ class Transformer(nnx.Module):
             return _make_block(config, rngs)
 
         self.blocks = make_blocks(rngs)
+        norm = functools.partial(make_norm, config.features, kind=config.norm_kind, eps=config.norm_eps, **kw)
         if config.final_norm:
-            self.final_norm = nnx.LayerNorm(config.features, **kw)
-        self.head = nnx.Linear(config.features, config.out_features, **kw)
+            self.final_norm = norm()
+        if config.head == "linear":
+            self.head = nnx.Linear(config.features, config.out_features, **kw)
 
     def redraw(self, key: Array) -> None:
         """New random feature projections for every layer (linear attention), one key per layer."""
@@ -910,8 +1031,18 @@ class Transformer(nnx.Module):
         if inputs.shape[1] > config.max_len and config.positions == "learned":
             raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len {config.max_len}")
 
-    def _embed(self, inputs: Array, offset: Union[int, Array] = 0) -> Array:
-        """Embedding plus the positions offset..offset+T-1 (offset: the cache index when decoding)."""
+    def _check_token_types(self, inputs: Array, token_type_ids: Optional[Array]) -> None:
+        if token_type_ids is None:
+            return
+        if self.config.type_vocab_size is None:
+            raise ValueError("token_type_ids given, but the model has no token types (TransformerConfig.type_vocab_size)")
+        if token_type_ids.shape != inputs.shape[:2] or not jnp.issubdtype(token_type_ids.dtype, jnp.integer):
+            raise ValueError(f"token_type_ids must be integers of shape [B, T] = {inputs.shape[:2]}, "
+                             f"got {token_type_ids.dtype} {token_type_ids.shape}")
+
+    def _embed(self, inputs: Array, offset: Union[int, Array] = 0, token_type_ids: Optional[Array] = None) -> Array:
+        """Embedding plus the positions offset..offset+T-1 (offset: the cache index when decoding),
+        plus token types (type 0 when not given), then the embedding norm, if any."""
         config, length = self.config, inputs.shape[1]
         x = self.embed(inputs)
         if config.positions == "learned":
@@ -920,7 +1051,17 @@ class Transformer(nnx.Module):
         elif config.positions == "sinusoidal":
             table = sinusoidal_positions(length, config.features, offset, jnp.promote_types(x.dtype, jnp.float32))
             x = x + table[None].astype(x.dtype)
-        return x
+        if config.type_vocab_size is not None:
+            types = jnp.zeros(inputs.shape[:2], jnp.int32) if token_type_ids is None else token_type_ids
+            x = x + self.type_embed(types)
+        return self.embed_norm(x) if config.embedding_norm else x
+
+    def _head(self, h: Array) -> Array:
+        """Final norm and output head: `[B, T, D]` -> `[B, T, out_features]`."""
+        h = self.final_norm(h) if self.config.final_norm else h
+        if self.config.head == "tied":
+            return self.embed.attend(h)
+        return self.head(h) if self.config.head == "linear" else h
 
     # ------------------------------------------------------------- decoding
 
@@ -950,6 +1091,7 @@ class Transformer(nnx.Module):
         inputs: Array,
         *,
         mask: Optional[Array] = None,
+        token_type_ids: Optional[Array] = None,
         return_intermediates: bool = False,
         decode: bool = False,
         deterministic: Optional[bool] = None,
@@ -961,7 +1103,9 @@ class Transformer(nnx.Module):
           inputs: tokens `[B, T]` (int) or features `[B, T, input_features]`.
           mask: optional boolean attention mask broadcastable to `[B, H, T, T]`
             (combined with the causal mask when `config.causal`; when decoding,
-            to `[B, H, T, max_len]`).
+            to `[B, H, T, max_len]`), e.g. `attnjax.key_padding_mask(valid=...)`.
+          token_type_ids: integer `[B, T]` token types (models with
+            `type_vocab_size`; default all 0).
           return_intermediates: also return a dict with 'hidden' `[L + 1, B, T, D]`
             (index 0 is the input to the first block, index l the output of
             block l) and 'attention' `[L, B, H, T, T]` (`[L, B, H, T, max_len]`
@@ -974,9 +1118,11 @@ class Transformer(nnx.Module):
             split over layers); None uses the streams forked at construction.
 
         Returns:
-          logits `[B, T, out_features]`, or `(logits, intermediates)`.
+          logits `[B, T, out_features]` (hidden states `[B, T, D]` when
+          `config.head` is None), or `(logits, intermediates)`.
         """
         self._check_inputs(inputs)
+        self._check_token_types(inputs, token_type_ids)
         _check_bool("decode", decode)
         _check_bool("deterministic", deterministic, optional=True)
         if return_intermediates:
@@ -984,7 +1130,7 @@ class Transformer(nnx.Module):
         offset = self._decode_offset(inputs) if decode else 0
         key = _as_key(rngs)
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
-        x = self._embed(inputs, offset)
+        x = self._embed(inputs, offset, token_type_ids)
         causal = self.config.causal
 
         @nnx.scan(in_axes=(0, nnx.Carry, None, 0), out_axes=(nnx.Carry, 0))
@@ -994,8 +1140,7 @@ class Transformer(nnx.Module):
             return h, ((h, weights) if return_intermediates else None)
 
         h, per_layer = run_blocks(self.blocks, x, mask, layer_keys)
-        out = self.final_norm(h) if self.config.final_norm else h
-        logits = self.head(out)
+        logits = self._head(h)
         if not return_intermediates:
             return logits
         hidden, weights = per_layer
@@ -1022,7 +1167,8 @@ class Transformer(nnx.Module):
 
     def _check_generate(self, prompt_tokens, max_new_tokens, key, temperature) -> None:
         config = self.config
-        if config.vocab_size is None or config.out_features != config.vocab_size or not config.causal:
+        if (config.vocab_size is None or config.head is None or config.out_features != config.vocab_size
+                or not config.causal):
             raise ValueError("generate needs a causal token model whose head predicts tokens "
                              f"(causal={config.causal}, vocab_size={config.vocab_size}, "
                              f"output_features={config.out_features})")

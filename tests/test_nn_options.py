@@ -272,3 +272,83 @@ def test_attention_initialisers_must_be_callable(name):
 def test_transformer_initialisers_must_be_callable(name):
     with pytest.raises(TypeError, match=rf"{name} must be callable, got str"):
         _config(**{name: "normal"})
+
+
+# ----------------------------------- architecture options of real checkpoints
+
+
+def test_mlp_activations_match_their_formulas():
+    from scipy.special import erf  # noqa: F401  (scipy ships with jax)
+
+    x = _x((3, 8), F64)
+    for activation in ("gelu", "gelu_tanh", "relu"):
+        mlp = nn.Mlp(8, 12, activation=activation, param_dtype=F64, rngs=nnx.Rngs(0))
+        h = np.asarray(x) @ np.asarray(mlp.fc1.kernel[...]) + np.asarray(mlp.fc1.bias[...])
+        act = {"gelu": lambda z: 0.5 * z * (1 + erf(z / np.sqrt(2))),
+               "gelu_tanh": lambda z: 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3))),
+               "relu": lambda z: np.maximum(z, 0)}[activation](h)
+        want = act @ np.asarray(mlp.fc2.kernel[...]) + np.asarray(mlp.fc2.bias[...])
+        np.testing.assert_allclose(mlp(x), want, atol=1e-12, err_msg=activation)
+    swiglu = nn.Mlp(8, 12, activation="swiglu", use_bias=False, param_dtype=F64, rngs=nnx.Rngs(0))
+    k = {name: np.asarray(getattr(swiglu, name).kernel[...]) for name in ("gate", "up", "down")}
+    g = np.asarray(x) @ k["gate"]
+    np.testing.assert_allclose(swiglu(x), (g / (1 + np.exp(-g)) * (np.asarray(x) @ k["up"])) @ k["down"], atol=1e-12)
+    assert not hasattr(swiglu.gate, "bias") or swiglu.gate.bias is None
+
+
+def test_default_mlp_and_norm_are_unchanged():
+    """The new options default to what the modules did before: tanh GELU, LayerNorm eps 1e-6."""
+    block = nn.Block(16, 4, rngs=nnx.Rngs(0))
+    assert block.mlp.activation == "gelu_tanh"
+    assert isinstance(block.attention_norm, nnx.LayerNorm) and block.attention_norm.epsilon == 1e-6
+
+
+def test_rmsnorm_blocks_and_tied_head():
+    config = _config(norm_kind="rmsnorm", norm_eps=1e-5, head="tied", use_bias=False, positions=None, rope="half",
+                     mlp_activation="swiglu", param_dtype=F64)
+    model = nn.Transformer(config, rngs=nnx.Rngs(0))
+    assert isinstance(model.final_norm, nnx.RMSNorm) and model.final_norm.epsilon == 1e-5
+    assert not hasattr(model, "head")
+    logits, inter = model(TOKENS, return_intermediates=True)
+    h = np.asarray(inter["hidden"][-1], np.float64)
+    normed = h / np.sqrt(np.mean(h * h, -1, keepdims=True) + 1e-5) * np.asarray(model.final_norm.scale[...])
+    np.testing.assert_allclose(logits, normed @ np.asarray(model.embed.embedding[...]).T, atol=1e-10)
+
+
+def test_encoder_without_head_with_token_types_and_embedding_norm():
+    config = _config(head=None, type_vocab_size=2, embedding_norm=True, norm="post", final_norm=False, causal=False,
+                     param_dtype=F64)
+    model = nn.Transformer(config, rngs=nnx.Rngs(0))
+    types = jnp.array([[0, 0, 0, 1, 1, 1, 1], [0] * 7], jnp.int32)
+    out, inter = model(TOKENS, token_type_ids=types, return_intermediates=True)
+    assert out.shape == (2, 7, 16)
+    np.testing.assert_allclose(out, inter["hidden"][-1], atol=0)
+    # Type 0 is the default; the embedding norm makes every input row zero-mean, unit-variance (times scale 1).
+    np.testing.assert_array_equal(model(TOKENS, token_type_ids=jnp.zeros_like(types)), model(TOKENS))
+    assert not np.allclose(out[0], model(TOKENS)[0])
+    np.testing.assert_allclose(jnp.mean(inter["hidden"][0], -1), 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(norm_kind="batchnorm"), "norm_kind must be one of"),
+    (dict(norm_eps=0.0), "norm_eps must be a positive number"),
+    (dict(head="mlp"), "head must be one of"),
+    (dict(head="tied", vocab_size=None, input_features=4), "head='tied' needs token inputs"),
+    (dict(head=None, output_features=5), "head=None returns hidden states"),
+    (dict(type_vocab_size=0), "type_vocab_size must be a positive int"),
+    (dict(rope="neox"), "rope must be one of"),
+    (dict(rope_base=-1.0), "rope_base must be a positive number"),
+    (dict(mlp_activation="tanh"), "mlp_activation must be one of"),
+])
+def test_bad_architecture_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _config(**kwargs)
+
+
+def test_token_type_errors():
+    model = nn.Transformer(_config(), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="no token types"):
+        model(TOKENS, token_type_ids=jnp.zeros_like(TOKENS))
+    typed = nn.Transformer(_config(type_vocab_size=2), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"token_type_ids must be integers of shape \[B, T\] = \(2, 7\)"):
+        typed(TOKENS, token_type_ids=jnp.zeros((2, 6), jnp.int32))

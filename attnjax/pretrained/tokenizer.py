@@ -1,0 +1,98 @@
+"""Tokenizers of pretrained checkpoints, built with the `tokenizers` library.
+
+`TextTokenizer` wraps a `tokenizers.Tokenizer` with the two calls studies
+need: `encode(text) -> list[int]` and `decode(ids) -> str`, plus `batch`, which
+pads a list of texts to the longest and returns the validity mask.
+
+* BERT family: `tokenizer.json` as shipped (WordPiece), with the shipped
+  padding and truncation turned off (`batch` pads to the longest instead).
+* llama family in GGUF: a byte-level BPE built from the file's vocabulary and
+  merges (`gguf_bpe_tokenizer`): digits split one by one, then the GPT-2
+  byte-level split, no prefix space, byte-level decoder; control tokens are
+  special tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class TextTokenizer:
+    """`encode` / `decode` / `batch` around a `tokenizers.Tokenizer`.
+
+    Attributes:
+      backend: the `tokenizers.Tokenizer`.
+      pad_id: id used to pad `batch`.
+      add_special_tokens: whether `encode` adds the template's special tokens
+        (BERT: [CLS] ... [SEP]; the llama GGUF: none, `add_bos_token` is false).
+    """
+
+    backend: object
+    pad_id: int
+    add_special_tokens: bool = True
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of one text."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.backend.encode(text, add_special_tokens=self.add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of a sequence of ids (special tokens kept)."""
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def tokens(self, text: str) -> list[str]:
+        """The token strings of one text (for plot labels)."""
+        return self.backend.encode(text, add_special_tokens=self.add_special_tokens).tokens
+
+    def batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Pad to the longest: ids `[N, T]` int32 and valid `[N, T]` bool."""
+        if isinstance(texts, str) or not len(texts):
+            raise ValueError("texts must be a non-empty list of strings")
+        encoded = [self.encode(t) for t in texts]
+        length = max(len(e) for e in encoded)
+        ids = np.full((len(encoded), length), self.pad_id, np.int32)
+        valid = np.zeros((len(encoded), length), bool)
+        for i, e in enumerate(encoded):
+            ids[i, :len(e)] = e
+            valid[i, :len(e)] = True
+        return ids, valid
+
+
+def wordpiece_tokenizer(path: str) -> TextTokenizer:
+    """BERT family: `tokenizer.json`, padding and truncation off."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_file(path)
+    backend.no_padding()
+    backend.no_truncation()
+    pad_id = backend.token_to_id("[PAD]")
+    return TextTokenizer(backend, 0 if pad_id is None else pad_id, add_special_tokens=True)
+
+
+CONTROL_TOKEN = 3  # GGUF token_type of control tokens (<|im_start|>, <|endoftext|>, ...)
+
+
+def gguf_bpe_tokenizer(tokens: Sequence[str], merges: Sequence[str], token_types: Sequence[int],
+                       *, pad_id: int) -> TextTokenizer:
+    """GPT-2 byte-level BPE from GGUF metadata (`tokenizer.ggml.tokens`, `.merges`, `.token_type`)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    backend.decoder = decoders.ByteLevel()
+    special = [tokens[i] for i, kind in enumerate(token_types) if kind == CONTROL_TOKEN]
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    return TextTokenizer(backend, pad_id, add_special_tokens=False)
