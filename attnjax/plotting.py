@@ -1,8 +1,9 @@
 """Matplotlib figures of attention maps and of metrics across depth.
 
-Every function returns a `matplotlib.figure.Figure` built without pyplot, so
-nothing depends on (or changes) a global backend: figures render headless
-(Agg canvas) and are saved with `fig.savefig(path)`. matplotlib is imported
+Every function returns a `matplotlib.figure.Figure` built without pyplot
+(`figure`), so nothing depends on (or changes) a global backend: figures
+render headless (Agg canvas) and are saved with `fig.savefig(path)` (or
+atomically with `attnjax.workdir.atomic_write_figure`). matplotlib is imported
 inside the functions, so `import attnjax` does not pull it in. Inputs are
 NumPy or JAX arrays, converted to float64 NumPy on the host.
 """
@@ -14,7 +15,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
+    """An empty headless Figure of `width` x `height` inches (constrained layout, Agg canvas).
+
+    The one figure factory of attnjax and its studies: add axes with
+    `fig.subplots(...)` or `fig.add_subplot()`.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -68,7 +74,7 @@ def attention_heatmaps(
     nrows = math.ceil(len(heads) / ncols)
     annotate = s <= 12 if annotate is None else annotate
     cell = max(0.1, min(0.3, 3.0 / max(t, s)))  # inches per cell: panels of about 3 in
-    fig = _figure(ncols * (s * cell + 0.9) + 1.2, nrows * (t * cell + 0.9) + (0.4 if title else 0.1))
+    fig = figure(ncols * (s * cell + 0.9) + 1.2, nrows * (t * cell + 0.9) + (0.4 if title else 0.1))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
     vmax = float(w[heads].max()) or 1.0
     image, used = None, []
@@ -154,7 +160,7 @@ def metric_vs_depth(
         raise ValueError(f"band must be 'minmax' or 'std'; got {band!r}")
     if not metrics:
         raise ValueError("metrics must name at least one variant")
-    fig = _figure(6.0, 4.0)
+    fig = figure(6.0, 4.0)
     ax = fig.add_subplot()
     for name, values in metrics.items():
         v = _as_numpy(values, f"metrics[{name!r}]", (1, 2))
@@ -199,7 +205,7 @@ def singular_value_spectrum(x, labels: Sequence[str] | None = None, *, normalize
     s = np.linalg.svd(m, compute_uv=False)
     if normalize:
         s = s / np.where(s[:, :1] > 0, s[:, :1], 1.0)
-    fig = _figure(6.0, 4.0)
+    fig = figure(6.0, 4.0)
     ax = fig.add_subplot()
     colours = _colours(m.shape[0])
     for i in range(m.shape[0]):
@@ -237,7 +243,7 @@ def eigenvalue_spectrum(a, labels: Sequence[str] | None = None, *, title: str | 
     if len(labels) != m.shape[0]:
         raise ValueError(f"labels must have {m.shape[0]} entries; got {len(labels)}")
     ev = np.linalg.eigvals(m)
-    fig = _figure(5.0, 5.0)
+    fig = figure(5.0, 5.0)
     ax = fig.add_subplot()
     theta = np.linspace(0.0, 2.0 * np.pi, 361)
     ax.plot(np.cos(theta), np.sin(theta), color="0.6", linewidth=1.0, label="unit circle")

@@ -1,26 +1,30 @@
 """An experiment's working directory: atomic files, a metrics log, resumable runs.
 
-Layout written by every study:
+Layout written by every study (see `attnjax.study`):
 
-    workdir/config.json      the full config (written once, checked on resume)
-    workdir/metrics.jsonl    one JSON object per measurement (all finished runs)
-    workdir/runs/<id>.json   one record per finished run, with its metric rows
-    workdir/summary.json     aggregated results
-    workdir/report.md        the human-readable report
-    workdir/plots/*.png      figures
+    workdir/config.json        the full config (written once, checked on resume)
+    workdir/metrics.jsonl      one JSON object per measurement (all finished runs)
+    workdir/runs/<id>.json     one record per finished run: its spec and metric rows
+    workdir/checkpoints/<id>/  scratch of an unfinished run (removed when it finishes)
+    workdir/summary.json       aggregated results
+    workdir/report.md          the human-readable report
+    workdir/plots/*.png        figures
 
-Every file is written to a temporary file that is renamed into place, so a
-reader (or a run killed mid-write) never sees half a file. A run's record,
-holding its metric rows, is written when the run finishes; `metrics.jsonl` is
-rebuilt from the records. A killed sweep, re-run, redoes exactly the runs that
-had no record, and ends with the same files as an uninterrupted one.
+Every file, figures included, is written to a temporary file in the same
+directory that is then renamed into place (`os.replace`), so a reader (or a
+run killed mid-write) never sees half a file. A run's record is written when
+the run finishes; `metrics.jsonl` is rebuilt from the records. A killed sweep,
+re-run, redoes exactly the runs that had no record, and ends with the same
+files as an uninterrupted one.
 """
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import math
 import os
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -47,24 +51,73 @@ def dumps(value: Any) -> str:
     return json.dumps(_to_json(value), sort_keys=True)
 
 
-def atomic_write_text(path: str, text: str) -> None:
-    """Write `text` to `path` via a temporary file and an atomic rename."""
+def json_form(value: Any) -> Any:
+    """`value` as it reads back from a JSON file (lists for tuples and arrays, 'nan' for NaN)."""
+    return json.loads(dumps(value))
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and an atomic rename."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
 
 
 def atomic_write_json(path: str, value: Any) -> None:
     atomic_write_text(path, json.dumps(_to_json(value), indent=2, sort_keys=True) + "\n")
 
 
+def atomic_write_figure(path: str, figure, dpi: int = 110) -> None:
+    """Render a matplotlib `figure` to PNG in memory, then write it atomically to `path`."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
+
+
 def read_json(path: str) -> Any:
     with open(path) as f:
         return json.load(f)
+
+
+class PartialRun:
+    """The rows an unfinished run has measured and the training step they reach.
+
+    Saved (atomically, to `path`) right after each training checkpoint, so a
+    resumed run restores the checkpoint of `step` and keeps these rows: no
+    measurement is lost or repeated. `step` is None before the first save.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        saved = read_json(path) if os.path.exists(path) else {"step": None, "rows": []}
+        self.step, self.rows = saved["step"], saved["rows"]
+
+    def save(self, step: int) -> None:
+        atomic_write_json(self.path, {"step": step, "rows": self.rows})
+        self.step = step
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """What a study's `run_one` gets from the runner: its run id, a scratch
+    directory for checkpoints (kept until the run is recorded, then removed),
+    and the progress log."""
+
+    run_id: str
+    path: str
+    log: Callable[[str], None] = print
+
+    def partial(self) -> PartialRun:
+        """This run's saved rows and step (see `PartialRun`)."""
+        return PartialRun(os.path.join(self.path, "progress.json"))
 
 
 class Workdir:
@@ -82,8 +135,7 @@ class Workdir:
         """Write config.json; on resume, refuse a workdir made with another config."""
         path = self.file("config.json")
         if os.path.exists(path):
-            previous = read_json(path)
-            if previous != json.loads(dumps(config)):
+            if read_json(path) != json_form(config):
                 raise ValueError(
                     f"{path} holds a different config; use a new --workdir or delete the old one"
                 )
@@ -93,11 +145,19 @@ class Workdir:
     def run_record_path(self, run_id: str) -> str:
         return self.file("runs", f"{run_id}.json")
 
+    def run_dir(self, run_id: str, log: Callable[[str], None] = print) -> RunDir:
+        return RunDir(run_id, self.file("checkpoints", run_id), log)
+
     def is_done(self, run_id: str) -> bool:
         return os.path.exists(self.run_record_path(run_id))
 
     def load_run(self, run_id: str) -> dict:
         return read_json(self.run_record_path(run_id))
+
+    def run_rows(self, run_id: str) -> list[dict]:
+        """The metric rows of a finished run, each with its run id and spec fields."""
+        record = self.load_run(run_id)
+        return [{"run": run_id, **record.get("spec", {}), **row} for row in record["metrics"]]
 
     def finish_run(self, run_id: str, record: dict, metrics: Iterable[dict] = ()) -> None:
         """Record a finished run (with its metric rows), then rebuild metrics.jsonl.
@@ -107,7 +167,7 @@ class Workdir:
         twice and a resumed sweep writes the same file as an uninterrupted one.
         """
         atomic_write_json(self.run_record_path(run_id), {**record, "metrics": list(metrics)})
-        lines = [dumps({"run": run, **row}) for run in self.finished_runs() for row in self.load_run(run)["metrics"]]
+        lines = [dumps(row) for row in self.read_metrics()]
         atomic_write_text(self.file("metrics.jsonl"), "".join(line + "\n" for line in lines))
 
     def finished_runs(self) -> list[str]:
@@ -116,13 +176,18 @@ class Workdir:
 
     def read_metrics(self) -> list[dict]:
         """Every metric row of every finished run, in run order."""
-        return [{"run": run, **row} for run in self.finished_runs() for row in self.load_run(run)["metrics"]]
+        return [row for run in self.finished_runs() for row in self.run_rows(run)]
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.file("summary.json"), summary)
+
+    def write_figure(self, name: str, figure) -> str:
+        """Write `plots/<name>.png` atomically; returns its path."""
+        path = self.file("plots", f"{name}.png")
+        atomic_write_figure(path, figure)
+        return path
 
     def write_report(self, text: str) -> str:
         path = self.file("report.md")
         atomic_write_text(path, text)
         return path
-

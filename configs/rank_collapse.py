@@ -14,17 +14,13 @@ temperature, every grid point run for `num_seeds` seeds at once:
   steps and at the end of training on `task`, with loss, accuracy and
   per-group gradient norms.
 
-Architectures (see `attnjax.nn.Block`):
-  attention_only  no skip, no MLP, no norm: the pure-attention network
-  attention_mlp   attention then MLP, no skip, no norm
-  skip            attention with skip connections, no MLP, no norm
-  skip_mlp        skip + MLP with pre-LayerNorm (the usual pre-LN transformer)
-  post_ln         skip + MLP with post-LayerNorm
-  skip_scaled     skip, with residual branches scaled by 1/sqrt(L) (no MLP, no norm)
+Architectures: the presets of `attnjax.nn.ARCHITECTURES` (attention only,
+attention and MLP, skips, pre-LN and post-LN transformers, skips scaled by
+1/sqrt(L)); the init sweep runs all of them.
 """
 from ml_collections import config_dict
 
-ARCHITECTURES = ("attention_only", "attention_mlp", "skip", "skip_mlp", "post_ln", "skip_scaled")
+from attnjax import nn
 
 
 def _sweep(depths, architectures, kinds, temperatures, causal, **extra):
@@ -55,7 +51,7 @@ def get_config(arg: str | None = None):
     # grad_norms: gradient norms per parameter group at initialisation; they
     # double the compile time of every init run, and the training sweep
     # records them at step 0 anyway.
-    config.init_sweep = _sweep((1, 2, 4, 8, 16, 32), ARCHITECTURES, ("softmax", "linear"), (1.0,), False,
+    config.init_sweep = _sweep((1, 2, 4, 8, 16, 32), tuple(nn.ARCHITECTURES), ("softmax", "linear"), (1.0,), False,
                                grad_norms=False)
     config.train_sweep = _sweep((4, 8), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True)
 

@@ -1,4 +1,4 @@
-"""Studies and benchmarks; each module is an entry point (`python -m experiments.X`).
+"""Studies and benchmarks; each package is an entry point (`python -m experiments.X`).
 
 Importing this package (which every entry point does before any JAX
 computation) sets `--xla_cpu_enable_concurrency_optimized_scheduler=false`.

@@ -2,7 +2,7 @@
 
     python -m experiments.demo
 
-1. Seed 000's example (batch 2, 10 tokens, d_model 512, 8 heads) through
+1. The articles' example (batch 2, 10 tokens, d_model 512, 8 heads) through
    `attnjax.nn.MultiHeadAttention`: every row of every head's weight matrix
    sums to one (a row-stochastic, Markov, matrix).
 2. A stack of attention-only layers at initialisation (no skip, no MLP, no
@@ -18,12 +18,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import nn
-
-
-def relative_residual(x: jax.Array) -> jax.Array:
-    """||X - 1 mean(X)^T||_F / ||X||_F over the token axis of `[..., T, D]`."""
-    centred = x - jnp.mean(x, axis=-2, keepdims=True)
-    return jnp.linalg.norm(centred, axis=(-2, -1)) / jnp.linalg.norm(x, axis=(-2, -1))
+from attnjax.analysis import residual_ratio
 
 
 def articles_example() -> None:
@@ -36,15 +31,15 @@ def articles_example() -> None:
 
 
 def depth_profile(skip: bool, depth: int = 12) -> np.ndarray:
+    """Mean relative residual `[depth + 1]` of untrained attention-only layers, with or without scaled skips."""
     config = nn.TransformerConfig(
-        num_layers=depth, features=64, num_heads=4, input_features=64, positions=None,
-        skip=skip, mlp=False, norm=None, final_norm=False,
-        residual_scale="inv_sqrt_depth" if skip else 1.0,
+        num_layers=depth, features=64, num_heads=4, input_features=64, positions=None, final_norm=False,
+        **nn.architecture("skip_scaled" if skip else "attention_only"),
     )
     model = nn.Transformer(config, rngs=nnx.Rngs(1))
     x = jax.random.normal(jax.random.key(2), (4, 32, 64), jnp.float32)
     _, inter = model(x, return_intermediates=True)
-    return np.asarray(relative_residual(inter["hidden"]).mean(axis=1))
+    return np.asarray(residual_ratio(inter["hidden"]).mean(axis=1))
 
 
 def main() -> None:

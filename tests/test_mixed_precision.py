@@ -6,7 +6,7 @@ import pytest
 
 from attnjax import training
 from configs import rank_collapse as config_lib
-from experiments import rank_collapse as study
+from experiments import models
 
 STEPS, LOG_EVERY, SEEDS = 40, 10, 2
 
@@ -15,8 +15,8 @@ def _trainer(dtype: str):
     config = config_lib.get_config("smoke")
     config.model.dtype = dtype
     config.train.update(steps=STEPS, warmup_steps=4)
-    spec = study.RunSpec("train", "softmax", "skip_mlp", 2, 1.0, True)
-    return study.make_trainer(config, spec, study.make_task(config))
+    return models.make_trainer(config.model, config.train, models.make_task(config.task), architecture="skip_mlp",
+                               depth=2, causal=True)
 
 
 def _loss_curve(dtype: str):
@@ -40,11 +40,11 @@ def test_bf16_compute_keeps_float32_params_and_optimizer_state(curves):
     assert floats and all(x.dtype == jnp.float32 for x in floats)
 
 
-def test_bf16_compute_runs_the_model_in_bf16():
+def test_bf16_compute_runs_the_model_in_bf16(curves):
     trainer = _trainer("bfloat16")
-    state = trainer.init(jax.random.key(0), with_optimizer=False)
+    state = jax.tree.map(lambda x: x[0], curves["bfloat16"][1])  # the first seed, trained
     inputs = trainer.task.batch(jax.random.key(1), 4).inputs
-    logits, inter = trainer.model(state)(inputs, return_intermediates=True)
+    logits, inter = jax.jit(lambda state, x: trainer.model(state)(x, return_intermediates=True))(state, inputs)
     assert logits.dtype == jnp.bfloat16 and inter["hidden"].dtype == jnp.bfloat16
     # Softmax weights stay in float32 and rows still sum to one.
     assert inter["attention"].dtype == jnp.float32

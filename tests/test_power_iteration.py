@@ -1,7 +1,5 @@
-import json
+"""The power-iteration study: its measurements and their pieces (the contract: test_studies.py)."""
 import math
-import os
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -9,120 +7,50 @@ import numpy as np
 import pytest
 
 from configs import power_iteration as config_lib
-from experiments import cli
-from experiments import power_iteration as study
-
-
-def tiny_config():
-    config = config_lib.get_config("smoke")
-    config.fixed.update(temperatures=(1.0,), num_matrices=2, seq_len=8, head_dim=8, steps=120)
-    config.products.update(architectures=("attention_only",), num_layers=2, num_seeds=1, measure_batch_size=2)
-    config.products.model.update(features=8, num_heads=2)
-    config.products.task.update(num_pairs=2, num_queries=2, vocab_size=8)
-    config.products.train.update(steps=2, batch_size=4, warmup_steps=1, log_every=2, eval_batches=1)
-    config.clusters.update(temperatures=(0.05, 4.0), num_tokens=8, dim=4, steps=30, num_seeds=2)
-    return config
+from experiments.power_iteration import study
+from tests.test_studies import finished
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("pi")
-    messages = []
-    summary = study.run(tiny_config(), str(workdir), progress=messages.append)
-    return workdir, summary, messages
+def run():
+    return finished("power_iteration")
 
 
-def test_outputs_and_report(finished):
-    workdir, summary, messages = finished
-    for name in ("config.json", "metrics.jsonl", "summary.json", "report.md"):
-        assert (workdir / name).exists(), name
-    assert sorted(p.name for p in (workdir / "plots").glob("*.png")) == [
-        "clusters.png", "fixed_matrix_rate.png", "products_dobrushin.png"]
-    assert json.loads((workdir / "summary.json").read_text()) == json.loads(json.dumps(summary))
-    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-    assert {r["run"] for r in rows} == {s.run_id for s in study.run_specs(tiny_config())}
-    assert messages[-1] == f"report: {workdir / 'report.md'}"
-    report = (workdir / "report.md").read_text()
+def _by_run(part, run):
+    return {r["run"]: r for r in run.summary[part]}
+
+
+def test_plots_and_report_sections(run):
+    assert run.summary["plots"] == ["clusters.png", "fixed_matrix_rate.png", "products_dobrushin.png"]
+    report = (run.workdir / "report.md").read_text()
     assert "## (a)" in report and "## (b)" in report and "## (c)" in report
 
 
-def test_fixed_matrix_rate_matches_slem(finished):
-    _, summary, _ = finished
-    check = next(p for p in summary["predictions"] if p["name"].startswith("fixed matrix"))
-    assert check["passed"] is True and check["measured"] <= 0.1
-    for m in summary["fixed"]["fixed-t1"]["matrices"]:
+def test_fixed_matrix_rate_matches_slem(run):
+    check = next(p for p in run.summary["predictions"] if p["name"].startswith("fixed matrix"))
+    assert check["verdict"] == "pass" and check["measured"] <= 0.1
+    fixed = _by_run("fixed", run)["fixed-t1"]
+    for m in fixed["matrices"]:
         assert m["floor_reached"] and abs(m["rate"] / m["slem"] - 1) <= 0.1
+    # The figure's curves: d(k) up to a few steps past the last fitted one.
+    assert len(fixed["distance"]) == 2
+    assert all(len(d) == max(m["fit_end"] for m in fixed["matrices"]) + 6 for d in fixed["distance"])
 
 
-def test_dobrushin_and_cluster_checks_pass(finished):
-    _, summary, _ = finished
-    by_name = {p["name"]: p for p in summary["predictions"]}
-    dobrushin = [p for name, p in by_name.items() if name.startswith("Dobrushin bound")]
-    assert len(dobrushin) == 3 and all(p["passed"] for p in dobrushin)  # untrained, init, trained
-    clusters = summary["clusters"]
+def test_dobrushin_and_cluster_checks_pass(run):
+    dobrushin = [p for p in run.summary["predictions"] if p["name"].startswith("Dobrushin bound")]
+    assert len(dobrushin) == 3 and all(p["verdict"] == "pass" for p in dobrushin)  # untrained, init, trained
+    clusters = _by_run("clusters", run)
     assert clusters["clusters-t4"]["final_clusters"] == [1.0, 1.0]
     assert min(clusters["clusters-t0.05"]["final_clusters"]) >= 2
-
-
-def test_rerun_skips_finished_runs(finished, monkeypatch):
-    workdir, summary, _ = finished
-    for part in study.RUNNERS:
-        monkeypatch.setitem(study.RUNNERS, part, lambda *a, **k: pytest.fail("finished run redone"))
-    assert study.run(tiny_config(), str(workdir), progress=lambda m: None) == summary
-
-
-def test_killed_study_resumes_to_the_same_summary(finished, tmp_path, monkeypatch):
-    """A workdir as a kill during the last run leaves it: that run has no record, no summary yet."""
-    workdir, uninterrupted, _ = finished
-    killed = tmp_path / "killed"
-    shutil.copytree(workdir, killed, ignore=shutil.ignore_patterns("summary.json", "report.md", "*.png"))
-    os.remove(killed / "runs" / "clusters-t4.json")
-    real = study.RUNNERS["clusters"]
-    for part in study.RUNNERS:
-        monkeypatch.setitem(study.RUNNERS, part, lambda *a, **k: pytest.fail("finished run redone"))
-    monkeypatch.setitem(study.RUNNERS, "clusters", real)
-    messages = []
-    assert study.run(tiny_config(), str(killed), progress=messages.append) == uninterrupted
-    total = len(study.run_specs(tiny_config()))
-    assert messages[0].startswith(f"power_iteration: {total} runs ({total - 1} already done)")
-    assert messages[1] == "[1/1] clusters-t4"
-    assert (killed / "metrics.jsonl").read_text() == (workdir / "metrics.jsonl").read_text()
-
-
-@pytest.mark.parametrize(
-    "edit, message",
-    [
-        (lambda c: setattr(c.fixed, "temperatures", (0.0,)), r"fixed.temperatures must be a number in \(0, inf\)"),
-        (lambda c: setattr(c.fixed, "steps", 1), r"fixed.steps must be an int >= 2"),
-        (lambda c: setattr(c.clusters, "threshold", 2.0), r"clusters.threshold must be a number in \(0, 1\)"),
-        (lambda c: setattr(c.products, "architectures", ("attention",)), r"unknown 'attention'; valid"),
-        (lambda c: setattr(c.products.model, "features", 9), r"features \(9\) must be divisible by num_heads \(2\)"),
-        (lambda c: setattr(c.products.train, "warmup_steps", 2), r"warmup_steps < total_steps"),
-    ],
-)
-def test_bad_configs_fail_before_any_compilation(edit, message, tmp_path, monkeypatch):
-    for part in study.RUNNERS:
-        monkeypatch.setitem(study.RUNNERS, part, lambda *a, **k: pytest.fail("ran before validating"))
-    config = tiny_config()
-    edit(config)
-    with pytest.raises(ValueError, match=message):
-        study.run(config, str(tmp_path), progress=lambda m: None)
-    assert not os.path.exists(tmp_path / "config.json")
-
-
-def test_unknown_override_key_lists_valid_keys(capsys):
-    parse = cli.flags_parser(config_lib.get_config)
-    with pytest.raises(SystemExit):
-        parse(["power_iteration", "--config", "configs/power_iteration.py", "--config.fixed.stepz=3"])
-    err = capsys.readouterr().err
-    assert "unknown config key 'fixed.stepz'" in err and "'fixed.steps'" in err
+    assert len(clusters["clusters-t4"]["clusters_curve"]) == 31  # steps + 1
+    trained = _by_run("products", run)["products-trained-causal-attention_only"]
+    assert len(trained["eval_accuracy"]) == 1 and trained["chance_accuracy"] > 0
 
 
 def test_config_variants():
     assert config_lib.get_config().fixed.tolerance == 0.1
     assert config_lib.get_config("smoke").products.train.steps < config_lib.get_config().products.train.steps
-    with pytest.raises(ValueError, match="unknown config variant"):
-        config_lib.get_config("big")
 
 
 # --------------------------------------------------------------------------
@@ -173,11 +101,11 @@ def test_attention_products_bound_and_causal_limit():
     causal = jnp.tril(jnp.ones((6, 6), bool))
     for mask in (None, causal):
         weights = jax.nn.softmax(logits if mask is None else jnp.where(mask, logits, -jnp.inf), axis=-1)
-        out = {k: np.asarray(v) for k, v in study.attention_products(weights, jnp.float64).items()}
-        assert out["mean/delta"].shape == (2, 4) and out["head/delta"].shape == (2, 3, 4)
+        out = jax.tree.map(np.asarray, study.attention_products(weights, jnp.float64))
+        assert out["mean"]["delta"].shape == (2, 4) and out["head"]["delta"].shape == (2, 3, 4)
         for chain in ("mean", "head"):
-            assert np.all(out[f"{chain}/delta"] <= out[f"{chain}/bound"] + 1e-12)
-            assert np.all(np.diff(out[f"{chain}/delta"], axis=-1) <= 1e-12)
+            assert np.all(out[chain]["delta"] <= out[chain]["bound"] + 1e-12)
+            assert np.all(np.diff(out[chain]["delta"], axis=-1) <= 1e-12)
         if mask is not None:
-            assert np.all(out["mean/absorbing"] == 1)
-            np.testing.assert_allclose(out["mean/pi_first"], 1.0, atol=1e-10)
+            assert np.all(out["mean"]["absorbing"] == 1)
+            np.testing.assert_allclose(out["mean"]["pi_first"], 1.0, atol=1e-10)

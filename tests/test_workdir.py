@@ -37,3 +37,32 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
     workdir_lib.atomic_write_json(str(path), {"v": np.int64(3), "t": (1, 2)})
     assert json.loads(path.read_text()) == {"t": [1, 2], "v": 3}
     assert [p.name for p in path.parent.iterdir()] == ["s.json"]
+
+
+def test_rows_carry_the_run_and_its_spec(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.finish_run("a-L2", {"spec": {"arch": "a", "depth": 2}}, [{"metric": "r", "value": 0.5}])
+    assert wd.run_rows("a-L2") == [{"run": "a-L2", "arch": "a", "depth": 2, "metric": "r", "value": 0.5}]
+    assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == wd.run_rows("a-L2")
+
+
+def test_figures_are_written_atomically(tmp_path):
+    from attnjax import plotting
+
+    fig = plotting.figure(2, 2)
+    fig.add_subplot().plot([0, 1])
+    path = workdir_lib.Workdir(str(tmp_path)).write_figure("line", fig)
+    assert path == str(tmp_path / "plots" / "line.png")
+    assert (tmp_path / "plots" / "line.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["line.png"]
+
+
+def test_partial_run_keeps_rows_and_step_across_restarts(tmp_path):
+    run = workdir_lib.Workdir(str(tmp_path)).run_dir("r1", log=lambda line: None)
+    assert run.path == str(tmp_path / "checkpoints" / "r1")
+    saved = run.partial()
+    assert saved.step is None and saved.rows == []
+    saved.rows.append({"step": 2, "metric": "loss", "value": 1.0})
+    saved.save(2)
+    again = run.partial()
+    assert again.step == 2 and again.rows == [{"step": 2, "metric": "loss", "value": 1.0}]

@@ -1,4 +1,4 @@
-r"""Attention as power iteration (seed 000 §4.2) and self-attention dynamics (§5.3).
+r"""Attention as power iteration, and the dynamics of parameter-free self-attention.
 
     python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi
     python -m experiments.power_iteration --config configs/power_iteration.py:smoke --workdir runs/pi_smoke
@@ -48,9 +48,12 @@ study, re-run with the same command, skips finished runs (an unfinished
 training run restarts from step 0 and, being deterministic, gives the same
 numbers) and ends with the same `summary.json`.
 
-Outputs (in --workdir): config.json, metrics.jsonl, runs/*.json,
-summary.json, report.md (tables and each prediction with the measured value
-and pass/fail), plots/*.png.
+Rows: (a) `{"matrix", "metric", "value"}` per matrix (`slem`, the fitted
+`rate` and its range, `vector_rate`) and `{"matrix", "metric": "distance",
+"values": d(0..steps)}`; (b) `{"phase", "seed", "chain": "mean" | "head",
+"metric", "values"}` (see `product_metrics`), and for the trained model
+`{"phase": "trained", "seed", "metric", "value"}` (held-out accuracy and loss,
+chance accuracy, divergence); (c) `{"seed", "metric", "values": [steps + 1]}`.
 """
 from __future__ import annotations
 
@@ -58,18 +61,14 @@ import contextlib
 import dataclasses
 import functools
 import math
-import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
 from jax import lax
-from ml_collections import config_flags
 
 import attnjax
-from attnjax import nn, tasks, training
+from attnjax import training
 from attnjax.analysis import (
     dobrushin,
     effective_rank,
@@ -79,17 +78,11 @@ from attnjax.analysis import (
     slem,
     stationary_distribution,
 )
-from attnjax.workdir import Workdir
-from configs import power_iteration as default_config
-from experiments import power_iteration_report
-from experiments.cli import flags_parser
+from attnjax.workdir import RunDir
+from experiments import models
 
 HIGHEST = lax.Precision.HIGHEST
 PARTS = ("fixed", "products", "clusters")
-ARCHITECTURES = {
-    "attention_only": dict(skip=False, mlp=False, norm=None),
-    "skip_mlp": dict(skip=True, mlp=True, norm="pre"),
-}
 # Rates are fitted to d(k) above FLOOR_FACTOR * T * eps: the rounding error
 # of one row of a product of T x T stochastic matrices is about T * eps, and
 # d(k) flattens there.
@@ -113,12 +106,13 @@ class RunSpec:
         return f"{self.part}-t{self.temperature:g}"
 
 
-def log(message: str) -> None:
-    print(message, flush=True)
-
-
 def dtype_of(config):
     return jnp.float64 if config.float64 else jnp.float32
+
+
+def rounding_floor(config) -> float:
+    """The level `fit_rate` stops at: FLOOR_FACTOR x T x eps of the analysis dtype."""
+    return FLOOR_FACTOR * config.fixed.seq_len * float(jnp.finfo(dtype_of(config)).eps)
 
 
 def precision_context(config):
@@ -151,32 +145,21 @@ def _check_temperatures(name: str, temperatures) -> None:
         raise ValueError(f"{name} must be distinct, got {temperatures}")
 
 
-def make_task(config):
-    kwargs = {k: v for k, v in config.products.task.items() if k != "name"}
-    return tasks.make_task(config.products.task.name, **kwargs)
-
-
 def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
-    p, t = config.products, config.products.train
-    model = nn.TransformerConfig(
-        num_layers=p.num_layers, features=p.model.features, num_heads=p.model.num_heads,
-        vocab_size=task.vocab_size, max_len=task.seq_len, positions=p.model.positions, causal=spec.trained,
-        mlp_features=p.model.mlp_ratio * p.model.features, **ARCHITECTURES[spec.architecture],
-    )
-    optimizer = training.OptimizerConfig(learning_rate=t.learning_rate, warmup_steps=t.warmup_steps,
-                                         total_steps=t.steps, weight_decay=t.weight_decay)
-    return training.Trainer(model, optimizer, task, t.batch_size)
+    p = config.products
+    return models.make_trainer(p.model, p.train, task, architecture=spec.architecture, depth=p.num_layers,
+                               causal=spec.trained)
 
 
-def run_specs(config) -> list[RunSpec]:
-    specs = [RunSpec("fixed", temperature=float(t)) for t in config.fixed.temperatures]
+def _grid(config) -> list[RunSpec]:
+    grid = [RunSpec("fixed", temperature=float(t)) for t in config.fixed.temperatures]
     for arch in config.products.architectures:
-        specs += [RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)]
-    return specs + [RunSpec("clusters", temperature=float(t)) for t in config.clusters.temperatures]
+        grid += [RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)]
+    return grid + [RunSpec("clusters", temperature=float(t)) for t in config.clusters.temperatures]
 
 
-def validate(config) -> list[RunSpec]:
-    """Every check that can fail, before any compilation."""
+def specs(config) -> list[RunSpec]:
+    """Every run of the study; raises ValueError on a bad config, before any compilation."""
     f, p, c = config.fixed, config.products, config.clusters
     _check_int("seed", config.seed, 0)
     if not isinstance(config.float64, bool):
@@ -187,9 +170,7 @@ def validate(config) -> list[RunSpec]:
     _check_int("fixed.head_dim", f.head_dim, 1)
     _check_int("fixed.steps", f.steps, 2)
     _check_number("fixed.tolerance", f.tolerance, 0.0, 1.0)
-    for arch in p.architectures:
-        if arch not in ARCHITECTURES:
-            raise ValueError(f"products.architectures: unknown {arch!r}; valid: {tuple(ARCHITECTURES)}")
+    models.check_architectures("products.architectures", p.architectures)
     if len(set(p.architectures)) != len(p.architectures):
         raise ValueError(f"products.architectures must be distinct, got {tuple(p.architectures)}")
     _check_int("products.num_seeds", p.num_seeds, 1)
@@ -203,12 +184,12 @@ def validate(config) -> list[RunSpec]:
     _check_int("clusters.steps", c.steps, 1)
     _check_int("clusters.num_seeds", c.num_seeds, 1)
     _check_number("clusters.threshold", c.threshold, 0.0, 1.0)
-    specs = run_specs(config)
-    task = make_task(config)
-    for spec in specs:
+    grid = _grid(config)
+    task = models.make_task(p.task)
+    for spec in grid:
         if spec.part == "products":
             make_trainer(config, spec, task)  # raises on a bad model/optimiser config
-    return specs
+    return grid
 
 
 def _key(config, part: str):
@@ -285,23 +266,20 @@ def fit_rate(distance, floor: float) -> dict:
     return {"rate": float(np.exp(slope)), "fit_start": int(ks[0]), "fit_end": k1, "floor_reached": bool(below.size)}
 
 
-def fixed_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+def fixed_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     f = config.fixed
-    dtype = dtype_of(config)
     keys = jax.random.split(_key(config, "fixed"), f.num_matrices)  # the same Q, K at every temperature
     with precision_context(config):
         out = fixed_matrices(keys, seq_len=f.seq_len, head_dim=f.head_dim, temperature=spec.temperature,
-                             steps=f.steps, dtype=dtype)
+                             steps=f.steps, dtype=dtype_of(config))
         out = jax.tree.map(np.asarray, out)
-    floor = FLOOR_FACTOR * f.seq_len * float(jnp.finfo(dtype).eps)
     rows = []
     for i in range(f.num_matrices):
-        fit = fit_rate(out["distance"][i], floor)
+        fit = fit_rate(out["distance"][i], rounding_floor(config))
         values = {"slem": out["slem"][i], "vector_rate": out["vector_rate"][i], **fit}
-        rows += [{"part": "fixed", "matrix": i, "metric": k, "value": v} for k, v in values.items()]
-        rows.append({"part": "fixed", "matrix": i, "metric": "distance", "values": out["distance"][i]})
-    record = {"spec": dataclasses.asdict(spec), "dtype": jnp.dtype(dtype).name, "floor": floor}
-    return record, rows
+        rows += [{"matrix": i, "metric": k, "value": v} for k, v in values.items()]
+        rows.append({"matrix": i, "metric": "distance", "values": out["distance"][i]})
+    return rows
 
 
 # --------------------------------------------------------------------------
@@ -341,8 +319,8 @@ def product_metrics(mats: jax.Array) -> dict[str, jax.Array]:
 
 
 @functools.partial(jax.jit, static_argnames=("dtype",))
-def attention_products(attention: jax.Array, dtype) -> dict[str, jax.Array]:
-    """`attention [L, B, H, T, T]` -> head-averaged (`mean/...` `[B, L]`) and per-head (`head/...` `[B, H, L]`) metrics.
+def attention_products(attention: jax.Array, dtype) -> dict[str, dict[str, jax.Array]]:
+    """`attention [L, B, H, T, T]` -> `{"mean": head-averaged metrics [B, L], "head": per-head metrics [B, H, L]}`.
 
     Cast to `dtype` and rows renormalised there, so every matrix is
     stochastic to the rounding of `dtype` and the bound is exact up to it.
@@ -351,8 +329,7 @@ def attention_products(attention: jax.Array, dtype) -> dict[str, jax.Array]:
     a = a / jnp.sum(a, axis=-1, keepdims=True)
     per_head = jnp.transpose(a, (1, 2, 0, 3, 4))  # [B, H, L, T, T]
     head_mean = jnp.mean(per_head, axis=1)  # [B, L, T, T], still stochastic
-    out = {f"mean/{k}": v for k, v in product_metrics(head_mean).items()}
-    return out | {f"head/{k}": v for k, v in product_metrics(per_head).items()}
+    return {"mean": product_metrics(head_mean), "head": product_metrics(per_head)}
 
 
 def _worst(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -371,10 +348,10 @@ def _product_rows(metrics: dict, phase: str) -> list[dict]:
     """Per seed and chain: batch-mean values (`[L]` head-averaged, `[H, L]` per head) and
     the worst cases over the batch (and heads) of `_worst`."""
     rows = []
-    for seed in range(next(iter(metrics.values())).shape[0]):
+    for seed in range(metrics["mean"]["delta"].shape[0]):
         for chain in ("mean", "head"):
-            m = {k.split("/")[1]: np.asarray(v[seed], np.float64) for k, v in metrics.items() if k.startswith(chain)}
-            base = {"part": "products", "phase": phase, "seed": seed, "chain": chain}
+            m = {k: np.asarray(v[seed], np.float64) for k, v in metrics[chain].items()}
+            base = {"phase": phase, "seed": seed, "chain": chain}
             for name, values in m.items():
                 rows.append({**base, "metric": name, "values": values.mean(axis=0)})
             for name, values in _worst(m).items():
@@ -403,14 +380,14 @@ def _measure_products(config, forward, state, inputs, phase: str) -> list[dict]:
     folded = jnp.moveaxis(attention, 0, 1).reshape((layers, seeds * batch) + attention.shape[3:])
     with precision_context(config):
         metrics = attention_products(folded, dtype_of(config))
-        metrics = {k: np.asarray(v).reshape((seeds, batch) + v.shape[1:]) for k, v in metrics.items()}
+        metrics = jax.tree.map(lambda v: np.asarray(v).reshape((seeds, batch) + v.shape[1:]), metrics)
     return _product_rows(metrics, phase)
 
 
-def products_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     """An untrained bidirectional model, or a causal one at initialisation and after training."""
     p = config.products
-    task = make_task(config)
+    task = models.make_task(p.task)
     trainer = make_trainer(config, spec, task)
     runner = training.SeedsRunner(trainer)
     root = _key(config, "products")
@@ -421,15 +398,16 @@ def products_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]
     forward = _forward_fn(trainer)
     state = runner.init(init_keys)
     rows = _measure_products(config, forward, state, inputs, "init" if spec.trained else "untrained")
-    record = {"spec": dataclasses.asdict(spec), "seq_len": task.seq_len, "dtype": jnp.dtype(dtype_of(config)).name}
     if spec.trained:
         state = training.fit(runner, state, data_keys, total_steps=p.train.steps, log_every=p.train.log_every,
-                             progress=progress)
+                             progress=run.log)
         rows += _measure_products(config, forward, state, inputs, "trained")
         evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, p.train.eval_batches))
-        record.update(eval_accuracy=evaluation["eval_accuracy"], eval_loss=evaluation["eval_loss"],
-                      chance_accuracy=task.chance_accuracy, diverged=np.asarray(state.diverged))
-    return record, rows
+        final = {"eval_accuracy": evaluation["eval_accuracy"], "eval_loss": evaluation["eval_loss"],
+                 "chance_accuracy": np.full(p.num_seeds, task.chance_accuracy), "diverged": np.asarray(state.diverged)}
+        rows += [{"phase": "trained", "seed": seed, "metric": name, "value": np.asarray(values)[seed]}
+                 for name, values in final.items() for seed in range(p.num_seeds)]
+    return rows
 
 
 # --------------------------------------------------------------------------
@@ -437,7 +415,7 @@ def products_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]
 
 
 def self_attention_step(x: jax.Array, temperature: float) -> jax.Array:
-    """`X ← softmax(X Xᵀ / (√d τ)) X` for `x [T, d]`: one head with q = k = v = X (seed 000 §5.3)."""
+    """`X ← softmax(X Xᵀ / (√d τ)) X` for `x [T, d]`: one head with q = k = v = X (Geshkovski et al. 2023)."""
     h = x[:, None, :]
     return attnjax.dot_product_attention(h, h, h, temperature=temperature)[:, 0, :].astype(x.dtype)
 
@@ -482,17 +460,15 @@ def self_attention_dynamics(x0: jax.Array, threshold, *, temperature: float, ste
     return {k: jnp.concatenate([first[k][None], trajectory[k]]) for k in first}
 
 
-def clusters_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]:
+def clusters_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     c = config.clusters
     dtype = dtype_of(config)
     keys = jax.random.split(_key(config, "clusters"), c.num_seeds)  # the same X_0 at every temperature
     with precision_context(config):
         x0 = jax.vmap(lambda key: jax.random.normal(key, (c.num_tokens, c.dim), dtype))(keys)
-        run = functools.partial(self_attention_dynamics, temperature=spec.temperature, steps=c.steps)
-        out = jax.tree.map(np.asarray, jax.vmap(run, in_axes=(0, None))(x0, jnp.asarray(c.threshold, dtype)))
-    rows = [{"part": "clusters", "seed": s, "metric": name, "values": values[s]}
-            for name, values in out.items() for s in range(c.num_seeds)]
-    return {"spec": dataclasses.asdict(spec), "dtype": jnp.dtype(dtype).name}, rows
+        dynamics = functools.partial(self_attention_dynamics, temperature=spec.temperature, steps=c.steps)
+        out = jax.tree.map(np.asarray, jax.vmap(dynamics, in_axes=(0, None))(x0, jnp.asarray(c.threshold, dtype)))
+    return [{"seed": s, "metric": name, "values": values[s]} for name, values in out.items() for s in range(c.num_seeds)]
 
 
 # --------------------------------------------------------------------------
@@ -501,42 +477,6 @@ def clusters_run(config, spec: RunSpec, progress=log) -> tuple[dict, list[dict]]
 RUNNERS = {"fixed": fixed_run, "products": products_run, "clusters": clusters_run}
 
 
-def run(config, workdir: str, progress=log) -> dict:
-    """Run (or resume) the study; returns the summary."""
-    specs = validate(config)
-    wd = Workdir(workdir)
-    wd.write_config(config.to_dict())
-    todo = [s for s in specs if not wd.is_done(s.run_id)]
-    progress(f"power_iteration: {len(specs)} runs ({len(specs) - len(todo)} already done), "
-             f"{'float64' if config.float64 else 'float32'} analysis, jax backend {jax.default_backend()}")
-    for i, spec in enumerate(todo, 1):
-        start = time.perf_counter()
-        progress(f"[{i}/{len(todo)}] {spec.run_id}")
-        record, rows = RUNNERS[spec.part](config, spec, progress)
-        wd.finish_run(spec.run_id, record, rows)
-        progress(f"      done in {time.perf_counter() - start:.1f} s")
-    summary = power_iteration_report.summarize(config, specs, wd)
-    wd.write_summary(summary)
-    power_iteration_report.write_plots(config, specs, summary, wd)
-    plots = sorted(os.listdir(wd.file("plots")))
-    report = wd.write_report(power_iteration_report.report_markdown(config, summary, plots))
-    progress(f"report: {report}")
-    return summary
+def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
+    return RUNNERS[spec.part](config, spec, run)
 
-
-def main(argv, config_flag, workdir_flag) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    run(config_flag.value, workdir_flag.value)
-
-
-if __name__ == "__main__":
-    # Flags are defined only when this file is the entry script, so that
-    # importing it (tests, other studies) defines no absl flags.
-    config_flag = config_flags.DEFINE_config_file(
-        "config", None, "study config file (configs/power_iteration.py)", lock_config=True)
-    workdir_flag = flags.DEFINE_string("workdir", None, "output directory")
-    flags.mark_flags_as_required(["config", "workdir"])
-    app.run(functools.partial(main, config_flag=config_flag, workdir_flag=workdir_flag),
-            flags_parser=flags_parser(default_config.get_config))

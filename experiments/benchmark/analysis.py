@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from attnjax import analysis as an
-from experiments.bench_util import median_time, ratio_row
+from experiments.benchmark.util import median_time, ratio_row
 
 SECTION = "analysis"
 HEADS = 8  # the batch is read as [batch / 8, 8 heads] and as [batch / 8, 8 layers]

@@ -1,8 +1,7 @@
-"""Summary, checks, report and plots of the power-iteration study.
+"""Summary, checks, report and figures of the power-iteration study.
 
-Reads finished runs from the workdir (so an interrupted-then-resumed study
-gives the same result as an uninterrupted one) and checks each prediction
-against the measurements:
+Summarises the rows of every run and checks each prediction against the
+measurements:
 
 * fixed matrix: the decay rate of A^k -> 1 pi^T is |lambda_2| (Seneta 2006, ch. 1);
 * products: delta(P_l) <= prod_i tau(A_i) and delta(P_l) non-increasing
@@ -17,38 +16,40 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from ml_collections import ConfigDict
 
-from attnjax.workdir import Workdir
-from experiments.report_util import check_record, fmt, predictions_table, verdict
+from attnjax import plotting
+from attnjax.study import by_metric, distinct, prediction, select
+from experiments import models
+from experiments.power_iteration.study import dtype_of, rounding_floor
+from experiments.report_util import count, fmt, label, predictions_table
 
 # Iterations at which the report tabulates the cluster count.
 CLUSTER_GRID = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 PHASE_LABELS = {"untrained": "untrained, bidirectional", "init": "causal, at initialisation",
                 "trained": "causal, trained"}
+# Steps past the last fitted one shown in the fixed-matrix figure.
+PLOT_MARGIN = 5
 
 
 def _eps(dtype_name: str) -> float:
     return float(np.finfo(np.dtype(dtype_name)).eps)
 
 
-def _by_metric(rows, **match) -> dict[str, list]:
-    """`{metric: [value or values per matching row, in row order]}` for rows matching `match`."""
-    out = {}
-    for row in rows:
-        if all(row.get(k) == v for k, v in match.items()):
-            out.setdefault(row["metric"], []).append(row["values"] if "values" in row else row["value"])
-    return out
+def _phases(run) -> list[str]:
+    """The phases a products run measured, in the order they happen."""
+    return [p for p in PHASE_LABELS if p in run["phases"]]
 
 
 # --------------------------------------------------------------------------
-# Summary
+# Summary: one list per part, in run order
 
 
-def _fixed_summary(config, record) -> dict:
+def _fixed_summary(config, rows) -> dict:
     tolerance = config.fixed.tolerance
     matrices = []
     for i in range(config.fixed.num_matrices):
-        m = {k: v[0] for k, v in _by_metric(record["metrics"], matrix=i).items() if k != "distance"}
+        m = {k: v[0] for k, v in by_metric(rows, matrix=i).items() if k != "distance"}
         slem, rate, vector_rate = float(m["slem"]), float(m["rate"]), float(m["vector_rate"])  # "nan" -> nan
         rel = rate / slem - 1 if slem > 0 else math.nan
         matrices.append({
@@ -58,15 +59,17 @@ def _fixed_summary(config, record) -> dict:
             "vector_rate": vector_rate, "vector_rel_error": vector_rate / slem - 1 if slem > 0 else math.nan,
         })
     errors = [abs(m["rel_error"]) if math.isfinite(m["rel_error"]) else math.inf for m in matrices]
-    return {"temperature": record["spec"]["temperature"], "dtype": record["dtype"], "floor": record["floor"],
-            "matrices": matrices, "worst_rel_error": max(errors)}
+    end = max(m["fit_end"] for m in matrices) + PLOT_MARGIN
+    curves = [np.asarray(d, dtype=np.float64)[:end + 1] for d in by_metric(rows, metric="distance")["distance"]]
+    return {"run": rows[0]["run"], "temperature": rows[0]["temperature"], "dtype": np.dtype(dtype_of(config)).name,
+            "floor": rounding_floor(config), "matrices": matrices, "worst_rel_error": max(errors), "distance": curves}
 
 
 def _phase_summary(rows, phase: str) -> dict:
     """Head-averaged and per-head metrics of one phase: means over seeds, worst excesses over seeds."""
     out = {}
     for chain in ("mean", "head"):
-        metrics = _by_metric(rows, phase=phase, chain=chain)
+        metrics = by_metric(rows, phase=phase, chain=chain)
         summary = {}
         for name, per_seed in metrics.items():
             values = np.asarray(per_seed, dtype=np.float64)
@@ -76,14 +79,14 @@ def _phase_summary(rows, phase: str) -> dict:
     return out
 
 
-def _products_summary(record) -> dict:
-    rows = record["metrics"]
-    phases = [p for p in ("untrained", "init", "trained") if any(r["phase"] == p for r in rows)]
-    out = {"spec": record["spec"], "seq_len": record["seq_len"], "dtype": record["dtype"],
-           "phases": {p: _phase_summary(rows, p) for p in phases}}
-    for key in ("eval_accuracy", "eval_loss", "chance_accuracy", "diverged"):
-        if key in record:
-            out[key] = record[key]
+def _products_summary(config, rows) -> dict:
+    spec = {k: rows[0][k] for k in ("part", "temperature", "architecture", "trained")}
+    out = {"run": rows[0]["run"], "spec": spec, "seq_len": models.make_task(config.products.task).seq_len,
+           "dtype": np.dtype(dtype_of(config)).name,
+           "phases": {p: _phase_summary(rows, p) for p in distinct(rows, "phase")}}
+    final = by_metric([r for r in rows if "chain" not in r], phase="trained")
+    if final:
+        out.update(final, chance_accuracy=final["chance_accuracy"][0])
     return out
 
 
@@ -91,29 +94,32 @@ def _grid(steps: int) -> list[int]:
     return sorted({t for t in CLUSTER_GRID if t <= steps} | {steps})
 
 
-def _clusters_summary(config, record) -> dict:
-    metrics = _by_metric(record["metrics"])
+def _clusters_summary(config, rows) -> dict:
+    metrics = by_metric(rows)
     counts = np.asarray(metrics["clusters"], dtype=np.float64)  # [seeds, steps + 1]
+    residual = np.asarray(metrics["residual"], dtype=np.float64)
     grid = _grid(config.clusters.steps)
     return {
-        "temperature": record["spec"]["temperature"], "iterations": grid,
+        "run": rows[0]["run"], "temperature": rows[0]["temperature"], "iterations": grid,
         "clusters_mean": counts[:, grid].mean(axis=0).tolist(),
         "clusters_min": counts[:, grid].min(axis=0).tolist(),
         "clusters_max": counts[:, grid].max(axis=0).tolist(),
         "final_clusters": counts[:, -1].tolist(),
-        "final_residual": float(np.mean(np.asarray(metrics["residual"], dtype=np.float64)[:, -1])),
+        "final_residual": float(np.mean(residual[:, -1])),
         "final_effective_rank": float(np.mean(np.asarray(metrics["effective_rank"], dtype=np.float64)[:, -1])),
+        "clusters_curve": counts.mean(axis=0), "residual_curve": residual.mean(axis=0),  # [steps + 1]
     }
 
 
-def summarize(config, specs, wd: Workdir) -> dict:
-    records = {spec.run_id: wd.load_run(spec.run_id) for spec in specs}
-    summary = {
-        "fixed": {s.run_id: _fixed_summary(config, records[s.run_id]) for s in specs if s.part == "fixed"},
-        "products": {s.run_id: _products_summary(records[s.run_id]) for s in specs if s.part == "products"},
-        "clusters": {s.run_id: _clusters_summary(config, records[s.run_id]) for s in specs if s.part == "clusters"},
-    }
-    summary["predictions"] = check_predictions(config, summary)
+SUMMARIES = {"fixed": _fixed_summary, "products": _products_summary, "clusters": _clusters_summary}
+
+
+def summarize(rows: list[dict], config) -> dict:
+    summary = {part: [] for part in SUMMARIES}
+    for run_id in distinct(rows, "run"):
+        run_rows = select(rows, run=run_id)
+        part = run_rows[0]["part"]
+        summary[part].append(SUMMARIES[part](config, run_rows))
     return summary
 
 
@@ -124,12 +130,12 @@ def summarize(config, specs, wd: Workdir) -> dict:
 def _fixed_checks(config, fixed) -> list[dict]:
     checks = []
     tol = config.fixed.tolerance
-    for run in fixed.values():
-        worst = run["worst_rel_error"]
+    for run in fixed:
+        worst = float(run["worst_rel_error"])
         failed = sum(not m["passed"] for m in run["matrices"])
-        checks.append(check_record(
+        checks.append(prediction(
             f"fixed matrix: A^k -> 1 pi^T at rate |lambda_2| (tau={run['temperature']:g})",
-            "Seneta 2006; seed 000 §4.2", f"|rate / |lambda_2| - 1| <= {tol:g} for every matrix",
+            "Seneta 2006", f"|rate / |lambda_2| - 1| <= {tol:g} for every matrix",
             worst, bool(worst <= tol),
             f"worst of {len(run['matrices'])} matrices; {failed} outside; {run['dtype']}"))
     return checks
@@ -137,7 +143,7 @@ def _fixed_checks(config, fixed) -> list[dict]:
 
 def _product_tolerance(run) -> float:
     """Rounding allowance of the Dobrushin checks: 2 L T eps (each product adds <= T eps per row, in l1)."""
-    layers = len(run["phases"][next(iter(run["phases"]))]["mean"]["delta"])
+    layers = len(run["phases"][_phases(run)[0]]["mean"]["delta"])
     return 2 * layers * run["seq_len"] * _eps(run["dtype"])
 
 
@@ -145,14 +151,14 @@ def _dobrushin_check(run, phase: str) -> dict:
     """Worst excess of both inequalities; layer 1 is left out of the bound (there delta(P_1) = tau(A_1))."""
     p = run["phases"][phase]
     if len(p["mean"]["delta"]) < 2:
-        return check_record(f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
+        return prediction(f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
                            "Seneta 2006, §3.1", "delta(P_l) <= prod_i tau(A_i)", None, None,
                            "not measured: needs products.num_layers >= 2")
     bound = max(max(p[c]["bound_excess"][1:]) for c in ("mean", "head"))
     monotone = max(max(p[c]["monotone_excess"]) for c in ("mean", "head"))
     worst = max(bound, monotone)
     tol = _product_tolerance(run)
-    return check_record(
+    return prediction(
         f"Dobrushin bound ({run['spec']['architecture']}, {PHASE_LABELS[phase]})", "Seneta 2006, §3.1",
         "delta(P_l) <= prod_i tau(A_i) and delta(P_l) <= delta(P_(l-1)), every layer, example and head",
         worst, bool(worst <= tol),
@@ -168,7 +174,7 @@ def _causal_check(run, phase: str) -> dict:
     if saturated:
         note += ("; some chains have absorbing tokens besides the first (saturated rows, a_tt = 1): "
                  "their pi_l is not unique and they are left out")
-    return check_record(
+    return prediction(
         f"causal attention: pi_l = e_1 ({run['spec']['architecture']}, {PHASE_LABELS[phase]})",
         "Seneta 2006 (absorbing chains)",
         "1 - pi_l(first token) ~ 0 for every layer whose only absorbing token is the first",
@@ -179,21 +185,21 @@ def _cluster_checks(clusters) -> list[dict]:
     if not clusters:
         return []
     source = "Geshkovski et al. 2023"
-    runs = sorted(clusters.values(), key=lambda r: r["temperature"])
+    runs = sorted(clusters, key=lambda r: r["temperature"])
     hot, cold = runs[-1], runs[0]
     steps = hot["iterations"][-1]
     checks = [
-        check_record(f"high temperature: one cluster (tau={hot['temperature']:g}, t={steps})", source,
+        prediction(f"high temperature: one cluster (tau={hot['temperature']:g}, t={steps})", source,
                     "every seed ends with 1 cluster", max(hot["final_clusters"]),
                     bool(max(hot["final_clusters"]) == 1)),
-        check_record(f"low temperature: several long-lived clusters (tau={cold['temperature']:g}, t={steps})",
+        prediction(f"low temperature: several long-lived clusters (tau={cold['temperature']:g}, t={steps})",
                     source, "every seed still has >= 2 clusters", min(cold["final_clusters"]),
                     bool(min(cold["final_clusters"]) >= 2)),
     ]
     if len(runs) > 1:
         means = [float(np.mean(r["final_clusters"])) for r in runs]
         rise = max(b - a for a, b in zip(means, means[1:]))
-        checks.append(check_record(
+        checks.append(prediction(
             f"fewer clusters at higher temperature (t={steps})", source,
             "mean final cluster count non-increasing in tau", rise, bool(rise <= 0),
             "largest increase between neighbouring temperatures; means "
@@ -201,10 +207,10 @@ def _cluster_checks(clusters) -> list[dict]:
     return checks
 
 
-def check_predictions(config, summary) -> list[dict]:
-    checks = _fixed_checks(config, summary["fixed"])
-    for run in summary["products"].values():
-        for phase in run["phases"]:
+def predictions(summary: dict) -> list[dict]:
+    checks = _fixed_checks(ConfigDict(summary["config"]), summary["fixed"])
+    for run in summary["products"]:
+        for phase in _phases(run):
             checks.append(_dobrushin_check(run, phase))
             if phase != "untrained":
                 checks.append(_causal_check(run, phase))
@@ -216,7 +222,7 @@ def check_predictions(config, summary) -> list[dict]:
 
 
 def _floor(fixed) -> float:
-    return max((r["floor"] for r in fixed.values()), default=math.nan)
+    return max((r["floor"] for r in fixed), default=math.nan)
 
 
 def _fixed_section(config, fixed) -> list[str]:
@@ -231,12 +237,13 @@ def _fixed_section(config, fixed) -> list[str]:
         "| tau | matrix | abs(lambda_2) | measured rate | rel. error | pass | fit range k | v <- A v rate |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for run in fixed.values():
+    for run in fixed:
         for m in run["matrices"]:
             fit = f"{m['fit_start']}..{m['fit_end']}" + ("" if m["floor_reached"] else " (floor not reached)")
-            lines.append(f"| {run['temperature']:g} | {m['matrix']} | {m['slem']:.4f} | {m['rate']:.4f} | "
-                         f"{m['rel_error']:+.4f} | {verdict(m['passed'])} | {fit} | {m['vector_rate']:.4f} |")
-    worst = max((r["worst_rel_error"] for r in fixed.values()), default=None)
+            lines.append(f"| {run['temperature']:g} | {m['matrix']} | {m['slem']:.4f} | {float(m['rate']):.4f} | "
+                         f"{float(m['rel_error']):+.4f} | {label(m['passed'])} | {fit} | "
+                         f"{float(m['vector_rate']):.4f} |")
+    worst = max((float(r["worst_rel_error"]) for r in fixed), default=None)
     return lines + ["", f"Worst relative error over all matrices: {fmt(worst)} (tolerance {f.tolerance:g}).", ""]
 
 
@@ -279,8 +286,8 @@ def _products_section(config, products) -> list[str]:
         "a_tt = 1 (mean over examples): a saturated float32 softmax row makes a token absorbing, and then "
         "pi_l is not unique (`stationary_distribution` returns the limit from the uniform start).", "",
     ]
-    for run in products.values():
-        for phase in run["phases"]:
+    for run in products:
+        for phase in _phases(run):
             lines += _layer_table(run, phase)
         if "eval_accuracy" in run:
             accs = ", ".join(f"{a:.3f}" for a in run["eval_accuracy"])
@@ -291,7 +298,7 @@ def _products_section(config, products) -> list[str]:
 
 def _clusters_section(config, clusters) -> list[str]:
     c = config.clusters
-    runs = sorted(clusters.values(), key=lambda r: r["temperature"])
+    runs = sorted(clusters, key=lambda r: r["temperature"])
     if not runs:
         return []
     grid = runs[0]["iterations"]
@@ -315,51 +322,38 @@ def _clusters_section(config, clusters) -> list[str]:
     return lines
 
 
-def report_markdown(config, summary, plots=()) -> str:
-    predictions = summary["predictions"]
-    passed = sum(p["passed"] is True for p in predictions)
-    failed = sum(p["passed"] is False for p in predictions)
+def markdown(summary: dict) -> str:
+    config, checks = ConfigDict(summary["config"]), summary["predictions"]
     lines = [
         "# Attention as power iteration", "",
         f"Analysis in {'float64' if config.float64 else 'float32'}; models in float32. Seed {config.seed}.", "",
-        f"## Predictions: {passed} pass, {failed} fail", "",
-        *predictions_table(predictions), "",
+        f"## Predictions: {count(checks, 'pass')} pass, {count(checks, 'fail')} fail", "",
+        *predictions_table(checks), "",
         *_fixed_section(config, summary["fixed"]),
         *_products_section(config, summary["products"]),
         *_clusters_section(config, summary["clusters"]),
-        "Plots: " + (", ".join(f"`plots/{name}`" for name in plots) or "none"), "",
+        "Plots: " + (", ".join(f"`plots/{name}`" for name in summary["plots"]) or "none"), "",
     ]
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
-# Plots
+# Figures
 
 
-def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    return fig, axes.reshape(-1)
+def _figure(width: float, height: float, rows: int, cols: int):
+    """A figure and its axes `[rows * cols]`."""
+    fig = plotting.figure(width, height)
+    return fig, fig.subplots(rows, cols, squeeze=False).reshape(-1)
 
 
-def _save(fig, wd: Workdir, name: str) -> None:
-    fig.savefig(wd.file("plots", name), dpi=110)
-
-
-def _fixed_figure(summary, wd: Workdir, specs):
-    runs = [(s.run_id, summary["fixed"][s.run_id]) for s in specs if s.part == "fixed"]
-    cols = min(len(runs), 2)
-    rows = math.ceil(len(runs) / cols)
+def _fixed_figure(fixed):
+    cols = min(len(fixed), 2)
+    rows = math.ceil(len(fixed) / cols)
     fig, axes = _figure(5.0 * cols, 3.4 * rows, rows, cols)
-    for ax, (run_id, run) in zip(axes, runs):
-        curves = _by_metric(wd.load_run(run_id)["metrics"])["distance"]
-        end = max(m["fit_end"] for m in run["matrices"]) + 5
-        for m, curve in zip(run["matrices"], curves):
-            d = np.asarray(curve, dtype=np.float64)[:end + 1]
+    for ax, run in zip(axes, fixed):
+        for m, curve in zip(run["matrices"], run["distance"]):
+            d = np.asarray(curve, dtype=np.float64)
             k = np.arange(len(d))
             (line,) = ax.semilogy(k, np.where(d > 0, d, np.nan), linewidth=1)
             k1 = m["fit_end"]
@@ -371,7 +365,7 @@ def _fixed_figure(summary, wd: Workdir, specs):
         ax.grid(True, alpha=0.3)
     for ax in axes[::cols]:
         ax.set_ylabel("max_i TV(e_i A^k, pi)")
-    for ax in axes[len(runs):]:
+    for ax in axes[len(fixed):]:
         ax.set_visible(False)
     fig.suptitle("A^k -> 1 pi^T: measured (solid) vs |lambda_2|^k (dashed); dotted: rounding floor")
     return fig
@@ -379,12 +373,13 @@ def _fixed_figure(summary, wd: Workdir, specs):
 
 def _products_figure(summary):
     by_arch = {}
-    for run in summary["products"].values():
+    for run in summary["products"]:
         by_arch.setdefault(run["spec"]["architecture"], []).append(run)
     fig, axes = _figure(5.0 * len(by_arch), 3.8, 1, len(by_arch))
     for ax, (arch, runs) in zip(axes, by_arch.items()):
         for run in runs:
-            for phase, p in run["phases"].items():
+            for phase in _phases(run):
+                p = run["phases"][phase]
                 layers = np.arange(1, len(p["mean"]["delta"]) + 1)
                 delta = np.asarray(p["mean"]["delta"], dtype=np.float64)
                 (line,) = ax.semilogy(layers, np.where(delta > 0, delta, np.nan), marker="o", markersize=3,
@@ -400,15 +395,12 @@ def _products_figure(summary):
     return fig
 
 
-def _clusters_figure(config, summary, wd: Workdir, specs):
+def _clusters_figure(clusters):
     fig, axes = _figure(10.0, 3.8, 1, 2)
-    runs = sorted(((summary["clusters"][s.run_id], s.run_id) for s in specs if s.part == "clusters"),
-                  key=lambda r: r[0]["temperature"])
-    for run, run_id in runs:
-        metrics = _by_metric(wd.load_run(run_id)["metrics"])
-        t = np.arange(config.clusters.steps + 1)
-        counts = np.asarray(metrics["clusters"], dtype=np.float64).mean(axis=0)
-        residual = np.asarray(metrics["residual"], dtype=np.float64).mean(axis=0)
+    for run in sorted(clusters, key=lambda r: r["temperature"]):
+        counts = np.asarray(run["clusters_curve"], dtype=np.float64)
+        residual = np.asarray(run["residual_curve"], dtype=np.float64)
+        t = np.arange(len(counts))
         axes[0].plot(t + 1, counts, label=f"tau = {run['temperature']:g}")
         axes[1].plot(t + 1, np.where(residual > 0, residual, np.nan), label=f"tau = {run['temperature']:g}")
     axes[0].set_xscale("log")
@@ -424,10 +416,12 @@ def _clusters_figure(config, summary, wd: Workdir, specs):
     return fig
 
 
-def write_plots(config, specs, summary, wd: Workdir) -> None:
+def figures(summary: dict) -> dict:
+    out = {}
     if summary["fixed"]:
-        _save(_fixed_figure(summary, wd, specs), wd, "fixed_matrix_rate.png")
+        out["fixed_matrix_rate"] = _fixed_figure(summary["fixed"])
     if summary["products"]:
-        _save(_products_figure(summary), wd, "products_dobrushin.png")
+        out["products_dobrushin"] = _products_figure(summary)
     if summary["clusters"]:
-        _save(_clusters_figure(config, summary, wd, specs), wd, "clusters.png")
+        out["clusters"] = _clusters_figure(summary["clusters"])
+    return out

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnjax import nn
-from experiments.bench_util import compile_seconds, ratio_row
+from experiments.benchmark.util import compile_seconds, ratio_row
 
 SECTION = "compile"
 

@@ -2,7 +2,7 @@
 
 Config: `configs/benchmark.py`, `training`. Models come from
 `configs/rank_collapse.py` (the train sweep's causal setting, softmax
-attention), built by `experiments.rank_collapse.make_trainer`.
+attention), built by `experiments.models.make_trainer`.
 
 * Train step of the default rank-collapse model (`architecture`, `depth`,
   its `num_seeds` seeds): seconds per step and tokens/s, float32 and bf16
@@ -19,7 +19,7 @@ attention), built by `experiments.rank_collapse.make_trainer`.
   program on one device (what vmapping alone gives), and sequential runs
   that use every device too, by sharding the batch.
 
-On a CPU, `experiments.benchmark` starts JAX with one XLA device per core
+On a CPU, `python -m experiments.benchmark` starts JAX with one XLA device per core
 (`cpu_devices`), so a program can spread its independent seeds over the cores.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ import jax
 
 from attnjax import training
 from configs import rank_collapse as rank_collapse_config
-from experiments import rank_collapse
-from experiments.bench_util import interleaved_median_times, ratio_row
+from experiments import models
+from experiments.benchmark.util import interleaved_median_times, ratio_row
 
 SECTION = "training"
 SHARDED = "one program, seeds sharded over devices"
@@ -46,8 +46,9 @@ def make_trainer(variant: str, architecture: str, depth: int, dtype: str = "floa
     """(trainer, study config) of one rank-collapse training run."""
     config = rank_collapse_config.get_config(variant)
     config.model.dtype = dtype
-    spec = rank_collapse.RunSpec("train", "softmax", architecture, depth, 1.0, bool(config.train_sweep.causal))
-    return rank_collapse.make_trainer(config, spec, rank_collapse.make_task(config)), config
+    trainer = models.make_trainer(config.model, config.train, models.make_task(config.task), architecture=architecture,
+                                  depth=depth, causal=bool(config.train_sweep.causal))
+    return trainer, config
 
 
 @functools.cache

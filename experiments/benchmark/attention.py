@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 import attnjax
-from experiments.bench_util import interleaved_median_times, median_time, not_measured, ratio_row
+from experiments.benchmark.util import interleaved_median_times, median_time, not_measured, ratio_row
 
 SECTION = "attention"
 XLA = "jax.nn.dot_product_attention (xla)"

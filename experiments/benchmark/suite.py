@@ -1,13 +1,14 @@
-"""One entry point for every benchmark section: prints tables, writes JSON, Markdown and plots.
+"""The benchmark driver: runs the sections, prints tables, writes JSON, Markdown and plots.
 
     python -m experiments.benchmark --config configs/benchmark.py
     python -m experiments.benchmark --config configs/benchmark.py:smoke --workdir bench_out/smoke
     python -m experiments.benchmark --config configs/benchmark.py --config.sections='("attention","linear")'
 
 Sections (`configs/benchmark.py`): attention, compile, linear, analysis,
-training; each is a module `experiments/bench_<name>.py` with
-`run(section_config) -> list[dict]`. Every figure with a target is a ratio
-against a reference measured in the same run; such rows carry `ok`.
+training; each is a module `experiments/benchmark/<name>.py` with
+`run(section_config) -> list[dict]` (and optionally `figure(rows)`, written
+as `plots/<name>.png`). Every figure with a target is a ratio against a
+reference measured in the same run; such rows carry `ok`.
 
 Outputs in --workdir: `benchmark.json` (environment: device kind, versions,
 date; the config; every row), `benchmark.md` (the same as a table) and
@@ -24,16 +25,13 @@ import time
 
 import jax
 import jaxlib
-from absl import app, flags
-from ml_collections import config_flags
 
-from attnjax.workdir import atomic_write_json, atomic_write_text
+from attnjax.workdir import atomic_write_figure, atomic_write_json, atomic_write_text
 from configs import benchmark as default_config
-from experiments.bench_report import format_table, markdown_report
-from experiments.bench_training import cpu_device_count
-from experiments.bench_util import drop_targets
-from experiments.cli import flags_parser
-from experiments.rank_collapse import COMPUTE_DTYPES
+from experiments.benchmark.report import format_table, markdown_report
+from experiments.benchmark.training import cpu_device_count
+from experiments.benchmark.util import drop_targets
+from experiments.models import COMPUTE_DTYPES
 
 COLUMNS = ("section", "name", "shape", "seconds", "temp_mb", "reference", "ratio", "target", "ok", "tflops",
            "pct_peak", "tokens_per_s", "note")
@@ -102,31 +100,18 @@ def run(config, workdir: str, progress=print) -> dict:
     for name in config.sections:
         progress(f"[benchmark] section {name} ...")
         start = time.perf_counter()
-        module = importlib.import_module(f"experiments.bench_{name}")
+        module = importlib.import_module(f"experiments.benchmark.{name}")
         rows = module.run(config[name])
         rows = rows if config.check_targets else drop_targets(rows)
         payload["rows"] += rows
         progress(format_table(rows, COLUMNS))
         progress(f"[benchmark] section {name} done in {time.perf_counter() - start:.1f} s")
-        if hasattr(module, "plot") and module.plot(rows, os.path.join(plots, f"{name}.png")):
+        figure = module.figure(rows) if hasattr(module, "figure") else None
+        if figure is not None:
+            atomic_write_figure(os.path.join(plots, f"{name}.png"), figure, dpi=120)
             progress(f"plot: {os.path.join(plots, name + '.png')}")
         write_outputs(workdir, payload)
     failed = [r["name"] for r in payload["rows"] if r.get("ok") is False]
     met = sum(r.get("ok") is True for r in payload["rows"])
     progress(f"wrote {workdir}/benchmark.json and benchmark.md; targets met: {met}, missed: {len(failed)} {failed}")
     return payload
-
-
-def main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = flags.FLAGS.config
-    start_cpu_devices(config)
-    run(config, flags.FLAGS.workdir, progress=lambda line: print(line, flush=True))
-
-
-if __name__ == "__main__":
-    config_flags.DEFINE_config_file("config", "configs/benchmark.py", "benchmark config file", lock_config=True)
-    flags.DEFINE_string("workdir", "bench_out", "output directory")
-    app.run(main, flags_parser=flags_parser(default_config.get_config))
-

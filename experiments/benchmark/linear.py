@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 import attnjax
 from attnjax import features, linear
-from experiments.bench_util import median_time, not_measured, ratio_row, temp_bytes
+from experiments.benchmark.util import median_time, not_measured, ratio_row, temp_bytes
 
 SECTION = "linear"
 CHUNKED, RECURRENT, EXACT = "linear causal (chunked)", "linear causal (recurrent scan)", "exact causal softmax"
@@ -209,17 +209,15 @@ def run(cfg) -> list[dict]:
     return sweep + [crossover_row(sweep)] + target_rows(cfg, sweep, dtype) + gpu_rows(cfg)
 
 
-def plot(rows: list[dict], path: str) -> Optional[str]:
-    """Log-log forward time against T for the three forms; returns the path, or None without sweep rows."""
+def figure(rows: list[dict]):
+    """Log-log forward time against T for the three forms (a Figure), or None without sweep rows."""
     sweep = [r for r in rows if r.get("section") == SECTION and r.get("series") and r.get("seconds")]
     if not sweep:
         return None
-    import matplotlib
+    from attnjax import plotting
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = plotting.figure(6, 4)
+    ax = fig.add_subplot()
     for series, marker in ((EXACT, "o"), (CHUNKED, "s"), (RECURRENT, "^")):
         points = sorted((r["length"], r["seconds"]) for r in sweep if r["series"] == series)
         if points:
@@ -229,7 +227,4 @@ def plot(rows: list[dict], path: str) -> Optional[str]:
     ax.set_title(f"Causal attention, {_shape_of(sweep)}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

@@ -1,0 +1,53 @@
+"""Tasks, models and trainers from the config blocks the studies share (`task`, `model`, `train`).
+
+Used by the studies and the benchmark (which times the rank-collapse study's
+model without importing the study). Architectures are the presets of
+`attnjax.nn.ARCHITECTURES`.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from attnjax import nn, tasks, training
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def make_task(task_config):
+    """`task` block (`name` and the task's arguments) -> a task of `attnjax.tasks`."""
+    kwargs = {k: v for k, v in task_config.items() if k != "name"}
+    return tasks.make_task(task_config.name, **kwargs)
+
+
+def check_architectures(field: str, names) -> None:
+    """Raise ValueError naming `field` unless every name is a preset of `nn.ARCHITECTURES`."""
+    for name in names:
+        if name not in nn.ARCHITECTURES:
+            raise ValueError(f"{field}: unknown {name!r}; valid: {tuple(nn.ARCHITECTURES)}")
+
+
+def transformer_config(model, task, *, architecture: str, depth: int, causal: bool, temperature: float = 1.0,
+                       kind: str = "softmax") -> nn.TransformerConfig:
+    """`model` block (features, num_heads, mlp_ratio, positions; optionally feature_map,
+    num_features and the compute dtype) -> the config of a `depth`-layer Transformer for `task`."""
+    extra = {k: model[k] for k in ("feature_map", "num_features") if k in model}
+    if "dtype" in model:
+        if model.dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"model.dtype must be one of {COMPUTE_DTYPES}, got {model.dtype!r}")
+        extra.update(dtype=jnp.dtype(model.dtype), param_dtype=jnp.float32)
+    return nn.TransformerConfig(
+        num_layers=depth, features=model.features, num_heads=model.num_heads, vocab_size=task.vocab_size,
+        max_len=task.seq_len, positions=model.positions, causal=causal, temperature=temperature,
+        attention_kind=kind, mlp_features=model.mlp_ratio * model.features, **extra,
+        **nn.architecture(architecture),
+    )
+
+
+def make_trainer(model, train, task, **spec) -> training.Trainer:
+    """A trainer of `transformer_config(model, task, **spec)` with the `train` block's optimiser and batch size."""
+    # Init-only studies (steps = 0) still build an optimiser; give it one step.
+    optimizer = training.OptimizerConfig(
+        learning_rate=train.learning_rate, warmup_steps=train.warmup_steps if train.steps else 0,
+        total_steps=max(train.steps, 1), weight_decay=train.weight_decay,
+    )
+    return training.Trainer(transformer_config(model, task, **spec), optimizer, task, train.batch_size)
