@@ -448,7 +448,8 @@ class MultiHeadAttention(nnx.Module):
         return q, k, v
 
     def _rotate(self, q: Array, k: Array, offset) -> tuple[Array, Array]:
-        """Rotary embedding of q `[..., T, H, Dh]` at offset..offset+T-1 and k `[..., S, K, Dh]` at offset..offset+S-1."""
+        """Rotary embedding of q `[..., T, H, Dh]` at offset..offset+T-1 and k `[..., S, K, Dh]` at
+        offset..offset+S-1."""
         if self.rope is None:
             return q, k
         rotate = functools.partial(rope_lib.rotary_embedding, base=self.rope_base, layout=self.rope)
@@ -1014,7 +1015,8 @@ class Transformer(nnx.Module):
         attention = self.blocks.attention
         if not hasattr(attention, "projection"):
             raise ValueError("redraw needs linear attention with random features "
-                             f"(attention_kind={self.config.attention_kind!r}, feature_map={self.config.feature_map!r})")
+                             f"(attention_kind={self.config.attention_kind!r}, "
+                             f"feature_map={self.config.feature_map!r})")
         keys = jax.random.split(key, self.config.num_layers)
         num_features = attention.projection.shape[-2]
         head_dim = self.config.features // self.config.num_heads
@@ -1035,7 +1037,8 @@ class Transformer(nnx.Module):
         if token_type_ids is None:
             return
         if self.config.type_vocab_size is None:
-            raise ValueError("token_type_ids given, but the model has no token types (TransformerConfig.type_vocab_size)")
+            raise ValueError("token_type_ids given, but the model has no token types "
+                             "(TransformerConfig.type_vocab_size)")
         if token_type_ids.shape != inputs.shape[:2] or not jnp.issubdtype(token_type_ids.dtype, jnp.integer):
             raise ValueError(f"token_type_ids must be integers of shape [B, T] = {inputs.shape[:2]}, "
                              f"got {token_type_ids.dtype} {token_type_ids.shape}")

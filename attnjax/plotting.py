@@ -68,7 +68,8 @@ def attention_heatmaps(
     num_heads, t, s = w.shape
     heads = list(range(num_heads)) if heads is None else [int(h) for h in heads]
     if not heads or any(not 0 <= h < num_heads for h in heads):
-        raise ValueError(f"heads must be non-empty indices in [0, {num_heads}); got {heads} for weights shape {w.shape}")
+        raise ValueError(f"heads must be non-empty indices in [0, {num_heads}); "
+                         f"got {heads} for weights shape {w.shape}")
     q_labels, k_labels = _token_labels(tokens, t, s)
     ncols = min(len(heads), 4) if ncols is None else int(ncols)
     nrows = math.ceil(len(heads) / ncols)
@@ -171,7 +172,8 @@ def metric_vs_depth(
         mean = v.mean(axis=0)
         (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
         if v.shape[0] > 1:
-            lo, hi = (v.min(axis=0), v.max(axis=0)) if band == "minmax" else (mean - v.std(axis=0), mean + v.std(axis=0))
+            lo, hi = ((v.min(axis=0), v.max(axis=0)) if band == "minmax"
+                      else (mean - v.std(axis=0), mean + v.std(axis=0)))
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     if log:
         ax.set_yscale("log", nonpositive="mask")
@@ -184,7 +186,8 @@ def metric_vs_depth(
     return fig
 
 
-def singular_value_spectrum(x, labels: Sequence[str] | None = None, *, normalize: bool = True, title: str | None = None):
+def singular_value_spectrum(x, labels: Sequence[str] | None = None, *, normalize: bool = True,
+                            title: str | None = None):
     """Singular values of one or several matrices, sorted, on a log scale.
 
     Args:

@@ -119,7 +119,8 @@ def _check_rows(spec, rows: list[dict]) -> None:
 def _check_predictions(predictions: list[dict]) -> list[dict]:
     for p in predictions:
         if p.get("verdict") not in VERDICTS:
-            raise ValueError(f"prediction {p.get('name')!r}: verdict must be one of {VERDICTS}, got {p.get('verdict')!r}")
+            raise ValueError(f"prediction {p.get('name')!r}: verdict must be one of {VERDICTS}, "
+                             f"got {p.get('verdict')!r}")
     return predictions
 
 

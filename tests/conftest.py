@@ -11,7 +11,8 @@
 import os
 
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8", "--xla_cpu_enable_concurrency_optimized_scheduler=false"]
+    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
+     "--xla_cpu_enable_concurrency_optimized_scheduler=false"]
 ).strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 

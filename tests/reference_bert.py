@@ -61,7 +61,8 @@ def bert_forward(weights, config, ids, types=None, valid=None):
     for layer in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{layer}"
         a, prob = _attention(x, w, f"{p}.attention", config["num_attention_heads"], valid)
-        x = _layer_norm(x + a, w[f"{p}.attention.output.LayerNorm.weight"], w[f"{p}.attention.output.LayerNorm.bias"], eps)
+        x = _layer_norm(x + a, w[f"{p}.attention.output.LayerNorm.weight"],
+                        w[f"{p}.attention.output.LayerNorm.bias"], eps)
         h = _gelu_exact(_dense(x, w, f"{p}.intermediate.dense"))
         x = _layer_norm(x + _dense(h, w, f"{p}.output.dense"), w[f"{p}.output.LayerNorm.weight"],
                         w[f"{p}.output.LayerNorm.bias"], eps)

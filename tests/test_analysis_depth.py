@@ -23,11 +23,13 @@ def test_profile_shapes_and_agreement_with_the_single_metrics():
         assert profile[name].shape == (7,)
     for name in ATTENTION_METRICS:
         assert profile[name].shape == (6,)
-    np.testing.assert_allclose(profile["residual_fro"][2], analysis.residual_ratio(inter["hidden"][2]).mean(), rtol=1e-5)
+    np.testing.assert_allclose(profile["residual_fro"][2], analysis.residual_ratio(inter["hidden"][2]).mean(),
+                               rtol=1e-5)
     np.testing.assert_allclose(profile["slem"][0], analysis.slem(inter["attention"][0]).mean(), rtol=1e-5)
     # The path product of layer 1 is the head-averaged first attention matrix.
     a1 = inter["attention"][0].mean(axis=1)
-    np.testing.assert_allclose(profile["path_rank_one_residual"][0], analysis.rank_one_residual(a1).best.mean(), rtol=1e-5)
+    np.testing.assert_allclose(profile["path_rank_one_residual"][0], analysis.rank_one_residual(a1).best.mean(),
+                               rtol=1e-5)
 
 
 def test_pure_attention_collapses_and_scaled_skips_do_not():

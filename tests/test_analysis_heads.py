@@ -85,7 +85,8 @@ def test_head_redundancy_matches_double_loop(dtype):
     pooled = an.head_redundancy(w, pooled=True)  # the seed: batch flattened into each head's vector
     np.testing.assert_allclose(pooled, ref_redundancy(np.swapaxes(w, 0, 1).reshape(1, 4, 10, 5))[0], rtol=rtol(dtype))
     centered = an.head_redundancy(w, centered=True)  # Pearson correlation
-    np.testing.assert_allclose(centered[0], np.corrcoef(w[0].reshape(4, -1).astype(np.float64)), rtol=1e-4 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(centered[0], np.corrcoef(w[0].reshape(4, -1).astype(np.float64)),
+                               rtol=1e-4 if dtype == np.float32 else 1e-12)
 
 
 def test_head_redundancy_identical_and_disjoint_heads():

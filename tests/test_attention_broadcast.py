@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import attnjax
 from attnjax import nn
-from flax import nnx
 
 B, T, S, H, D = 2, 5, 7, 4, 8
 
@@ -70,7 +70,8 @@ def _outputs_and_grads(fn, q, k, v, bias, cotangent):
 def test_broadcast_shapes_match_jax_nn(shape, kind, causal, num_kv):
     q, k, v = _inputs(num_kv)
     mask = _mask(shape, 1) if kind in ("mask", "both") else None
-    bias = jax.random.normal(jax.random.key(2), shape, jnp.float32) if kind in ("bias", "both") else jnp.zeros((), jnp.float32)
+    bias = (jax.random.normal(jax.random.key(2), shape, jnp.float32) if kind in ("bias", "both")
+            else jnp.zeros((), jnp.float32))
     bias_arg = None if kind == "mask" else bias
     valid = _row_valid(mask, causal).astype(jnp.float32)
     cotangent = jax.random.normal(jax.random.key(3), (B, T, H, D), jnp.float32)

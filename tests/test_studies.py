@@ -204,8 +204,10 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path):
 # Each edit makes the test config invalid; the run must fail before compiling anything.
 BAD_CONFIGS = [
     ("rank_collapse", lambda c: setattr(c.init_sweep, "depths", (0, 2)), r"init_sweep.depths must be positive ints"),
-    ("rank_collapse", lambda c: setattr(c.model, "features", 17), r"features \(17\) must be divisible by num_heads \(2\)"),
-    ("rank_collapse", lambda c: setattr(c.train_sweep, "temperatures", (-1.0,)), r"train_sweep.temperatures must be > 0"),
+    ("rank_collapse", lambda c: setattr(c.model, "features", 17),
+     r"features \(17\) must be divisible by num_heads \(2\)"),
+    ("rank_collapse", lambda c: setattr(c.train_sweep, "temperatures", (-1.0,)),
+     r"train_sweep.temperatures must be > 0"),
     ("rank_collapse", lambda c: setattr(c.init_sweep, "architectures", ("attention",)), r"unknown 'attention'; valid"),
     ("rank_collapse", lambda c: setattr(c, "num_seeds", 0), r"num_seeds must be >= 1"),
     ("rank_collapse", lambda c: setattr(c.train, "warmup_steps", 4), r"warmup_steps < total_steps"),
@@ -213,7 +215,8 @@ BAD_CONFIGS = [
     ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),
      r"fixed.temperatures must be a number in \(0, inf\)"),
     ("power_iteration", lambda c: setattr(c.fixed, "steps", 1), r"fixed.steps must be an int >= 2"),
-    ("power_iteration", lambda c: setattr(c.clusters, "threshold", 2.0), r"clusters.threshold must be a number in \(0, 1\)"),
+    ("power_iteration", lambda c: setattr(c.clusters, "threshold", 2.0),
+     r"clusters.threshold must be a number in \(0, 1\)"),
     ("power_iteration", lambda c: setattr(c.products, "architectures", ("attention",)), r"unknown 'attention'; valid"),
     ("power_iteration", lambda c: setattr(c.products.model, "features", 9),
      r"features \(9\) must be divisible by num_heads \(2\)"),
@@ -222,7 +225,8 @@ BAD_CONFIGS = [
     ("softmax_scaling", lambda c: setattr(c, "saturation_samples", 0), r"config.saturation_samples must be >= 1"),
     ("softmax_scaling", lambda c: setattr(c, "dims", (4, 0)), r"config.dims: every d_k must be an int >= 1"),
     ("softmax_scaling", lambda c: setattr(c, "dims", ()), r"config.dims must be a non-empty"),
-    ("softmax_scaling", lambda c: setattr(c, "variance_tolerance", 1.5), r"config.variance_tolerance must be a number in"),
+    ("softmax_scaling", lambda c: setattr(c, "variance_tolerance", 1.5),
+     r"config.variance_tolerance must be a number in"),
 ]
 
 _compiles = []

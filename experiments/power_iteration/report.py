@@ -255,16 +255,16 @@ def _layer_table(run, phase: str) -> list[str]:
              "| layer l | tau(A_l) | delta(P_l) | prod tau | bound holds | TV(p_l, pi_l) | absorbing tokens | "
              "per head: delta(P_l) | prod tau | bound holds | TV(p_l, pi_l) | absorbing tokens |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for l in range(len(mean["delta"])):
-        head_delta = np.asarray(head["delta"])[:, l]
-        head_bound = np.asarray(head["bound"])[:, l]
-        head_tv = np.asarray(head["tv_to_pi"])[:, l]
-        head_absorbing = np.asarray(head["absorbing"])[:, l]
+    for layer in range(len(mean["delta"])):
+        head_delta = np.asarray(head["delta"])[:, layer]
+        head_bound = np.asarray(head["bound"])[:, layer]
+        head_tv = np.asarray(head["tv_to_pi"])[:, layer]
+        head_absorbing = np.asarray(head["absorbing"])[:, layer]
         lines.append(
-            f"| {l + 1} | {fmt(mean['tau'][l])} | {fmt(mean['delta'][l])} | {fmt(mean['bound'][l])} | "
-            f"{mean['bound_excess'][l] <= tol} | {fmt(mean['tv_to_pi'][l])} | {mean['absorbing'][l]:.2f} | "
+            f"| {layer + 1} | {fmt(mean['tau'][layer])} | {fmt(mean['delta'][layer])} | {fmt(mean['bound'][layer])} | "
+            f"{mean['bound_excess'][layer] <= tol} | {fmt(mean['tv_to_pi'][layer])} | {mean['absorbing'][layer]:.2f} | "
             f"{fmt(float(head_delta.mean()))} [{fmt(float(head_delta.min()))}, {fmt(float(head_delta.max()))}] | "
-            f"{fmt(float(head_bound.mean()))} | {head['bound_excess'][l] <= tol} | {fmt(float(head_tv.mean()))} | "
+            f"{fmt(float(head_bound.mean()))} | {head['bound_excess'][layer] <= tol} | {fmt(float(head_tv.mean()))} | "
             f"{float(head_absorbing.mean()):.2f} |")
     return lines + [""]
 

@@ -468,7 +468,8 @@ def clusters_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
         x0 = jax.vmap(lambda key: jax.random.normal(key, (c.num_tokens, c.dim), dtype))(keys)
         dynamics = functools.partial(self_attention_dynamics, temperature=spec.temperature, steps=c.steps)
         out = jax.tree.map(np.asarray, jax.vmap(dynamics, in_axes=(0, None))(x0, jnp.asarray(c.threshold, dtype)))
-    return [{"seed": s, "metric": name, "values": values[s]} for name, values in out.items() for s in range(c.num_seeds)]
+    return [{"seed": s, "metric": name, "values": values[s]}
+            for name, values in out.items() for s in range(c.num_seeds)]
 
 
 # --------------------------------------------------------------------------

@@ -117,8 +117,8 @@ def _dong_checks(runs, kind, temperature) -> list[dict]:
         checks.append(prediction(f"residual <= 1e-4 by layer 8 ({label}, L={depth})", source, "r_8 <= 1e-4",
                                  float(r[8]), bool(r[8] <= 1e-4)))
     logs = np.log(np.maximum(r, 1e-300))
-    usable = [l for l in range(1, len(r)) if r[l] >= RESIDUAL_FLOOR and r[l - 1] < 1]
-    ratios = [float(logs[l] / logs[l - 1]) for l in usable]
+    usable = [layer for layer in range(1, len(r)) if r[layer] >= RESIDUAL_FLOOR and r[layer - 1] < 1]
+    ratios = [float(logs[layer] / logs[layer - 1]) for layer in usable]
     checks.append(prediction(
         f"doubly exponential decay ({label}, L={depth})", source,
         "log r_(l+1) / log r_l >= 2 for consecutive layers",

@@ -285,7 +285,8 @@ def _checks_section(summary: dict, config) -> list[str]:
         f"{slope_text} (predicted −0.5 ± 0.25). The −1/2 law is asymptotic: it needs the typical gap "
         "between the two largest logits, a fraction of √d_k, to be large against 1; its correction falls only "
         "like 1/√d_k, so at these d_k the slope is expected somewhat shallower than −1/2. At small d_k the "
-        "norm first rises, as the weight concentrates on a few keys (‖J‖₂ is largest, 1/2, for two keys sharing the weight).",
+        "norm first rises, as the weight concentrates on a few keys (‖J‖₂ is largest, 1/2, for two keys sharing "
+        "the weight).",
         "",
     ]
 

@@ -236,7 +236,8 @@ def relative_standard_error(dim: int, num_samples: int) -> float:
 
 
 def measure_dim(config, dim: int) -> dict:
-    """All measurements for one d_k: `{"d_k", "dtype", "variance": {scaling: value}, "saturation": {scaling: {stat: mean}}}`."""
+    """All measurements for one d_k:
+    `{"d_k", "dtype", "variance": {scaling: value}, "saturation": {scaling: {stat: mean}}}`."""
     key = jax.random.fold_in(jax.random.key(config.seed), dim)
     k_var, k_sat = jax.random.split(key)
     dots = np.asarray(dot_products(k_var, dim=dim, num_samples=config.num_samples, chunk_size=config.chunk_size),
