@@ -78,3 +78,20 @@ __all__ = [
     "stationary_residual",
     "token_cosine_similarity",
 ]
+from attnjax.analysis.sinks import (  # noqa: E402
+    distance_to_first,
+    normalized_entropy,
+    residual_norms,
+    sink_mass,
+    triangular_slem,
+    uniform_sink_mass,
+)
+
+__all__ += [
+    "distance_to_first",
+    "normalized_entropy",
+    "residual_norms",
+    "sink_mass",
+    "triangular_slem",
+    "uniform_sink_mass",
+]

