@@ -13,9 +13,10 @@ Layout follows `jax.nn.dot_product_attention`: query `[..., T, H, D]`, key
 `[..., H, T, S]`. K must divide H (grouped-query attention; K = 1 is
 multi-query attention): query head h reads key/value head h // (H // K).
 
-The implementation is a single-head core (`_attend_one_head`, `[T, D]`
-against `[S, D]`) lifted over heads and batch dims with `jnp.vectorize`, which
-is built on `jax.vmap`.
+The core (`_attention`) computes all heads at once: queries grouped as
+`[..., K, G, T, D]` (G = H // K), two einsums over `[..., K, G, T, S]`, and a
+masked softmax with the softmax's own JVP (`_softmax`). `_attend_one_head` is
+the same core for one head (`[T, D]` against `[S, D]`).
 
 Numerics: logits and softmax run in at least float32 (bf16/fp16 inputs are
 promoted), outputs come back in the input dtype. Masked entries get exactly
@@ -58,16 +59,44 @@ def softmax_with_temperature(
       for finite inputs, however large the logits or small the temperature.
     """
     dtype = jnp.promote_types(logits.dtype, jnp.float32)
-    logits = logits.astype(dtype) / jnp.asarray(temperature, dtype)
-    bound = jnp.finfo(dtype).max / 4
-    logits = jnp.clip(logits, -bound, bound)
+    return _softmax(logits.astype(dtype) / jnp.asarray(temperature, dtype), mask)
+
+
+@jax.custom_jvp
+def _softmax(logits: Array, mask: Optional[Array]) -> Array:
+    """Masked softmax over the last axis of float `logits` `[..., S]`; `mask` None or broadcastable.
+
+    With x = clip(logits, -c, c), c = finfo.max/4, masked entries set to -2c,
+    and m = max_s x_s (>= -c in a row with an unmasked entry):
+
+        p_s = exp(x_s - m) / sum_s' exp(x_s' - m)
+
+    has no inf - inf, a sum >= 1 (the max term is exp(0)), and exactly 0 at
+    masked entries (exp(<= -c) underflows). A row with every entry masked is
+    multiplied by 0 (it would be uniform). The JVP is the softmax's,
+    dp = p * (dlogits - sum_s p_s dlogits_s) (as in `jax.nn.softmax`): the
+    backward pass needs only p, which is 0 at masked entries and in fully
+    masked rows, so those get zero gradients without a select. (It is the
+    exact derivative inside the clip; the clip itself, a guard against
+    overflow at |logits| > finfo.max/4, is treated as the identity.)
+    """
+    bound = jnp.finfo(logits.dtype).max / 4
+    x = jax.lax.clamp(jnp.asarray(-bound, logits.dtype), logits, jnp.asarray(bound, logits.dtype))
     if mask is not None:
-        logits = jnp.where(mask, logits, -jnp.inf)
-    row_max = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-    row_max = jnp.where(jnp.isfinite(row_max), row_max, jnp.zeros_like(row_max))
-    unnormalised = jnp.exp(logits - row_max)
-    total = jnp.sum(unnormalised, axis=-1, keepdims=True)
-    return unnormalised / jnp.where(total > 0, total, jnp.ones_like(total))
+        x = jnp.where(mask, x, jnp.asarray(-2 * bound, logits.dtype))
+    unnormalised = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
+    inv_total = 1 / jnp.sum(unnormalised, axis=-1, keepdims=True)
+    if mask is not None:
+        inv_total = jnp.where(jnp.any(mask, axis=-1, keepdims=True), inv_total, jnp.zeros_like(inv_total))
+    return unnormalised * inv_total
+
+
+@_softmax.defjvp
+def _softmax_jvp(primals, tangents):
+    logits, mask = primals
+    dlogits, _ = tangents
+    probs = _softmax(logits, mask)
+    return probs, probs * (dlogits - jnp.sum(probs * dlogits, axis=-1, keepdims=True))
 
 
 # --------------------------------------------------------------------------
@@ -106,6 +135,16 @@ def _logits_shape(query: Array, key: Array) -> tuple[int, ...]:
     return query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
 
 
+def _fit_shape(x: Array, target: tuple[int, ...]) -> Optional[Array]:
+    """`x` without extra leading size-1 axes if it then broadcasts to exactly `target`, else None."""
+    extra = max(x.ndim - len(target), 0)
+    try:
+        fits = all(d == 1 for d in x.shape[:extra]) and np.broadcast_shapes(x.shape[extra:], target) == target
+    except ValueError:
+        fits = False
+    return jnp.reshape(x, x.shape[extra:]) if fits else None
+
+
 def _check_broadcastable(name: str, x: Optional[Array], target: tuple[int, ...]) -> Optional[Array]:
     """`x` must broadcast to exactly `target` (it may not enlarge the logits).
 
@@ -115,30 +154,13 @@ def _check_broadcastable(name: str, x: Optional[Array], target: tuple[int, ...])
     if x is None:
         return None
     x = jnp.asarray(x)
-    extra = x.ndim - len(target)
-    try:
-        fits = all(d == 1 for d in x.shape[:max(extra, 0)])
-        fits = fits and np.broadcast_shapes(x.shape[max(extra, 0):], target) == target
-    except ValueError:
-        fits = False
-    if not fits:
+    fitted = _fit_shape(x, target)
+    if fitted is None:
         raise ValueError(
             f"{name} of shape {tuple(x.shape)} does not broadcast to the logits shape "
             f"[..., H, T, S] = {target}"
         )
-    return jnp.reshape(x, x.shape[max(extra, 0):])
-
-
-def _fit_to_logits(x: Optional[Array], target: tuple[int, ...]) -> Optional[Array]:
-    """A mask/bias that broadcasts to `target` -> the same rank, with its T and S axes full size.
-
-    Batch and head axes stay size 1 where they were (no copy per head), but the
-    single-head core needs a whole `[T, S]` matrix per head.
-    """
-    if x is None:
-        return None
-    x = jnp.reshape(x, (1,) * (len(target) - x.ndim) + x.shape)
-    return jnp.broadcast_to(x, x.shape[:-2] + target[-2:])
+    return fitted
 
 
 def _as_bool_mask(mask: Optional[Array]) -> Optional[Array]:
@@ -165,15 +187,10 @@ def _check_lengths(name: str, lengths: Optional[Array], batch_shape: tuple[int, 
     lengths = jnp.asarray(lengths)
     if not jnp.issubdtype(lengths.dtype, jnp.integer):
         raise TypeError(f"{name} must be an integer array, got dtype {lengths.dtype}")
-    extra = lengths.ndim - len(batch_shape)
-    try:
-        fits = all(d == 1 for d in lengths.shape[:max(extra, 0)])
-        fits = fits and np.broadcast_shapes(lengths.shape[max(extra, 0):], batch_shape) == batch_shape
-    except ValueError:
-        fits = False
-    if not fits:
+    fitted = _fit_shape(lengths, batch_shape)
+    if fitted is None:
         raise ValueError(f"{name} of shape {tuple(lengths.shape)} does not broadcast to the batch dims {batch_shape}")
-    return jnp.reshape(lengths, lengths.shape[max(extra, 0):])
+    return fitted
 
 
 def _check_window(local_window_size) -> Optional[tuple[int, int]]:
@@ -184,7 +201,8 @@ def _check_window(local_window_size) -> Optional[tuple[int, int]]:
     ok = isinstance(window, (tuple, list)) and len(window) == 2
     ok = ok and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0 for w in window)
     if not ok:
-        raise ValueError(f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
+        raise ValueError(
+            f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
     return int(window[0]), int(window[1])
 
 
@@ -226,79 +244,85 @@ def _default_scale(query: Array, scale: Optional[float]) -> Scalar:
 
 
 # --------------------------------------------------------------------------
-# Single-head core, lifted over heads and batch
+# The core: all heads at once, in the layout [..., K, G, T, S]
+
+
+def _attention(query, key, value, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0):
+    """Exact attention for all heads: query `[..., T, H, D]`, key `[..., S, K, D]`,
+    value `[..., S, K, Dv]` -> out `[..., T, H, Dv]`, weights `[..., H, T, S]`.
+
+        weights = softmax((Q K^T * scale + bias) / temperature),  out = weights V
+
+    Query head h = k * G + g (G = H // K) reads key/value head k: the queries
+    are grouped as `[..., K, G, T, D]` and the two products are einsums over
+    `[..., K, G, T, S]`, so the K/V heads are never copied per group.
+    mask, bias, keep: `None` or broadcastable to `[..., H, T, S]`. `keep`
+    (boolean) is the dropout draw: the output uses weights * keep / (1 -
+    dropout_rate); the returned weights are the softmax's.
+    """
+    *batch, t, num_heads, _ = query.shape
+    num_kv_heads = key.shape[-2]
+    dtype = jnp.promote_types(query.dtype, jnp.float32)
+    q = jnp.swapaxes(query, -3, -2)
+    q = jnp.reshape(q, (*batch, num_kv_heads, num_heads // num_kv_heads) + q.shape[-2:])  # [..., K, G, T, D]
+    k, v = jnp.swapaxes(key, -3, -2), jnp.swapaxes(value, -3, -2)  # [..., K, S, D], [..., K, S, Dv]
+    logits = jnp.einsum("...kgtd,...ksd->...kgts", q, k, preferred_element_type=dtype)
+    logits = jnp.reshape(logits, (*batch, num_heads) + logits.shape[-2:]) * jnp.asarray(scale, dtype)
+    mask, bias, keep = (None if x is None else jnp.reshape(x, (1,) * (logits.ndim - x.ndim) + x.shape)
+                        for x in (mask, bias, keep))
+    if bias is not None:
+        logits = logits + bias.astype(dtype)
+    weights = softmax_with_temperature(logits, temperature, mask=mask)  # [..., H, T, S]
+    mixing = weights if keep is None else jnp.where(keep, weights, jnp.zeros_like(weights))
+    mixing = jnp.reshape(mixing.astype(v.dtype), q.shape[:-1] + mixing.shape[-1:])
+    out = jnp.einsum("...kgts,...ksd->...kgtd", mixing, v, preferred_element_type=dtype)  # [..., K, G, T, Dv]
+    if keep is not None:
+        out = out / jnp.asarray(1.0 - dropout_rate, dtype)  # on [T, Dv], not on the [T, S] weights
+    out = jnp.reshape(out, (*batch, num_heads, t, out.shape[-1]))
+    return jnp.swapaxes(out, -3, -2).astype(value.dtype), weights
 
 
 def _attend_one_head(q, k, v, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0):
-    """One head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]`.
-
-    `keep` `[T, S]` (boolean) is the dropout draw: the output uses
-    weights * keep / (1 - dropout_rate); the returned weights are the softmax's.
-    """
-    logits_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    logits = jnp.einsum("td,sd->ts", q, k, preferred_element_type=logits_dtype)
-    logits = logits * jnp.asarray(scale, logits_dtype)
-    if bias is not None:
-        logits = logits + bias.astype(logits_dtype)
-    weights = softmax_with_temperature(logits, temperature, mask=mask)
-    mixing = weights
-    if keep is not None:
-        mixing = jnp.where(keep, weights / jnp.asarray(1.0 - dropout_rate, weights.dtype), 0)
-    out = jnp.einsum("ts,sd->td", mixing.astype(v.dtype), v, preferred_element_type=logits_dtype)
-    return out.astype(v.dtype), weights
-
-
-def _group_heads(x: Array, num_kv_heads: int) -> Array:
-    """`[..., H or 1, T, S]` -> `[..., K, G, T, S]` (or `[..., 1, 1, T, S]`), query head h = k * G + g."""
-    if x.shape[-3] == 1:
-        return x[..., None, :, :]
-    return jnp.reshape(x, x.shape[:-3] + (num_kv_heads, x.shape[-3] // num_kv_heads) + x.shape[-2:])
-
-
-def _vmapped_attention(query, key, value, mask, bias, scale, temperature, keep=None, dropout_rate=0.0):
-    """All heads through the single-head core.
-
-    mask, bias, keep: `None` or the rank of the logits `[..., H, T, S]` with
-    full T and S axes (`_fit_to_logits`). Returns out `[..., T, H, Dv]`,
-    weights `[..., H, T, S]`.
-    """
-    num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
-    group = num_heads // num_kv_heads
-    # [..., T, H, D] -> [..., K, G, T, D]; keys/values [..., K, 1, S, D] are shared by the group.
-    q = jnp.swapaxes(query, -3, -2)
-    q = jnp.reshape(q, q.shape[:-3] + (num_kv_heads, group) + q.shape[-2:])
-    k = jnp.swapaxes(key, -3, -2)[..., None, :, :]
-    v = jnp.swapaxes(value, -3, -2)[..., None, :, :]
-    extras = {name: x for name, x in (("mask", mask), ("bias", bias), ("keep", keep)) if x is not None}
-    operands = [q, k, v] + [_group_heads(x, num_kv_heads) for x in extras.values()]
-    signature = ",".join(["(t,d)", "(s,d)", "(s,e)"] + ["(t,s)"] * len(extras)) + "->(t,e),(t,s)"
-
-    def core(q, k, v, *extra_values):
-        return _attend_one_head(q, k, v, **dict(zip(extras, extra_values)),
-                                scale=scale, temperature=temperature, dropout_rate=dropout_rate)
-
-    rank = max(x.ndim for x in operands)
-    operands = [jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape) for x in operands]
-    out, weights = jnp.vectorize(core, signature=signature)(*operands)
-    batch = out.shape[:-4]
-    out = jnp.reshape(out, batch + (num_heads,) + out.shape[-2:])
-    weights = jnp.reshape(weights, batch + (num_heads,) + weights.shape[-2:])
-    return jnp.swapaxes(out, -3, -2), weights
+    """One head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]` (`_attention`)."""
+    out, weights = _attention(q[:, None], k[:, None], v[:, None], mask, bias, keep,
+                              scale=scale, temperature=temperature, dropout_rate=dropout_rate)
+    return out[:, 0], weights[0]
 
 
 # --------------------------------------------------------------------------
 # Fast path: cuDNN through jax.nn.dot_product_attention
 #
-# Which implementation runs, and why (experiments/bench_attention.py measures):
+# Which implementation runs, and why (experiments/benchmark/attention.py measures):
 # * GPU, bf16/fp16, no weights requested: `jax.nn.dot_product_attention(
 #   implementation='cudnn')`, a fused flash-attention kernel that never
 #   materialises the [T, S] logits; nothing written in jnp matches it. If cuDNN
-#   rejects the shapes (it raises while tracing), the vmapped core runs.
+#   rejects the shapes (it raises while tracing), the core runs.
 # * Everywhere else (CPU, TPU, float32/float64 on GPU, weights requested): the
-#   vmapped core. On CPU it measured 0.88x the time of jax.nn's XLA
-#   implementation at B=2, T=2048, H=8, D=64, causal (jax.nn builds a full
-#   [B, H, T, S] mask and fills with a large negative; the core applies one
-#   [T, S] mask with -inf); on TPU both lower to the same einsum-softmax-einsum.
+#   core `_attention`. Time of a jitted forward + backward (loss sum(out**2),
+#   grads of q, k, v, causal, float32) divided by jax.nn's XLA implementation
+#   in the same process, interleaved, median of 41 rounds (7 at T=2048), on a
+#   2-core CPU: T=12: 0.77, T=33: 0.68, T=64: 0.63 (B=64, H=4, D=16), T=2048:
+#   0.45 (B=2, H=8, D=64); the previous jnp.vectorize'd single-head core: 1.41,
+#   0.71, 0.73, 0.54. What the CPU profile showed, and the fix for each:
+#   - the exp ran in a slow XLA loop fusion because the fully-masked-row
+#     guards (isfinite(max), total > 0) sat between the row max and the exp;
+#     with a finite fill for masked entries the exp fuses into the row-max
+#     reduction (as in jax.nn), and fully masked rows are zeroed on the row's
+#     1/total instead;
+#   - vmapping over [..., K, G] as batch dims left two backward matmuls with a
+#     transposed left operand, which XLA's fast (YNNPACK) matmul does not take
+#     and the fallback runs slowly for many small matrices; einsums with G as
+#     a free axis of the queries become canonical matmuls (one [T, S]
+#     transpose remains, for dK);
+#   - the softmax's own JVP, p * (dx - sum(p dx)), and clip/fill inside it
+#     remove the backward selects (p is already 0 where they would act);
+#   - XLA writes out a [T, S] array for each scalar constant that multiplies
+#     inside a backward YNNPACK fusion; dropout's 1 / (1 - rate) therefore
+#     multiplies the [T, Dv] output, not the [T, S] weights (2.2x -> 1.0x the
+#     old core at T=64). The logits scale still costs one such [T, S] pass at
+#     T >= 64; scaling the queries instead would avoid it but round them in
+#     bf16 (0.51% -> 0.59% relative error at D=32), so it stays on the logits.
+#   On TPU both lower to the same einsum-softmax-einsum.
 
 
 def _can_use_cudnn(query, key, value, temperature) -> bool:
@@ -435,11 +459,12 @@ def dot_product_attention(
             if implementation == "cudnn":
                 raise
             # cuDNN does not support these shapes/mask on this GPU: use the core.
-    target = _logits_shape(query, key)
-    mask = _fit_to_logits(masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid), target)
-    bias = _fit_to_logits(bias, target)
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, target) if use_dropout else None
-    out, weights = _vmapped_attention(query, key, value, mask, bias, scale, temperature, keep, dropout_rate)
+    mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
+    keep = None
+    if use_dropout:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, _logits_shape(query, key))
+    out, weights = _attention(query, key, value, mask, bias, keep,
+                              scale=scale, temperature=temperature, dropout_rate=dropout_rate)
     return (out, weights) if return_weights else out
 
 

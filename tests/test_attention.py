@@ -285,6 +285,9 @@ def test_articles_example_runs_and_rows_sum_to_one():
 # ------------------------------------------------------------------ errors
 
 
+SAME_QKV = ((2, 4, 8, 16),) * 3
+
+
 @pytest.mark.parametrize(
     "shapes, kwargs, message",
     [
@@ -294,20 +297,21 @@ def test_articles_example_runs_and_rows_sum_to_one():
         (((2, 4, 8, 16), (2, 4, 8, 8), (2, 4, 8, 8)), {}, r"head dim D.*\(2, 4, 8, 16\).*\(2, 4, 8, 8\)"),
         (((2, 4, 8, 16), (2, 5, 8, 16), (2, 4, 8, 16)), {}, r"key and value must agree"),
         (((2, 4, 8, 16), (3, 4, 8, 16), (3, 4, 8, 16)), {}, r"same batch dims"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 5), bool)}, r"mask of shape \(4, 5\).*\(2, 8, 4, 4\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((3, 8, 4, 4), bool)}, r"mask of shape \(3, 8, 4, 4\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"mask": np.ones((4, 4), np.complex64)}, r"mask must be boolean or numeric"),
-        (((4, 8, 16), (4, 8, 16), (4, 8, 16)), {"mask": np.ones((2, 8, 4, 4), bool)}, r"mask of shape \(2, 8, 4, 4\).*\(8, 4, 4\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"key_value_seq_lengths": np.ones((3,), np.int32)}, r"key_value_seq_lengths of shape \(3,\).*\(2,\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"query_seq_lengths": np.ones((2,), np.float32)}, r"query_seq_lengths must be an integer array"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"local_window_size": -1}, r"local_window_size must be a non-negative int"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"local_window_size": (1, 2, 3)}, r"local_window_size must be .*\(1, 2, 3\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"implementation": "flash"}, r"implementation must be one of"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"dropout_rate": 1.0}, r"dropout_rate must be a number in \[0, 1\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"dropout_rate": 0.1}, r"dropout_rate=0.1 needs a dropout_rng"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"bias": np.ones((5, 4), np.float32)}, r"bias of shape \(5, 4\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": -1.0}, r"temperature must be > 0"),
-        (((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16)), {"temperature": 0.0}, r"temperature must be > 0"),
+        (SAME_QKV, {"mask": np.ones((4, 5), bool)}, r"mask of shape \(4, 5\).*\(2, 8, 4, 4\)"),
+        (SAME_QKV, {"mask": np.ones((3, 8, 4, 4), bool)}, r"mask of shape \(3, 8, 4, 4\)"),
+        (SAME_QKV, {"mask": np.ones((4, 4), np.complex64)}, r"mask must be boolean or numeric"),
+        (((4, 8, 16),) * 3, {"mask": np.ones((2, 8, 4, 4), bool)}, r"mask of shape \(2, 8, 4, 4\).*\(8, 4, 4\)"),
+        (SAME_QKV, {"key_value_seq_lengths": np.ones((3,), np.int32)},
+         r"key_value_seq_lengths of shape \(3,\).*\(2,\)"),
+        (SAME_QKV, {"query_seq_lengths": np.ones((2,), np.float32)}, r"query_seq_lengths must be an integer array"),
+        (SAME_QKV, {"local_window_size": -1}, r"local_window_size must be a non-negative int"),
+        (SAME_QKV, {"local_window_size": (1, 2, 3)}, r"local_window_size must be .*\(1, 2, 3\)"),
+        (SAME_QKV, {"implementation": "flash"}, r"implementation must be one of"),
+        (SAME_QKV, {"dropout_rate": 1.0}, r"dropout_rate must be a number in \[0, 1\)"),
+        (SAME_QKV, {"dropout_rate": 0.1}, r"dropout_rate=0.1 needs a dropout_rng"),
+        (SAME_QKV, {"bias": np.ones((5, 4), np.float32)}, r"bias of shape \(5, 4\)"),
+        (SAME_QKV, {"temperature": -1.0}, r"temperature must be > 0"),
+        (SAME_QKV, {"temperature": 0.0}, r"temperature must be > 0"),
     ],
 )
 def test_bad_inputs_raise_before_compute(shapes, kwargs, message):
