@@ -4,7 +4,6 @@ NumPy, and every check of the report failing on a synthetic input where it shoul
 
 Needs the two offline model wheels (all-MiniLM-L6-v2, SmolLM2-135M); skipped without them.
 """
-import atexit
 import copy
 import dataclasses
 import functools
@@ -14,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import jax
@@ -31,31 +29,17 @@ from attnjax import study as study_lib  # noqa: E402
 from configs import pretrained as pretrained_config  # noqa: E402
 from experiments import cli  # noqa: E402
 from experiments.pretrained import STUDY, report, study  # noqa: E402
+from tests.test_studies import Finished, refuse, run_in_tempdir  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("smoke", "causal_smoke")
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "report.md")
 
 
-@dataclasses.dataclass(frozen=True)
-class Finished:
-    workdir: Path
-    summary: dict
-    messages: tuple
-
-
 @functools.cache
 def finished(variant: str) -> Finished:
     """The study run once per test session on `variant`."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"pretrained-{variant}-"))
-    atexit.register(shutil.rmtree, workdir, True)
-    messages = []
-    summary = study_lib.run(STUDY, pretrained_config.get_config(variant), str(workdir), progress=messages.append)
-    return Finished(workdir, summary, tuple(messages))
-
-
-def refuse(spec, config, run):
-    pytest.fail(f"run {spec.run_id} was run again")
+    return run_in_tempdir(STUDY, pretrained_config.get_config(variant), f"pretrained-{variant}")
 
 
 # --------------------------------------------------------------------------

@@ -83,15 +83,20 @@ class Finished:
     messages: tuple
 
 
+def run_in_tempdir(study, config, prefix: str) -> Finished:
+    """Run `study` on `config` in a fresh temporary workdir (removed at exit), keeping its progress messages."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    atexit.register(shutil.rmtree, workdir, True)
+    messages = []
+    summary = study_lib.run(study, config, str(workdir), progress=messages.append)
+    return Finished(workdir, summary, tuple(messages))
+
+
 @functools.cache
 def finished(name: str) -> Finished:
     """The study `name` run once (per test session) on its test config."""
     study, test_config, _ = STUDIES[name]
-    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    atexit.register(shutil.rmtree, workdir, True)
-    messages = []
-    summary = study_lib.run(study, test_config(), str(workdir), progress=messages.append)
-    return Finished(workdir, summary, tuple(messages))
+    return run_in_tempdir(study, test_config(), name)
 
 
 def replace_run_one(study, run_one):
