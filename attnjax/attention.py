@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import checks
 from attnjax import masks as masks_lib
 
 Array = jax.Array
@@ -172,14 +173,6 @@ def _as_bool_mask(mask: Optional[Array]) -> Optional[Array]:
     return mask != 0
 
 
-def _check_temperature(temperature: Scalar) -> None:
-    if isinstance(temperature, (int, float, np.number)):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-    elif jnp.ndim(temperature) != 0:
-        raise ValueError(f"temperature must be a scalar, got shape {jnp.shape(temperature)}")
-
-
 def _check_lengths(name: str, lengths: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Array]:
     """Sequence lengths: an integer array broadcastable to the batch dims `[...]` (jax.nn: `[B]`)."""
     if lengths is None:
@@ -208,8 +201,7 @@ def _check_window(local_window_size) -> Optional[tuple[int, int]]:
 
 def _check_dropout(dropout_rate, dropout_rng) -> bool:
     """True when dropout is to be applied (rate > 0)."""
-    if not isinstance(dropout_rate, (int, float, np.number)) or not 0.0 <= dropout_rate < 1.0:
-        raise ValueError(f"dropout_rate must be a number in [0, 1), got {dropout_rate!r}")
+    checks.rate("dropout_rate", dropout_rate)
     if dropout_rate > 0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng (a PRNG key)")
     return dropout_rate > 0
@@ -218,7 +210,7 @@ def _check_dropout(dropout_rate, dropout_rng) -> bool:
 def _prepare(query, key, value, mask, bias, temperature):
     """Validates all inputs (shapes and dtypes only); returns mask (boolean) and bias as arrays."""
     _check_qkv(query, key, value)
-    _check_temperature(temperature)
+    checks.temperature(temperature)
     target = _logits_shape(query, key)
     mask = _as_bool_mask(_check_broadcastable("mask", mask, target))
     bias = _check_broadcastable("bias", bias, target)

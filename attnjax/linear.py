@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax import attention as attention_lib
+from attnjax import checks
 from attnjax import features as features_lib
 from attnjax import masks as masks_lib
 
@@ -375,8 +376,7 @@ def init_state(
     """
     batch_shape = tuple(batch_shape)
     for name, value in (("num_kv_heads", num_kv_heads), ("num_features", num_features), ("value_dim", value_dim)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        checks.positive_int(name, value)
     kv = jnp.zeros(batch_shape + (num_kv_heads, num_features, value_dim), dtype)
     normalizer = jnp.zeros(batch_shape + (num_kv_heads, num_features), dtype)
     return LinearAttentionState(kv, normalizer)

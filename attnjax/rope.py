@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attnjax import checks
+
 LAYOUTS = ("half", "interleaved")
 
 
@@ -26,8 +28,7 @@ def check_rope(layout, base) -> None:
     """`layout` in LAYOUTS (or None: no rotary embedding) and a positive `base`."""
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"rope must be one of {LAYOUTS} or None, got {layout!r}")
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
-        raise ValueError(f"rope_base must be a positive number, got {base!r}")
+    checks.positive_number("rope_base", base)
 
 
 def rotary_embedding(x: jax.Array, positions: jax.Array, *, base: float = 10000.0, layout: str = "half") -> jax.Array:

@@ -27,20 +27,26 @@ def check_architectures(field: str, names) -> None:
 
 
 def transformer_config(model, task, *, architecture: str, depth: int, causal: bool, temperature: float = 1.0,
-                       kind: str = "softmax") -> nn.TransformerConfig:
+                       kind: str = "softmax", overrides: dict | None = None) -> nn.TransformerConfig:
     """`model` block (features, num_heads, mlp_ratio, positions; optionally feature_map,
-    num_features and the compute dtype) -> the config of a `depth`-layer Transformer for `task`."""
-    extra = {k: model[k] for k in ("feature_map", "num_features") if k in model}
+    num_features and the compute dtype) -> the config of a `depth`-layer Transformer for `task`.
+
+    `overrides`: `TransformerConfig` fields that replace what the blocks and the
+    preset give (e.g. `embedding_init`, `norm`, or `dtype` and `param_dtype`)."""
+    options = {k: model[k] for k in ("feature_map", "num_features") if k in model}
+    attention = nn.AttentionConfig(temperature=temperature, attention_kind=kind, **options)
+    extra = {}
     if "dtype" in model:
         if model.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"model.dtype must be one of {COMPUTE_DTYPES}, got {model.dtype!r}")
         extra.update(dtype=jnp.dtype(model.dtype), param_dtype=jnp.float32)
-    return nn.TransformerConfig(
+    fields = dict(
         num_layers=depth, features=model.features, num_heads=model.num_heads, vocab_size=task.vocab_size,
-        max_len=task.seq_len, positions=model.positions, causal=causal, temperature=temperature,
-        attention_kind=kind, mlp_features=model.mlp_ratio * model.features, **extra,
+        max_len=task.seq_len, positions=model.positions, causal=causal, attention=attention,
+        mlp_features=model.mlp_ratio * model.features, **extra,
         **nn.architecture(architecture),
     )
+    return nn.TransformerConfig(**{**fields, **(overrides or {})})
 
 
 def make_trainer(model, train, task, **spec) -> training.Trainer:

@@ -310,8 +310,8 @@ SAME_QKV = ((2, 4, 8, 16),) * 3
         (SAME_QKV, {"dropout_rate": 1.0}, r"dropout_rate must be a number in \[0, 1\)"),
         (SAME_QKV, {"dropout_rate": 0.1}, r"dropout_rate=0.1 needs a dropout_rng"),
         (SAME_QKV, {"bias": np.ones((5, 4), np.float32)}, r"bias of shape \(5, 4\)"),
-        (SAME_QKV, {"temperature": -1.0}, r"temperature must be > 0"),
-        (SAME_QKV, {"temperature": 0.0}, r"temperature must be > 0"),
+        (SAME_QKV, {"temperature": -1.0}, r"temperature must be a positive number, got -1.0"),
+        (SAME_QKV, {"temperature": 0.0}, r"temperature must be a positive number, got 0.0"),
     ],
 )
 def test_bad_inputs_raise_before_compute(shapes, kwargs, message):

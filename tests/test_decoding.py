@@ -150,7 +150,9 @@ def test_init_cache_validates_its_arguments(kwargs, error, message):
 
 
 def _model(**kwargs):
-    base = dict(num_layers=3, features=16, num_heads=4, num_kv_heads=2, vocab_size=11, max_len=16, causal=True,
+    """A causal model with GQA (K = 2); `attention` holds extra AttentionConfig fields."""
+    attention = nn.AttentionConfig(num_kv_heads=2, **kwargs.pop("attention", {}))
+    base = dict(num_layers=3, features=16, num_heads=4, attention=attention, vocab_size=11, max_len=16, causal=True,
                 param_dtype=F64)
     base.update(kwargs)
     return nn.Transformer(nn.TransformerConfig(**base), rngs=nnx.Rngs(0))
@@ -160,7 +162,7 @@ TOKENS = jax.random.randint(jax.random.key(2), (B, 9), 0, 11)
 MODELS = {
     "softmax_learned": dict(),
     "softmax_sinusoidal": dict(positions="sinusoidal"),
-    "linear_learned": dict(attention_kind="linear", feature_map="favor_plus", num_features=16),
+    "linear_learned": dict(attention=dict(attention_kind="linear", feature_map="favor_plus", num_features=16)),
 }
 
 

@@ -16,7 +16,7 @@ def _copy_into_flax(ours: nn.MultiHeadAttention, theirs: nnx.MultiHeadAttention)
         dst.bias[...] = src.bias[...].reshape(dst.bias.shape)
     theirs.out.kernel[...] = ours.out.kernel[...].reshape(theirs.out.kernel.shape)
     theirs.out.bias[...] = ours.out.bias[...]
-    if ours.normalize_qk == "layernorm":
+    if ours.config.normalize_qk == "layernorm":
         theirs.query_ln.scale[...] = ours.query_ln.scale[...]
         theirs.key_ln.scale[...] = ours.key_ln.scale[...]
 
@@ -236,7 +236,8 @@ def test_sinusoidal_positions_formula():
     [
         (dict(num_layers=0), r"num_layers must be a positive int, got 0"),
         (dict(features=18), r"features \(18\) must be divisible by num_heads \(4\)"),
-        (dict(temperature=-0.5), r"temperature must be a positive number, got -0.5"),
+        (dict(attention=nn.AttentionConfig(num_kv_heads=3)), r"num_heads \(4\) must be divisible by num_kv_heads"),
+        (dict(features=12, num_heads=4, attention=nn.AttentionConfig(rope="half")), r"rope needs an even head dim"),
         (dict(norm="batch"), r"norm must be one of"),
         (dict(positions="rope"), r"positions must be one of"),
         (dict(input_features=4), r"exactly one of vocab_size"),
@@ -334,7 +335,7 @@ def test_linear_module_approximates_softmax_module_as_features_grow():
 
 
 def test_redraw_is_explicit_and_deterministic():
-    config = _config(attention_kind="linear", feature_map="relu_random", num_features=16)
+    config = _config(attention=nn.AttentionConfig(attention_kind="linear", feature_map="relu_random", num_features=16))
     a, b = nn.Transformer(config, rngs=nnx.Rngs(0)), nn.Transformer(config, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(4), (2, 6), 0, 11)
     before = a(tokens)
@@ -367,4 +368,4 @@ def test_redraw_without_random_features_raises():
 )
 def test_linear_options_are_validated(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        _config(**kwargs)
+        nn.AttentionConfig(**kwargs)

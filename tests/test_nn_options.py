@@ -1,4 +1,7 @@
-"""Options of the nn modules: interchangeable attention functions, dropout, initialisers."""
+"""Options of the nn modules: AttentionConfig, interchangeable attention functions, dropout, initialisers."""
+import dataclasses
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +24,117 @@ def _config(**kwargs):
 
 
 TOKENS = jax.random.randint(jax.random.key(3), (2, 7), 0, 11)
+
+
+# ------------------------------------------------------ one AttentionConfig
+
+BAD_FIELDS = [
+    ("num_kv_heads", 0, ValueError, r"num_kv_heads must be a positive int, got 0"),
+    ("num_kv_heads", 2.0, ValueError, r"num_kv_heads must be a positive int, got 2.0"),
+    ("fused_qkv", 1, TypeError, r"fused_qkv must be a bool, got 1"),
+    ("temperature", 0.0, ValueError, r"temperature must be a positive number, got 0.0"),
+    ("temperature", "2", ValueError, r"temperature must be a positive number, got '2'"),
+    ("normalize_qk", "l2", ValueError, r"normalize_qk must be one of \(None, 'layernorm', 'cosine'\) or a bool"),
+    ("attention_kind", "sparse", ValueError, r"attention_kind must be one of \('softmax', 'linear'\), got 'sparse'"),
+    ("attention_fn", None, TypeError, r"attention_fn must be callable, got NoneType"),
+    ("feature_map", "gelu", ValueError, r"feature_map must be one of .*, got 'gelu'"),
+    ("num_features", 0, ValueError, r"num_features must be a positive int, got 0"),
+    ("rope", "neox", ValueError, r"rope must be one of \('half', 'interleaved'\) or None, got 'neox'"),
+    ("rope_base", -1.0, ValueError, r"rope_base must be a positive number, got -1.0"),
+    ("dropout_rate", 1.0, ValueError, r"dropout_rate must be a number in \[0, 1\), got 1.0"),
+    ("kernel_init", 0.02, TypeError, r"kernel_init must be callable, got float"),
+    ("bias_init", "zeros", TypeError, r"bias_init must be callable, got str"),
+    ("out_kernel_init", 1, TypeError, r"out_kernel_init must be callable, got int"),
+]
+
+
+def test_every_attention_option_has_a_validation_case():
+    assert {name for name, *_ in BAD_FIELDS} == set(nn.ATTENTION_OPTIONS)
+    assert nn.ATTENTION_OPTIONS == tuple(f.name for f in dataclasses.fields(nn.AttentionConfig))
+
+
+@pytest.mark.parametrize("name, value, error, message", BAD_FIELDS)
+def test_attention_config_validates_each_field(name, value, error, message):
+    """Each bad field raises, naming it, from AttentionConfig, the module's keyword and a replace alike."""
+    with pytest.raises(error, match=message):
+        nn.AttentionConfig(**{name: value})
+    with pytest.raises(error, match=message):
+        nn.MultiHeadAttention(16, 4, rngs=nnx.Rngs(0), **{name: value})
+    with pytest.raises(error, match=message):
+        dataclasses.replace(nn.AttentionConfig(), **{name: value})
+
+
+def test_options_that_need_the_head_count_are_checked_with_it():
+    config = nn.AttentionConfig(num_kv_heads=3, rope="half")  # valid alone
+    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
+        nn.MultiHeadAttention(16, 4, config=config, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
+        _config(attention=config)
+    with pytest.raises(ValueError, match=r"rope needs an even head dim, got head dim 3 \(num_heads=4\)"):
+        _config(features=12, attention=nn.AttentionConfig(rope="half"))
+    assert nn.AttentionConfig(num_kv_heads=2).kv_heads(4) == 2 and nn.AttentionConfig().kv_heads(4) == 4
+
+
+def test_unknown_options_raise_a_type_error_listing_the_valid_ones():
+    with pytest.raises(TypeError, match=r"unknown keyword argument\(s\) temprature; valid: the AttentionConfig "
+                                        r"fields num_kv_heads, fused_qkv, temperature, .*, out_kernel_init"):
+        nn.MultiHeadAttention(16, 4, temprature=2.0, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"config must be an AttentionConfig, got dict"):
+        nn.MultiHeadAttention(16, 4, config={"temperature": 2.0}, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"attention must be an AttentionConfig, got dict"):
+        nn.Block(16, 4, attention={"temperature": 2.0}, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"attention must be an AttentionConfig, got dict"):
+        _config(attention={"temperature": 2.0})
+    with pytest.raises(TypeError, match=r"temperature"):  # not a Block or TransformerConfig argument
+        nn.Block(16, 4, temperature=2.0, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"temperature"):
+        _config(temperature=2.0)
+
+
+def test_no_attention_option_is_mirrored():
+    """The options are fields of AttentionConfig only: not of TransformerConfig, not arguments of Block.
+
+    (Block's and TransformerConfig's `dropout_rate` is another option, dropout
+    on the residual branches; `attention.dropout_rate` is on the weights.)"""
+    options = set(nn.ATTENTION_OPTIONS)
+    assert not options & {f.name for f in dataclasses.fields(nn.TransformerConfig)} - {"dropout_rate"}
+    assert not options & set(inspect.signature(nn.Block).parameters) - {"dropout_rate"}
+    assert not options & set(inspect.signature(nn.MultiHeadAttention).parameters)  # only through **options
+    off, on = _config(), _config(dropout_rate=0.1)
+    assert on.attention == off.attention and on.attention.dropout_rate == 0.0
+
+
+def test_config_and_keyword_options_build_the_same_module_bitwise():
+    x = _x()
+    for options in (dict(temperature=2.0), dict(num_kv_heads=2, rope="half", normalize_qk="cosine", fused_qkv=True),
+                    dict(attention_kind="linear", num_features=8, temperature=0.5)):
+        by_config = nn.MultiHeadAttention(16, 4, config=nn.AttentionConfig(**options), rngs=nnx.Rngs(0))
+        by_keyword = nn.MultiHeadAttention(16, 4, rngs=nnx.Rngs(0), **options)
+        assert by_config.config == by_keyword.config
+        for (path, a), (_, b) in zip(nnx.to_flat_state(nnx.state(by_config)), nnx.to_flat_state(nnx.state(by_keyword))):
+            np.testing.assert_array_equal(a[...], b[...], err_msg=str(path))
+        np.testing.assert_array_equal(by_config(x, is_causal=True), by_keyword(x, is_causal=True))
+
+
+def test_keywords_override_single_fields_of_the_config():
+    base = nn.AttentionConfig(temperature=2.0, num_kv_heads=2)
+    mha = nn.MultiHeadAttention(16, 4, config=base, temperature=0.5, rngs=nnx.Rngs(0))
+    assert mha.config == dataclasses.replace(base, temperature=0.5)
+    assert (mha.config.num_kv_heads, mha.num_kv_heads, base.temperature) == (2, 2, 2.0)
+    assert nn.MultiHeadAttention(16, 4, config=base, rngs=nnx.Rngs(0)).config is base
+    # True is QK-norm with LayerNorm, stored as its name.
+    assert nn.AttentionConfig(normalize_qk=True) == nn.AttentionConfig(normalize_qk="layernorm")
+    assert nn.AttentionConfig(normalize_qk=False).normalize_qk is None
+
+
+def test_block_and_transformer_pass_the_config_whole():
+    attention = nn.AttentionConfig(num_kv_heads=2, temperature=0.7, rope="interleaved")
+    model = nn.Transformer(_config(attention=attention, positions=None), rngs=nnx.Rngs(0))
+    assert model.config.attention is attention and model.blocks.attention.config is attention
+    block = nn.Block(16, 4, attention=attention, rngs=nnx.Rngs(0))
+    assert block.attention.config is attention
+    assert model.blocks.attention.query.kernel.shape == (2, 16, 16)
+    assert model.blocks.attention.key.kernel.shape == (2, 16, 8)  # K = 2 heads of Dh = 4
 
 
 # ------------------------------------------------ interchangeable attention
@@ -56,7 +170,7 @@ def test_transformer_runs_on_another_attention_fn():
         return jax.nn.dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal)
 
     ours = nn.Transformer(_config(num_layers=3), rngs=nnx.Rngs(0))
-    theirs = nn.Transformer(_config(num_layers=3, attention_fn=spy), rngs=nnx.Rngs(0))
+    theirs = nn.Transformer(_config(num_layers=3, attention=nn.AttentionConfig(attention_fn=spy)), rngs=nnx.Rngs(0))
     np.testing.assert_allclose(theirs(TOKENS), ours(TOKENS), atol=1e-5, rtol=0)
     assert calls == [(2, 7, 4, 4)]  # traced once for all layers: the layers are scanned
 
@@ -69,7 +183,8 @@ def test_weights_from_jax_nn_attention_fn_raise():
         mha(_x(), return_weights=True)
     with pytest.raises(ValueError, match=message):
         nnx.capture(lambda m, x: m(x, sow_weights=True), nnx.Intermediate)(mha, _x())
-    model = nn.Transformer(_config(attention_fn=jax.nn.dot_product_attention), rngs=nnx.Rngs(0))
+    model = nn.Transformer(_config(attention=nn.AttentionConfig(attention_fn=jax.nn.dot_product_attention)),
+                           rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=message):
         model(TOKENS, return_intermediates=True)
 
@@ -79,7 +194,7 @@ def test_attention_fn_without_the_keywords_asked_for_is_refused_at_construction(
                                          r"from jax\.nn: it takes no dropout_rate=, dropout_rng="):
         nn.MultiHeadAttention(16, 4, dropout_rate=0.1, attention_fn=jax.nn.dot_product_attention, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"attention dropout is unavailable"):
-        _config(attention_dropout_rate=0.1, attention_fn=jax.nn.dot_product_attention)
+        nn.AttentionConfig(dropout_rate=0.1, attention_fn=jax.nn.dot_product_attention)
 
     def no_scale(q, k, v, *, mask=None, is_causal=False):
         return v
@@ -89,7 +204,7 @@ def test_attention_fn_without_the_keywords_asked_for_is_refused_at_construction(
     with pytest.raises(TypeError, match=r"attention_fn must be callable"):
         nn.MultiHeadAttention(16, 4, attention_fn="jax.nn", rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match=r"attention_fn must be callable"):
-        _config(attention_fn=None)
+        nn.AttentionConfig(attention_fn=None)
 
 
 # ------------------------------------------------------------------ dropout
@@ -122,7 +237,7 @@ def test_deterministic_dropout_equals_rate_zero_bitwise():
     # Constructor default, and nnx's eval() switch.
     eval_on, _ = _attention_pair(deterministic=True)
     np.testing.assert_array_equal(eval_on(x), off(x))
-    model_on = nn.Transformer(_config(dropout_rate=RATE, attention_dropout_rate=RATE),
+    model_on = nn.Transformer(_config(dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
                               rngs=nnx.Rngs(params=0, dropout=1))
     model_off = nn.Transformer(_config(), rngs=nnx.Rngs(params=0))
     model_on.eval()
@@ -141,7 +256,8 @@ def test_dropout_is_random_and_reproducible():
         np.testing.assert_array_equal(f(x, rngs=jax.random.key(1)), a)
         np.testing.assert_array_equal(f(x, rngs=nnx.Rngs(dropout=5)), f(x, rngs=nnx.Rngs(dropout=5)))
         assert not np.allclose(f(x), f(x))  # the stream forked at construction advances
-    model = nn.Transformer(_config(dropout_rate=RATE, attention_dropout_rate=RATE), rngs=nnx.Rngs(0))
+    model = nn.Transformer(_config(dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
+                           rngs=nnx.Rngs(0))
     forward = nnx.jit(lambda m, tokens, key: m(tokens, rngs=key))
     first = forward(model, TOKENS, None)
     assert not np.allclose(forward(model, TOKENS, None), first)  # the per-layer streams advance through the scan
@@ -184,18 +300,16 @@ def test_dropout_rates_are_validated(rate):
         nn.MultiHeadAttention(16, 4, dropout_rate=rate, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
         nn.Block(16, 4, dropout_rate=rate, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=r"attention_dropout_rate must be a number in \[0, 1\)"):
-        nn.Block(16, 4, attention_dropout_rate=rate, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
+        nn.AttentionConfig(dropout_rate=rate)
     with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
         _config(dropout_rate=rate)
-    with pytest.raises(ValueError, match=r"attention_dropout_rate must be a number in \[0, 1\)"):
-        _config(attention_dropout_rate=rate)
 
 
 def test_dropout_arguments_are_validated():
     with pytest.raises(ValueError, match=r"dropout on the attention weights needs attention_kind='softmax'.*"
-                                         r"attention_dropout_rate=0.1"):
-        _config(attention_kind="linear", attention_dropout_rate=0.1)
+                                         r"dropout_rate=0.1"):
+        nn.AttentionConfig(attention_kind="linear", dropout_rate=0.1)
     with pytest.raises(ValueError, match=r"needs attention_kind='softmax'.* dropout_rate=0.1"):
         nn.MultiHeadAttention(16, 4, attention_kind="linear", dropout_rate=0.1, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match=r"deterministic must be a bool, got 1"):
@@ -304,8 +418,8 @@ def test_default_mlp_and_norm_are_unchanged():
 
 
 def test_rmsnorm_blocks_and_tied_head():
-    config = _config(norm_kind="rmsnorm", norm_eps=1e-5, head="tied", use_bias=False, positions=None, rope="half",
-                     mlp_activation="swiglu", param_dtype=F64)
+    config = _config(norm_kind="rmsnorm", norm_eps=1e-5, head="tied", use_bias=False, positions=None,
+                     attention=nn.AttentionConfig(rope="half"), mlp_activation="swiglu", param_dtype=F64)
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     assert isinstance(model.final_norm, nnx.RMSNorm) and model.final_norm.epsilon == 1e-5
     assert not hasattr(model, "head")
@@ -336,8 +450,6 @@ def test_encoder_without_head_with_token_types_and_embedding_norm():
     (dict(head="tied", vocab_size=None, input_features=4), "head='tied' needs token inputs"),
     (dict(head=None, output_features=5), "head=None returns hidden states"),
     (dict(type_vocab_size=0), "type_vocab_size must be a positive int"),
-    (dict(rope="neox"), "rope must be one of"),
-    (dict(rope_base=-1.0), "rope_base must be a positive number"),
     (dict(mlp_activation="tanh"), "mlp_activation must be one of"),
 ])
 def test_bad_architecture_options(kwargs, message):

@@ -197,8 +197,9 @@ def test_sink_masks():
 
 
 def _tiny(**changes):
-    config = nn.TransformerConfig(num_layers=3, features=8, num_heads=4, num_kv_heads=2, vocab_size=11, max_len=8,
-                                  norm="post", head=None, final_norm=False, param_dtype=jnp.float64)
+    config = nn.TransformerConfig(num_layers=3, features=8, num_heads=4, attention=nn.AttentionConfig(num_kv_heads=2),
+                                  vocab_size=11, max_len=8, norm="post", head=None, final_norm=False,
+                                  param_dtype=jnp.float64)
     return nn.Transformer(dataclasses.replace(config, **changes), rngs=nnx.Rngs(0))
 
 

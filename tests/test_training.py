@@ -175,7 +175,7 @@ def test_optimizer_config_validation(kwargs, message):
 def test_linear_attention_model_trains_with_its_projection_fixed():
     """Random projections are variables outside the params: carried, never updated."""
     config = nn.TransformerConfig(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8,
-                                  attention_kind="linear", num_features=8)
+                                  attention=nn.AttentionConfig(attention_kind="linear", num_features=8))
     trainer = training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
     runner = training.SeedsRunner(trainer)
     state = runner.init(jax.random.split(jax.random.key(0), 2))

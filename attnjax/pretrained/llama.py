@@ -65,9 +65,10 @@ def llama_config(reader, *, dtype=None, param_dtype=jnp.float32, tied: bool) -> 
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     return nn.TransformerConfig(
         num_layers=int(key("block_count")), features=features, num_heads=num_heads,
-        num_kv_heads=int(key("attention.head_count_kv", num_heads)), vocab_size=int(key("vocab_size", vocab)),
-        max_len=int(key("context_length")), positions=None, rope="interleaved",
-        rope_base=float(key("rope.freq_base", 10000.0)), norm="pre", norm_kind="rmsnorm",
+        attention=nn.AttentionConfig(num_kv_heads=int(key("attention.head_count_kv", num_heads)), rope="interleaved",
+                                     rope_base=float(key("rope.freq_base", 10000.0))),
+        vocab_size=int(key("vocab_size", vocab)), max_len=int(key("context_length")), positions=None,
+        norm="pre", norm_kind="rmsnorm",
         norm_eps=float(key("attention.layer_norm_rms_epsilon")), final_norm=True, use_bias=False,
         mlp_features=int(key("feed_forward_length")), mlp_activation="swiglu",
         head="tied" if tied else "linear", causal=True, dtype=dtype, param_dtype=param_dtype,

@@ -390,7 +390,7 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     means = {k: v if k in WORST else v / count for k, v in totals.items()}
     c = base.config
     rows = [{"metric": "model", "num_layers": c.num_layers, "num_heads": c.num_heads,
-             "num_kv_heads": c.num_kv_heads or c.num_heads, "causal": causal, "norm": c.norm, "family": kind},
+             "num_kv_heads": c.attention.kv_heads(c.num_heads), "causal": causal, "norm": c.norm, "family": kind},
             {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
              "counts": [len(g.ids) for g in groups]}]
     categories = SINKS[kind]
@@ -417,9 +417,9 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
 def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
     """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters."""
     attention, c = model.blocks.attention, model.config
-    if c.fused_qkv:
+    if c.attention.fused_qkv:
         raise ValueError("paths need separate value projections (fused_qkv=False)")
-    heads, kv_heads = c.num_heads, c.num_kv_heads or c.num_heads
+    heads, kv_heads = c.num_heads, c.attention.kv_heads(c.num_heads)
     head_dim = c.features // heads
     value = attention.value.kernel[...].reshape(c.num_layers, c.features, kv_heads, head_dim)
     out = attention.out.kernel[...].reshape(c.num_layers, heads, head_dim, c.features)
