@@ -5,27 +5,49 @@
     python -m experiments.rank_collapse --config configs/rank_collapse.py \\
         --config.train.steps=2000 --config.init_sweep.depths='(1,2,4,8)' --workdir runs/rc_long
 
-Two sweeps, each a grid of depth x architecture x attention kind x
-temperature, every grid point run for `num_seeds` seeds at once:
+Sweeps, each a grid of depth x architecture x attention kind x temperature x
+embedding std, every grid point run for `num_seeds` seeds at once:
 
 * `init_sweep`: per-layer metrics of untrained models (the setting of Dong et
-  al. 2021 and Noci et al. 2022). Cheap: one forward pass per grid point.
+  al. 2021 and Noci et al. 2022), bidirectional; for attention-only networks
+  also Dong et al.'s bound from the actual weights, layer by layer.
+* `scale_sweep`: the initialisation scale as a variable: the same
+  measurements against the std of the token embedding.
+* `mask_sweep`: the causal counterparts of init-sweep runs (Wu et al. 2024,
+  causal mask x LayerNorm).
+* `grad_sweep`: gradient norms per parameter group at initialisation on the
+  first training batch, the same architecture at several depths (Noci et al.
+  2022: query/key gradients vanish under rank collapse); gradients only.
 * `train_sweep`: the same metrics at initialisation, every `train.log_every`
   steps and at the end of training on `task`, with loss, accuracy and
-  per-group gradient norms.
+  per-group gradient norms; after training, Dong et al.'s path-length
+  experiment on networks with skips. `train_sweep.exclude`: (architecture,
+  depth) pairs of the grid not to train.
+
+The untrained sweeps run in float64 (`measure_float64`), so residuals are
+resolved down to ~1e-15; training runs in `model.dtype`.
 
 Architectures: the presets of `attnjax.nn.ARCHITECTURES` (attention only,
 attention and MLP, skips, pre-LN and post-LN transformers, skips scaled by
-1/sqrt(L)); the init sweep runs all of them.
+1/sqrt(L)) and `attention_only_ln` (attention only with a LayerNorm before
+every attention layer, as in Dong et al.'s own code).
+
+Embedding std (`embedding_stds`): the std of the token embedding at
+initialisation; None is `nnx.Embed`'s default 1/sqrt(D). With std 1 the
+tokens have unit-variance entries, the premise of the 1/sqrt(d_k) scaling
+argument (Var(q.k / sqrt(d_k)) = 1 for unit-variance q and k); with the
+default 1/sqrt(D) the logits have std ~1/D and attention at initialisation is
+uniform, so a pure-attention network averages its tokens in one step.
 """
 from ml_collections import config_dict
 
 from attnjax import nn
 
 
-def _sweep(depths, architectures, kinds, temperatures, causal, **extra):
+def _sweep(depths, architectures, kinds, temperatures, causal, embedding_stds=(1.0,), grad_norms=False, **extra):
     return config_dict.ConfigDict(dict(depths=depths, architectures=architectures, attention_kinds=kinds,
-                                       temperatures=temperatures, causal=causal, **extra))
+                                       temperatures=temperatures, causal=causal, embedding_stds=embedding_stds,
+                                       grad_norms=grad_norms, **extra))
 
 
 def get_config(arg: str | None = None):
@@ -37,41 +59,56 @@ def get_config(arg: str | None = None):
     # Multi-query associative recall (Arora et al. 2023): attention as retrieval.
     config.task = config_dict.ConfigDict(dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32))
 
-    # dtype: computation dtype; 'bfloat16' computes in bf16 with float32
-    # parameters and optimiser state (softmax and loss stay in float32).
+    # dtype: computation dtype of training; 'bfloat16' computes in bf16 with
+    # float32 parameters and optimiser state (softmax and loss stay in float32).
     config.model = config_dict.ConfigDict(
         dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
              num_features=64, dtype="float32")
     )
+    # The untrained sweeps compute (parameters included) in float64.
+    config.measure_float64 = True
 
+    architectures = (*nn.ARCHITECTURES, "attention_only_ln")
     # Bidirectional at initialisation: the setting of Dong et al. and Noci et al.
-    # (a causal mask makes the attention matrix triangular, and products of
-    # triangular stochastic matrices converge only geometrically). Causal for
-    # training, since recall is next-token prediction.
-    # grad_norms: gradient norms per parameter group at initialisation; they
-    # double the compile time of every init run, and the training sweep
-    # records them at step 0 anyway.
-    config.init_sweep = _sweep((1, 2, 4, 8, 16, 32), tuple(nn.ARCHITECTURES), ("softmax", "linear"), (1.0,), False,
-                               grad_norms=False)
-    config.train_sweep = _sweep((4, 8), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True)
+    # grad_norms: gradient norms per parameter group on the first training
+    # batch; they double the compile time of a run.
+    config.init_sweep = _sweep((4, 8, 16, 32), architectures, ("softmax",), (1.0,), False)
+    config.scale_sweep = _sweep((8,), ("attention_only",), ("softmax",), (1.0,), False,
+                                embedding_stds=(None, 0.25, 0.5, 2.0))
+    config.mask_sweep = _sweep((32,), ("attention_only", "attention_only_ln", "skip"), ("softmax",), (1.0,), True)
+    config.grad_sweep = _sweep((1, 8), ("attention_only", "attention_only_ln"), ("softmax",), (1.0,), True,
+                               grad_norms=True)
+    # Causal for training, since recall is next-token prediction; the library's
+    # default embedding init (the recipe below is tuned for it).
+    config.train_sweep = _sweep((4, 8), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True,
+                                embedding_stds=(None,), exclude=(("skip_mlp", 8),))
 
+    # The cosine schedule decays to 0.1 x learning_rate at `steps`; recall
+    # leaves its plateau at a seed-dependent step (400-1000 at this learning
+    # rate), so the schedule must keep the rate up until then.
     config.train = config_dict.ConfigDict(
-        dict(steps=800, batch_size=64, learning_rate=3e-3, warmup_steps=80, weight_decay=0.01,
-             log_every=200, eval_batches=4)
+        dict(steps=1200, batch_size=64, learning_rate=3e-3, warmup_steps=80, weight_decay=0.01,
+             log_every=100, eval_batches=4)
     )
     # Metrics are measured on this many held-out examples.
     config.measure_batch_size = 16
+    # Dong et al.'s path-length experiment: paths sampled per length.
+    config.num_paths = 64
 
     if arg == "smoke":
         config.num_seeds = 2
         config.task.num_pairs = config.task.num_queries = 4
         config.task.vocab_size = 16
         config.model.features = 32
-        config.init_sweep = _sweep((1, 8), ("attention_only", "skip_scaled"), ("softmax", "linear"), (1.0,), False,
-                                   grad_norms=False)
-        config.train_sweep = _sweep((2,), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True)
+        config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False)
+        config.scale_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=())
+        config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True)
+        config.grad_sweep = _sweep((1, 4), ("attention_only",), ("softmax",), (1.0,), True, grad_norms=True)
+        config.train_sweep = _sweep((2,), ("skip_mlp",), ("softmax",), (1.0,), True, embedding_stds=(None,),
+                                    exclude=())
         config.train.update(steps=40, batch_size=16, warmup_steps=4, log_every=20, eval_batches=1)
         config.measure_batch_size = 4
+        config.num_paths = 8
     elif arg not in (None, ""):
         raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
     return config

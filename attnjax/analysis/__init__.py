@@ -8,6 +8,10 @@
   products across depth, rank-one residuals, power iteration).
 * `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
   mean distance, redundancy between heads, pattern classes).
+* `collapse`: Dong et al. 2021's theory quantitatively (composite-norm
+  residuals, the layer bound from the weights, fits of the per-layer growth
+  of log(1/r) and of geometric rates, logit variance, single-head paths).
+* `depth`: all of the above per layer of one forward pass.
 """
 from attnjax.analysis.heads import (
     PATTERN_NAMES,
@@ -94,4 +98,34 @@ __all__ += [
     "sink_mass",
     "triangular_slem",
     "uniform_sink_mass",
+]
+
+from attnjax.analysis.collapse import (  # noqa: E402
+    RateFit,
+    composite_norm,
+    dong_constant,
+    doubly_exponential_sequence,
+    fit_geometric,
+    fit_log_log,
+    head_matrices,
+    is_doubly_exponential,
+    logit_variance,
+    path_products,
+    residual_norm,
+    sample_paths,
+)
+
+__all__ += [
+    "RateFit",
+    "composite_norm",
+    "dong_constant",
+    "doubly_exponential_sequence",
+    "fit_geometric",
+    "fit_log_log",
+    "head_matrices",
+    "is_doubly_exponential",
+    "logit_variance",
+    "path_products",
+    "residual_norm",
+    "sample_paths",
 ]

@@ -3,47 +3,77 @@
     python -m experiments.rank_collapse --config configs/rank_collapse.py --workdir runs/rc
 
 See `configs/rank_collapse.py` for the sweeps. Each grid point (sweep, attention
-kind, architecture, depth, temperature) is one run of `num_seeds` seeds
-trained/measured at once; a killed study, re-run with the same command,
-skips finished runs, resumes an unfinished training run from its checkpoint,
-and ends with the same `summary.json`.
+kind, architecture, depth, temperature, embedding std) is one run of
+`num_seeds` seeds trained/measured at once; a killed study, re-run with the
+same command, skips finished runs, resumes an unfinished training run from
+its checkpoint, and ends with the same `summary.json`.
 
 Rows (one per seed and metric): `{"phase": "init" | "train" | "final",
 "step", "seed", "metric", "values"}` for per-layer profiles (`[L + 1]` or `[L]`,
-see `attnjax.analysis.depth.depth_profile`) and `"value"` for scalars
-(gradient norms, loss, accuracy, `diverged`, `chance_accuracy`).
+see `attnjax.analysis.depth.depth_profile`; `[B, ...]` per example for the
+`dong/*` metrics of attention-only networks; `[L, num_paths]` for
+`path_residual`) and `"value"` for scalars (gradient norms, loss, accuracy,
+`diverged`, `chance_accuracy`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from attnjax import training
+from attnjax import nn, training
+from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
+from attnjax.analysis.markov import rank_one_residual
+from attnjax.analysis.rank import residual_ratio
 from attnjax.workdir import RunDir
 from experiments import models
 
 KINDS = ("softmax", "linear")
+SWEEPS = ("init", "scale", "mask", "grad", "train")
+# Architectures of this study beyond the presets of `nn.ARCHITECTURES`: a
+# preset and the `TransformerConfig` fields that change it. With norm='pre'
+# and no skip a block is X -> SA(LN(X)): attention only, with the LayerNorm of
+# Dong et al.'s own code.
+STUDY_ARCHITECTURES = {"attention_only_ln": ("attention_only", {"norm": "pre"})}
+
+
+def architecture_fields(name: str) -> dict:
+    """The `TransformerConfig` switches of a preset or of a `STUDY_ARCHITECTURES` entry."""
+    if name in STUDY_ARCHITECTURES:
+        preset, overrides = STUDY_ARCHITECTURES[name]
+        return {**nn.architecture(preset), **overrides}
+    return nn.architecture(name)
+
+
+def is_attention_only(name: str) -> bool:
+    """Each layer is exactly X -> MHA(X) (no skip, MLP or norm): Dong et al.'s bound applies."""
+    fields = architecture_fields(name)
+    return not fields["skip"] and not fields["mlp"] and fields["norm"] is None
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One grid point: which sweep, attention kind, architecture, depth, temperature."""
+    """One grid point: which sweep, attention kind, architecture, depth, temperature, mask, embedding std."""
 
-    sweep: str  # 'init' or 'train'
+    sweep: str  # one of SWEEPS
     kind: str
     architecture: str
     depth: int
     temperature: float
     causal: bool
+    embedding_std: Optional[float]  # None: nnx.Embed's default 1/sqrt(D)
 
     @property
     def run_id(self) -> str:
-        return f"{self.sweep}-{self.kind}-{self.architecture}-L{self.depth:02d}-t{self.temperature:g}"
+        std = "default" if self.embedding_std is None else f"{self.embedding_std:g}"
+        return f"{self.sweep}-{self.kind}-{self.architecture}-L{self.depth:02d}-t{self.temperature:g}-e{std}"
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
@@ -57,31 +87,58 @@ def _check_sweep(name: str, sweep) -> None:
     for depth in sweep.depths:
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"{name}.depths must be positive ints, got {tuple(sweep.depths)}")
-    models.check_architectures(f"{name}.architectures", sweep.architectures)
+    valid = (*nn.ARCHITECTURES, *STUDY_ARCHITECTURES)
+    for arch in sweep.architectures:
+        if arch not in valid:
+            raise ValueError(f"{name}.architectures: unknown {arch!r}; valid: {valid}")
     for kind in sweep.attention_kinds:
         if kind not in KINDS:
             raise ValueError(f"{name}.attention_kinds: unknown {kind!r}; valid: {KINDS}")
     for temperature in sweep.temperatures:
         if not temperature > 0:
             raise ValueError(f"{name}.temperatures must be > 0, got {tuple(sweep.temperatures)}")
+    for std in sweep.embedding_stds:
+        if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0):
+            raise ValueError(f"{name}.embedding_stds must be None or numbers > 0, got {tuple(sweep.embedding_stds)}")
+    for pair in sweep.get("exclude", ()):
+        if len(pair) != 2 or not isinstance(pair[1], int):
+            raise ValueError(f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}")
 
 
 def _grid(config) -> list[RunSpec]:
     specs = []
-    for sweep_name in ("init", "train"):
+    for sweep_name in SWEEPS:
         sweep = config[f"{sweep_name}_sweep"]
         _check_sweep(f"{sweep_name}_sweep", sweep)
+        exclude = {(a, d) for a, d in sweep.get("exclude", ())}
         for kind in sweep.attention_kinds:
             for arch in sweep.architectures:
                 for depth in sweep.depths:
+                    if (arch, depth) in exclude:
+                        continue
                     for temperature in sweep.temperatures:
-                        specs.append(RunSpec(sweep_name, kind, arch, depth, float(temperature), bool(sweep.causal)))
+                        for std in sweep.embedding_stds:
+                            specs.append(RunSpec(sweep_name, kind, arch, depth, float(temperature),
+                                                 bool(sweep.causal), None if std is None else float(std)))
     return specs
 
 
-def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
-    return models.make_trainer(config.model, config.train, task, architecture=spec.architecture, depth=spec.depth,
-                               causal=spec.causal, temperature=spec.temperature, kind=spec.kind)
+@functools.lru_cache(maxsize=None)
+def _normal_init(std: float):
+    """One initialiser object per std, so equal specs give equal (cacheable) trainers."""
+    return nnx.initializers.normal(stddev=std)
+
+
+def make_trainer(config, spec: RunSpec, task, *, float64: bool = False) -> training.Trainer:
+    preset, overrides = STUDY_ARCHITECTURES.get(spec.architecture, (spec.architecture, {}))
+    overrides = dict(overrides)
+    if spec.embedding_std is not None:
+        overrides["embedding_init"] = _normal_init(spec.embedding_std)
+    if float64:
+        overrides.update(dtype=jnp.float64, param_dtype=jnp.float64)
+    return models.make_trainer(config.model, config.train, task, architecture=preset, depth=spec.depth,
+                               causal=spec.causal, temperature=spec.temperature, kind=spec.kind,
+                               overrides=overrides)
 
 
 def specs(config) -> list[RunSpec]:
@@ -94,6 +151,8 @@ def specs(config) -> list[RunSpec]:
             raise ValueError(f"train.{name} must be >= {minimum}, got {config.train[name]}")
     if config.measure_batch_size < 1:
         raise ValueError(f"measure_batch_size must be >= 1, got {config.measure_batch_size}")
+    if config.num_paths < 1:
+        raise ValueError(f"num_paths must be >= 1, got {config.num_paths}")
     task = models.make_task(config.task)
     grid = _grid(config)
     for spec in grid:
@@ -113,8 +172,9 @@ def _keys(config):
     return split(0), split(1), split(2), jax.random.fold_in(root, 3)
 
 
-# One compiled profile per array shape, shared by every run of the same depth.
-_profile_seeds = jax.jit(jax.vmap(depth_profile))
+# One compiled profile per array shape (and mask), shared by every run of the same depth.
+_profile_seeds = {causal: jax.jit(jax.vmap(functools.partial(depth_profile, causal=causal)))
+                  for causal in (False, True)}
 
 # The jitted functions of a run are cached by trainer (a frozen dataclass, equal
 # for equal configs), so a run redone in the same process (a resume) does not
@@ -151,19 +211,43 @@ def _seed_rows(metrics: dict, step: int, phase: str, field: str) -> list[dict]:
     return rows
 
 
+def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
+    """Dong et al.'s bound, layer by layer, for one seed of an attention-only network.
+
+    hidden `[L + 1, B, T, D]` -> `dong/constant` `[L]` (`c_l` of
+    `collapse.dong_constant`, γ = 1, the temperature dividing W_QK),
+    `dong/bound` `[B, L]` (`c_l ‖res(X_(l-1))‖³`), `dong/residual_abs` `[B, L + 1]`
+    and `dong/residual` `[B, L + 1]` (absolute and relative composite-norm
+    residuals, per example).
+    """
+    attention = params["blocks"]["attention"]
+    kernel = lambda name: attention[name]["kernel"][...]  # noqa: E731  [L, ...]
+    w_qk, w_v = jax.vmap(functools.partial(collapse.head_matrices, num_heads=num_heads))(
+        kernel("query"), kernel("key"), kernel("value"), kernel("out"))
+    head_dim = kernel("query").shape[-1] // num_heads
+    constant = collapse.dong_constant(w_qk, w_v, head_dim) / temperature  # [L]
+    res_abs = collapse.residual_norm(hidden)  # [L + 1, B]
+    bound = constant[:, None] * res_abs[:-1] ** 3  # [L, B]
+    return {"dong/constant": constant, "dong/bound": bound.T, "dong/residual_abs": res_abs.T,
+            "dong/residual": residual_ratio(hidden, "l1inf").T}
+
+
 @_cached
-def _init_probe(trainer: training.Trainer, with_grads: bool):
-    """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, gradient norms or {}).
+def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
+    """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, gradient norms or {}, dong or {}).
 
     One program per run; the gradient norms roughly double its compile time,
-    so the init sweep computes them only when `init_sweep.grad_norms` is set.
+    so only sweeps with `grad_norms` compute them.
     """
+    config = trainer.model_config
 
     def probe(key, inputs, batch):
         state = trainer.init(key, with_optimizer=False)
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
         norms = training.grad_norms(trainer.gradients(state, batch)[1]) if with_grads else {}
-        return inter["hidden"], inter["attention"], norms
+        extra = (_dong_metrics(state.params, inter["hidden"], config.num_heads, config.attention.temperature)
+                 if dong else {})
+        return inter["hidden"], inter["attention"], norms, extra
 
     return jax.jit(jax.vmap(probe, in_axes=(0, None, 0)))
 
@@ -174,17 +258,61 @@ def _first_batches(task, batch_size: int, data_keys):
     return jax.tree.map(lambda *x: jnp.stack(x), *batches)
 
 
-def _init_rows(config, trainer, task, with_grads: bool) -> list[dict]:
+def _init_rows(config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False,
+               profile: bool = True) -> list[dict]:
+    """Rows of the untrained seeds: the depth profile (unless `profile` is False: its compilation is the
+    costliest part of a short run), Dong et al.'s metrics and gradient norms when asked."""
     init_keys, data_keys, _, measure_key = _keys(config)
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, trainer.batch_size, data_keys)
-    hidden, attention, norms = _init_probe(trainer, with_grads)(init_keys, inputs, batches)
-    return _seed_rows(_profile_seeds(hidden, attention), 0, "init", "values") + _seed_rows(norms, 0, "init", "value")
+    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(init_keys, inputs, batches)
+    metrics = _profile_seeds[spec.causal](hidden, attention) if profile else {}
+    return (_seed_rows(metrics, 0, "init", "values") + _seed_rows(extra, 0, "init", "values")
+            + _seed_rows(norms, 0, "init", "value"))
+
+
+def _precision(config):
+    return jax.enable_x64(True) if config.measure_float64 else contextlib.nullcontext()
 
 
 def measure_run(config, spec: RunSpec, task) -> list[dict]:
-    """An init-sweep run: per-layer metrics (and optionally gradient norms) of untrained models."""
-    return _init_rows(config, make_trainer(config, spec, task), task, config.init_sweep.grad_norms)
+    """An untrained run: per-layer metrics (in float64 when `measure_float64`), Dong et al.'s
+    bound for attention-only softmax networks, and gradient norms when the sweep asks (the
+    grad sweep measures only those)."""
+    sweep = config[f"{spec.sweep}_sweep"]
+    grad_only = spec.sweep == "grad"
+    dong = is_attention_only(spec.architecture) and spec.kind == "softmax" and not grad_only
+    with _precision(config):
+        trainer = make_trainer(config, spec, task, float64=config.measure_float64)
+        rows = _init_rows(config, trainer, task, spec, sweep.grad_norms, dong, profile=not grad_only)
+    return rows
+
+
+@_cached
+def _paths_fn(trainer: training.Trainer, num_paths: int):
+    """keys `[L]`, attention `[L, B, H, T, T]` of one seed -> Frobenius rank-one residual `[L, num_paths]`
+    of single-head path products of every length k = 1..L (row k-1)."""
+    config = trainer.model_config
+    num_layers = config.num_layers
+
+    def one_length(key, attention, length):
+        paths = collapse.sample_paths(key, num_layers=num_layers, num_heads=config.num_heads, length=length,
+                                      num_paths=num_paths, num_examples=attention.shape[1])
+        products = collapse.path_products(attention, paths["layers"], paths["heads"], paths["examples"])
+        return rank_one_residual(products).best
+
+    def per_seed(keys, attention):
+        return jnp.stack([one_length(keys[k - 1], attention, k) for k in range(1, num_layers + 1)])
+
+    return jax.jit(jax.vmap(per_seed, in_axes=(None, 0)))
+
+
+def _path_rows(config, trainer, forward, state, inputs) -> list[dict]:
+    """Dong et al.'s path-length experiment on the trained seeds (one key per length, shared by seeds)."""
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(config.seed), 4), trainer.model_config.num_layers)
+    _, attention = forward(state, inputs)
+    return _seed_rows({"path_residual": _paths_fn(trainer, config.num_paths)(keys, attention)},
+                      config.train.steps, "final", "values")
 
 
 def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
@@ -193,6 +321,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     runner = _runner(trainer)
     init_keys, data_keys, eval_keys, measure_key = _keys(config)
     forward = _forward_fn(trainer)
+    profile = _profile_seeds[spec.causal]
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     checkpointer = training.Checkpointer(run.path)
     saved = run.partial()
@@ -202,12 +331,12 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
         # two saves) is ignored, so no measurement is lost or repeated.
         state = checkpointer.restore(state, saved.step)
         run.log(f"  resumed from step {saved.step}")
-    else:
-        saved.rows = _init_rows(config, trainer, task, with_grads=True)
+    else:  # the initial profile with the forward pass that every log step uses (gradients: the grad sweep)
+        saved.rows = _seed_rows(profile(*forward(state, inputs)), 0, "init", "values")
 
     def on_log(step, state, metrics):
         saved.rows += _seed_rows(metrics, step, "train", "value")
-        saved.rows += _seed_rows(_profile_seeds(*forward(state, inputs)), step, "train", "values")
+        saved.rows += _seed_rows(profile(*forward(state, inputs)), step, "train", "values")
 
     class _SavingCheckpointer:
         def save(self, step, state):
@@ -220,9 +349,11 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     final = {**evaluation, "diverged": np.asarray(state.diverged),
              "chance_accuracy": np.full(config.num_seeds, task.chance_accuracy)}
     checkpointer.close()
-    return saved.rows + _seed_rows(final, config.train.steps, "final", "value")
+    with_skips = architecture_fields(spec.architecture)["skip"]
+    paths = _path_rows(config, trainer, forward, state, inputs) if with_skips else []
+    return saved.rows + _seed_rows(final, config.train.steps, "final", "value") + paths
 
 
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
     task = models.make_task(config.task)
-    return measure_run(config, spec, task) if spec.sweep == "init" else train_run(config, spec, task, run)
+    return train_run(config, spec, task, run) if spec.sweep == "train" else measure_run(config, spec, task)
