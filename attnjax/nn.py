@@ -181,6 +181,27 @@ def _visible_keys(index: Array, chunk: int, max_len: int, rank: int) -> Array:
     return jnp.reshape(cols <= rows, (1,) * (rank - 2) + (chunk, max_len))
 
 
+def _linear_general(layer: nnx.Linear, x: Array, num_in: int, out_shape: tuple[int, ...]) -> Array:
+    """`layer` applied to the last `num_in` axes of `x` (flattened), its output axis split into `out_shape`.
+
+    The same product as `layer(reshape(x, [..., F]))` reshaped to `[..., *out_shape]`, as one
+    `dot_general` with the kernel `[F, O]` viewed as `[*in_shape, *out_shape]` (how
+    `nnx.LinearGeneral` stores it): XLA:CPU then canonicalises the weight gradient into a fast
+    matmul, while that of the flat 2-D product is a transposed-operand dot on a slow path
+    (1.5x the time of the projection's backward pass at B=64, T=33, F=64, heads of 16).
+    """
+    kernel = layer.kernel[...]
+    bias = layer.bias[...] if layer.bias is not None else None
+    x, kernel, bias = layer.promote_dtype((x, kernel, bias), dtype=layer.dtype)
+    kernel = jnp.reshape(kernel, x.shape[x.ndim - num_in:] + tuple(out_shape))
+    contract = (tuple(range(x.ndim - num_in, x.ndim)), tuple(range(num_in)))
+    kwargs = {} if layer.preferred_element_type is None else {"preferred_element_type": layer.preferred_element_type}
+    y = layer.dot_general(x, kernel, (contract, ((), ())), precision=layer.precision, **kwargs)
+    if bias is not None:
+        y = y + jnp.reshape(bias, (1,) * (y.ndim - len(out_shape)) + tuple(out_shape))
+    return y
+
+
 def _time_major(x: Array) -> Array:
     """`[B, C, h, d]` -> `[C, B, h, d]`, for scanning over positions."""
     return jnp.moveaxis(x, -3, 0)
@@ -451,17 +472,16 @@ class MultiHeadAttention(nnx.Module):
 
     def _project(self, x: Array, context: Optional[Array]) -> tuple[Array, Array, Array]:
         """x `[..., T, F]`, context `[..., S, F]` -> q `[..., T, H, Dh]`, k, v `[..., S, K, Dh]`."""
-        heads = lambda y, n: jnp.reshape(y, y.shape[:-1] + (n, self.head_dim))  # noqa: E731
+        heads = lambda layer, y, n: _linear_general(layer, y, 1, (n, self.head_dim))  # noqa: E731
         if self.config.fused_qkv:
             if context is not None:
                 raise ValueError("fused_qkv=True supports self-attention only; got a context")
-            q_width = self.num_heads * self.head_dim
-            kv_width = self.num_kv_heads * self.head_dim
-            q, k, v = jnp.split(self.qkv(x), [q_width, q_width + kv_width], axis=-1)
+            qkv = heads(self.qkv, x, self.num_heads + 2 * self.num_kv_heads)
+            q, k, v = jnp.split(qkv, [self.num_heads, self.num_heads + self.num_kv_heads], axis=-2)
         else:
             context = x if context is None else context
-            q, k, v = self.query(x), self.key(context), self.value(context)
-        q, k, v = heads(q, self.num_heads), heads(k, self.num_kv_heads), heads(v, self.num_kv_heads)
+            q = heads(self.query, x, self.num_heads)
+            k, v = heads(self.key, context, self.num_kv_heads), heads(self.value, context, self.num_kv_heads)
         if self.config.normalize_qk == "layernorm":
             q, k = self.query_ln(q), self.key_ln(k)
         elif self.config.normalize_qk == "cosine":
@@ -602,7 +622,7 @@ class MultiHeadAttention(nnx.Module):
             heads_out, weights = self._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
         if sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
-        out = self.out(jnp.reshape(heads_out, heads_out.shape[:-2] + (-1,)))
+        out = _linear_general(self.out, heads_out, 2, (self.out.out_features,))
         return (out, weights) if return_weights else out
 
     def _check_call(self, x, context, mask, need_weights, decode, deterministic, rngs) -> None:

@@ -11,13 +11,18 @@ sizes too small for the targets to mean anything (its rows carry none).
 """
 from ml_collections import config_dict
 
-SECTIONS = ("attention", "compile", "linear", "analysis", "training")
+SECTIONS = ("attention", "compile", "linear", "analysis", "training", "train_step", "pretrained")
 
 
 def _attention():
     return config_dict.ConfigDict(dict(
         # Any backend, float32: attnjax vs jax.nn (xla), with weights, naive einsum.
+        # Forward, and forward+backward (gradients of sum(out**2)), both with the target.
         batch=2, length=2048, heads=8, head_dim=64, repeats=7, target=1.05,
+        # Forward+backward at the studies' shapes (the rank-collapse model: D=64,
+        # 4 heads of 16, B=64), target at each length; small calls, many repeats.
+        small_lengths=(12, 33, 64), small_batch=64, small_heads=4, small_head_dim=16, small_repeats=41,
+        small_target=1.0,
         # Accelerators only (bf16, causal): attnjax vs cuDNN at each length,
         # forward and forward+backward, TFLOP/s against a measured matmul peak.
         gpu_batch=4, gpu_lengths=(4096, 8192, 16384), gpu_heads=16, gpu_head_dim=128, gpu_repeats=20,
@@ -72,6 +77,25 @@ def _training():
     ))
 
 
+def _train_step():
+    return config_dict.ConfigDict(dict(
+        # One AdamW step of attnjax.nn.Transformer against the same model built
+        # from flax.nnx layers, at each (L, D, H, B, T): the rank-collapse
+        # model's shape, and a longer sequence. Target: attnjax s / flax s.
+        shapes=((8, 64, 4, 64, 33), (4, 64, 4, 8, 512)), vocab_size=64, learning_rate=1e-3, weight_decay=0.01,
+        seed=0, repeats=9, target=1.0,
+    ))
+
+
+def _pretrained():
+    return config_dict.ConfigDict(dict(
+        # MiniLM encoder forward; SmolLM2 prefill and cached greedy decoding
+        # (tokens/s); against Hugging Face's PyTorch models where installed.
+        bert_batch=32, bert_length=128, prefill_length=512, decode_prompt=64, decode_tokens=33, repeats=3,
+        peak_matmul_size=2048,
+    ))
+
+
 def get_config(arg: str | None = None):
     """Default benchmark; `arg='smoke'` for the under-a-minute variant."""
     config = config_dict.ConfigDict()
@@ -82,9 +106,12 @@ def get_config(arg: str | None = None):
     config.linear = _linear()
     config.analysis = _analysis()
     config.training = _training()
+    config.train_step = _train_step()
+    config.pretrained = _pretrained()
     if arg == "smoke":
         config.check_targets = False
         config.attention.update(batch=1, length=256, heads=4, head_dim=32, repeats=3, peak_matmul_size=256,
+                                small_lengths=(12,), small_batch=4, small_repeats=3,
                                 gpu_batch=1, gpu_lengths=(1024,), gpu_target_length=1024, gpu_repeats=3,
                                 gpu_peak_matmul_size=1024)
         config.compile.update(depths=(1, 2), features=32, trials=1)
@@ -97,6 +124,10 @@ def get_config(arg: str | None = None):
                                steps_per_call=4,
                                repeats=2, seeds_architecture="attention_only", seeds_depth=1, num_seeds=2, steps=8,
                                seeds_repeats=1, all_variants=False)
+        config.train_step.update(shapes=((1, 32, 4, 4, 12),), repeats=2)
+        # Both real models still load (their loading is most of this section's time).
+        config.pretrained.update(bert_batch=2, bert_length=16, prefill_length=16, decode_prompt=8, decode_tokens=3,
+                                 repeats=1, peak_matmul_size=256)
     elif arg not in (None, ""):
         raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
     return config

@@ -5,8 +5,10 @@ import pytest
 
 from configs import benchmark as config_lib
 from experiments.benchmark import linear as bench_linear
+from experiments.benchmark import pretrained as bench_pretrained
 from experiments.benchmark import report as bench_report
 from experiments.benchmark import suite
+from experiments.benchmark import train_step as bench_train_step
 from experiments.benchmark import util as bench_util
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +49,63 @@ def test_smoke_benchmark_rows_compare_against_references(smoke):
     if payload["environment"]["backend"] != "gpu":
         gpu = rows[("attention", "attnjax / cuDNN throughput, fwd")]
         assert gpu["note"] == "not measured (no GPU)"
+
+
+def test_smoke_benchmark_has_fwd_bwd_rows_at_large_and_small_shapes(smoke):
+    _, payload = smoke
+    fwd_bwd = [r for r in payload["rows"] if r["name"] == "attnjax.dot_product_attention, fwd+bwd"]
+    assert {r["shape"].split(" T=")[1].split()[0] for r in fwd_bwd} == {"256", "12"}
+    assert all(r["reference"] == "jax.nn.dot_product_attention (xla), fwd+bwd" and r["ratio"] > 0 for r in fwd_bwd)
+
+
+def test_smoke_train_step_compares_attnjax_with_flax_in_the_same_run(smoke):
+    _, payload = smoke
+    rows = {r["name"]: r for r in payload["rows"] if r["section"] == "train_step"}
+    ours, theirs = rows["AdamW step, attnjax.nn.Transformer"], rows[f"AdamW step, {bench_train_step.FLAX}"]
+    assert ours["note"] == theirs["note"]  # the same number of parameters
+    ratio = rows["attnjax / flax, AdamW step"]
+    assert ratio["reference"] == theirs["name"]
+    assert ratio["ratio"] == pytest.approx(ours["seconds"] / theirs["seconds"])
+
+
+def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
+    _, payload = smoke
+    rows = [r for r in payload["rows"] if r["section"] == "pretrained"]
+    names = {r["name"] for r in rows}
+    for model in (bench_pretrained.ENCODER, bench_pretrained.PREFILL):
+        assert f"{model}, attnjax" in names
+    for row in rows:
+        assert row.get("tokens_per_s", 0) > 0 or row["note"].startswith("not measured ("), row
+    missing = bench_pretrained.torch_missing()
+    if missing is not None:
+        torch_rows = [r for r in rows if r["name"].endswith(bench_pretrained.TORCH)]
+        assert torch_rows and all(r["note"] == f"not measured ({missing})" for r in torch_rows)
+
+
+@pytest.mark.parametrize("shape", [(8, 64, 4), (4, 64, 4), (2, 32, 2)])
+def test_flax_reference_model_has_attnjax_models_parameter_count(shape):
+    from flax import nnx
+
+    count = {}
+    for name, build in (("flax", bench_train_step.FlaxTransformer), ("attnjax", bench_train_step.attnjax_model)):
+        model = nnx.eval_shape(lambda: build(*shape, 64, 33, rngs=nnx.Rngs(0)))
+        count[name] = bench_train_step.num_params(nnx.state(model, nnx.Param))
+    assert count["flax"] == count["attnjax"]
+
+
+def test_pretrained_rows_say_not_measured_without_the_model_wheels(monkeypatch):
+    from attnjax import pretrained
+
+    def absent(*args, **kwargs):
+        raise FileNotFoundError("no path given and package 'x' is not installed; install it")
+
+    monkeypatch.setattr(pretrained, "load_bert", absent)
+    monkeypatch.setattr(pretrained, "load_llama", absent)
+    config = config_lib.get_config("smoke").pretrained
+    rows = bench_pretrained.encoder_rows(config, 1.0) + bench_pretrained.causal_lm_rows(config, 1.0)
+    assert len(rows) == 3
+    assert all(r["note"] == "not measured (model not installed: no path given and package 'x' is not installed)"
+               for r in rows)
 
 
 def test_markdown_report_names_device_versions_and_date(smoke):

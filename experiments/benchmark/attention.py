@@ -6,6 +6,12 @@ Rows (config: `configs/benchmark.py`, `attention`):
 * Any backend, float32, causal: `attnjax.dot_product_attention` without
   weights against `jax.nn.dot_product_attention` (XLA), target time ratio
   <= `target`; the same call returning weights and a naive einsum for context.
+  Forward+backward (gradients of sum(out**2) with respect to q, k and v) at
+  the same shape, target <= `target`.
+* Any backend, float32, causal, the studies' small shapes (`small_lengths`,
+  `small_batch`, `small_heads`, `small_head_dim`: the rank-collapse model's
+  heads): forward+backward of attnjax against jax.nn (XLA), target <=
+  `small_target` at each length.
 * GPU only, bf16, causal, at each of `gpu_lengths`: attnjax against
   `jax.nn.dot_product_attention(implementation='cudnn')`, forward and
   forward+backward, with achieved TFLOP/s and the fraction of the matmul peak.
@@ -57,6 +63,39 @@ def _fwd_bwd(fn):
     return jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
 
 
+def _fwd_bwd_squares(fn):
+    """Gradients of sum(out**2) with respect to q, k, v: a cotangent that depends on the output."""
+    return jax.grad(lambda q, k, v: jnp.sum(jnp.square(fn(q, k, v).astype(jnp.float32))), argnums=(0, 1, 2))
+
+
+def _xla_causal(q, k, v):
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+
+def _attnjax_causal(q, k, v):
+    return attnjax.dot_product_attention(q, k, v, is_causal=True)
+
+
+def fwd_bwd_rows(batch, length, heads, dim, repeats, target, peak_tflops) -> list[dict]:
+    """float32 causal forward+backward: attnjax against jax.nn (XLA), interleaved; the ratio row has `target`."""
+    q, k, v = _inputs(batch, length, heads, dim, jnp.float32)
+    shape = f"B={batch} T={length} H={heads} D={dim} f32 causal"
+    fns = {XLA: jax.jit(_fwd_bwd_squares(_xla_causal)), ATTNJAX: jax.jit(_fwd_bwd_squares(_attnjax_causal))}
+    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=repeats)
+    flops = causal_flops(batch, length, heads, dim, backward=True)
+    ref = _timed(f"{XLA}, fwd+bwd", shape, times[XLA], flops, peak_tflops)
+    mine = _timed(f"{ATTNJAX}, fwd+bwd", shape, times[ATTNJAX], flops, peak_tflops)
+    mine.update(ratio_row(SECTION, mine["name"], shape, times[ATTNJAX], times[XLA], ref["name"], f"<= {target:g}"))
+    return [ref, mine]
+
+
+def small_shape_rows(cfg, peak_tflops: float) -> list[dict]:
+    """Forward+backward at the studies' small shapes (one row pair per length in `small_lengths`)."""
+    return [row for length in cfg.small_lengths
+            for row in fwd_bwd_rows(cfg.small_batch, length, cfg.small_heads, cfg.small_head_dim,
+                                    cfg.small_repeats, cfg.small_target, peak_tflops)]
+
+
 def matmul_peak_row(cfg) -> dict:
     """TFLOP/s of one square matmul: float32 (CPU, TPU) or bf16 (GPU)."""
     gpu = jax.default_backend() == "gpu"
@@ -74,8 +113,8 @@ def exact_attention_rows(cfg, peak_tflops: float) -> list[dict]:
     q, k, v = _inputs(b, t, h, d, jnp.float32)
     shape = f"B={b} T={t} H={h} D={d} f32 causal"
     fns = {
-        XLA: jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)),
-        ATTNJAX: jax.jit(lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)),
+        XLA: jax.jit(_xla_causal),
+        ATTNJAX: jax.jit(_attnjax_causal),
         "attnjax with return_weights=True": jax.jit(
             lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)),
         "naive einsum softmax": jax.jit(_naive),
@@ -133,4 +172,6 @@ def gpu_rows(cfg, peak_tflops: float) -> list[dict]:
 def run(cfg) -> list[dict]:
     """All rows of the section (see the module docstring)."""
     peak = matmul_peak_row(cfg)
-    return [peak] + exact_attention_rows(cfg, peak["tflops"]) + gpu_rows(cfg, peak["tflops"])
+    large = fwd_bwd_rows(cfg.batch, cfg.length, cfg.heads, cfg.head_dim, cfg.repeats, cfg.target, peak["tflops"])
+    return ([peak] + exact_attention_rows(cfg, peak["tflops"]) + large + small_shape_rows(cfg, peak["tflops"])
+            + gpu_rows(cfg, peak["tflops"]))

@@ -2,9 +2,10 @@
 
 The layers of `attnjax.nn.Transformer` are one `nnx.scan` over stacked
 parameters, so compiling a forward+backward pass should cost about the same
-at any depth. Rows: the compile seconds at each of `depths` (config:
-`configs/benchmark.py`, `compile`) and the ratio to the shallowest; target
-for the deepest: <= `target`.
+at any depth beyond `nn.UNROLL_MAX_LAYERS` (shallower models unroll the scan:
+faster training steps, compile time growing with depth up to that point).
+Rows: the compile seconds at each of `depths` (config: `configs/benchmark.py`,
+`compile`) and the ratio to the shallowest; target for the deepest: <= `target`.
 """
 from __future__ import annotations
 

@@ -48,8 +48,9 @@ def _number(value) -> str:
 
 
 def headline(row: dict) -> bool:
-    """Rows for a short summary: those with a target, the peak, the crossover, and all of training."""
-    return ("target" in row or "crossover_length" in row or row["section"] == "training"
+    """Rows for a short summary: those with a target, the peak, the crossover, all of training and the
+    train step, and the real models."""
+    return ("target" in row or "crossover_length" in row or row["section"] in ("training", "train_step", "pretrained")
             or row["name"] == "matmul peak")
 
 

@@ -5,7 +5,8 @@
     python -m experiments.benchmark --config configs/benchmark.py --config.sections='("attention","linear")'
 
 Sections (`configs/benchmark.py`): attention, compile, linear, analysis,
-training; each is a module `experiments/benchmark/<name>.py` with
+training, train_step (attnjax against flax), pretrained (real checkpoints);
+each is a module `experiments/benchmark/<name>.py` with
 `run(section_config) -> list[dict]` (and optionally `figure(rows)`, written
 as `plots/<name>.png`). Every figure with a target is a ratio against a
 reference measured in the same run; such rows carry `ok`.
