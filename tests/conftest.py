@@ -7,16 +7,36 @@
 * Eight fake CPU devices, for the data-parallel paths.
 * XLA's concurrency-optimised CPU scheduler off: two batched LAPACK calls
   running at once can deadlock a 2-thread pool (see experiments/__init__.py).
+* LLVM's backend optimisation level 0: the suite compiles hundreds of
+  programs that each run for milliseconds, and LLVM's optimisation passes are
+  most of their compile time. XLA's own passes (fusion, layout, algebraic
+  simplification) still run, so the tests exercise the programs users get,
+  only with less optimised machine code; the benchmark runs at the default level.
+* With pytest-xdist (`-n auto`, as the README's test command runs), each test
+  file goes to one worker, so its module-scoped fixtures are built once, and
+  the files that share the studies' session runs (`tests.test_studies.finished`)
+  go to the same worker.
 """
 import os
 
 os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
-     "--xla_cpu_enable_concurrency_optimized_scheduler=false"]
+     "--xla_cpu_enable_concurrency_optimized_scheduler=false", "--xla_backend_optimization_level=0"]
 ).strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# Files whose tests read the studies' shared session runs.
+STUDY_RUN_FILES = ("test_studies.py", "test_rank_collapse.py", "test_power_iteration.py", "test_softmax_scaling.py")
+
+
+def pytest_collection_modifyitems(items):
+    """One xdist group per test file (the study-run files together), for `--dist loadgroup`."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("study_runs" if name in STUDY_RUN_FILES else name))

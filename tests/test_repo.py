@@ -1,0 +1,24 @@
+"""The repository's promises about itself: CI runs the README's test command."""
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _readme_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    return block.strip().splitlines()
+
+
+def test_the_readme_opens_with_exactly_two_set_up_commands():
+    study, tests = _readme_commands()
+    assert "python -m experiments.rank_collapse --config configs/rank_collapse.py" in study
+    assert "pip install -e ." in study and "pytest" in tests and "ruff check ." in tests
+
+
+def test_ci_runs_the_readme_test_command():
+    _, tests = _readme_commands()
+    ci = (REPO / ".ci" / "run").read_text()
+    ci_command = ci[ci.index("python3 -m venv"):].strip()
+    strip_quiet = lambda c: re.sub(r"pip install -q ", "pip install ", " ".join(c.replace("\\\n", " ").split()))  # noqa: E731
+    assert strip_quiet(ci_command) == strip_quiet(tests)
