@@ -1,4 +1,6 @@
-"""The repository's promises about itself: CI runs the README's test command."""
+"""The repository's promises about itself: CI runs the README's test command, and the README's
+pretrained-model section is the committed summaries rendered."""
+import json
 import re
 from pathlib import Path
 
@@ -22,3 +24,14 @@ def test_ci_runs_the_readme_test_command():
     ci_command = ci[ci.index("python3 -m venv"):].strip()
     strip_quiet = lambda c: re.sub(r"pip install -q ", "pip install ", " ".join(c.replace("\\\n", " ").split()))  # noqa: E731
     assert strip_quiet(ci_command) == strip_quiet(tests)
+
+
+def test_readme_pretrained_section_is_the_committed_summaries_rendered():
+    from experiments.pretrained import report
+
+    dirs = ("experiments/results/pretrained", "experiments/results/pretrained_causal")
+    results = {d: json.loads((REPO / d / "summary.json").read_text()) for d in dirs}
+    times = {d: json.loads((REPO / d / "timing.json").read_text())["default"] for d in dirs}
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Results: pretrained models"):]
+    assert section.startswith(report.readme_section(results, times) + "\n")
