@@ -12,10 +12,9 @@
   most of their compile time. XLA's own passes (fusion, layout, algebraic
   simplification) still run, so the tests exercise the programs users get,
   only with less optimised machine code; the benchmark runs at the default level.
-* With pytest-xdist (`-n auto`, as the README's test command runs), each test
-  file goes to one worker, so its module-scoped fixtures are built once, and
-  the files that share the studies' session runs (`tests.test_studies.finished`)
-  go to the same worker.
+* With pytest-xdist (`-n auto --dist loadfile`, as the README's test command
+  runs), each test file goes to one worker, so its module-scoped fixtures are
+  built once.
 """
 import os
 
@@ -26,17 +25,6 @@ os.environ["XLA_FLAGS"] = " ".join(
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
-import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-# Files whose tests read the studies' shared session runs.
-STUDY_RUN_FILES = ("test_studies.py", "test_rank_collapse.py", "test_power_iteration.py", "test_softmax_scaling.py")
-
-
-def pytest_collection_modifyitems(items):
-    """One xdist group per test file (the study-run files together), for `--dist loadgroup`."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("study_runs" if name in STUDY_RUN_FILES else name))
