@@ -108,6 +108,13 @@ def _load(loader):
         return None, f"model not installed: {str(error).split(';')[0]}"
 
 
+def _jitted_forward(model, ids):
+    """A zero-argument call of the jitted forward `model(ids)`, ids `[B, T]`."""
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids))
+    return lambda: forward(state, ids)
+
+
 def encoder_rows(cfg, peak: float) -> list[dict]:
     from attnjax import pretrained
     from attnjax.pretrained import bert
@@ -118,9 +125,7 @@ def encoder_rows(cfg, peak: float) -> list[dict]:
     if model is None:
         return [not_measured(SECTION, f"{ENCODER}, {ATTNJAX}", shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (b, t), 1000, model.config.vocab_size, dtype=jnp.int32)
-    graphdef, state = nnx.split(model)
-    forward = jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids))
-    ours = lambda: forward(state, ids)  # noqa: E731
+    ours = _jitted_forward(model, ids)
     why = torch_missing()
     theirs = None
     if why is None:
@@ -151,9 +156,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         return [not_measured(SECTION, f"{PREFILL}, {ATTNJAX}", prefill_shape, tokenizer),
                 not_measured(SECTION, f"{DECODE}, {ATTNJAX}", decode_shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (1, t), 0, model.config.vocab_size, dtype=jnp.int32)
-    graphdef, state = nnx.split(model)
-    forward = jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids))
-    ours = lambda: forward(state, ids)  # noqa: E731
+    ours = _jitted_forward(model, ids)
     why = torch_missing()
     theirs = None
     if why is None:
