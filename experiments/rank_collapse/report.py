@@ -214,13 +214,15 @@ def _layers_to(values: np.ndarray, level: float) -> Optional[int]:
 # --------------------------------------------------------------------------
 # Literature predictions
 
+# What the regime and Dong checks need (`_dong_run`).
+DONG_RUN = "init_sweep run of attention_only (softmax)"
+
 
 def _regime_checks(runs, config) -> list[dict]:
     source = "Vaswani et al. 2017 (Var(q.k / sqrt(d)) = 1); Dong et al. 2021"
     run = _dong_run(runs, config)
     if run is None:
-        need = "init_sweep run of attention_only (softmax)"
-        return [_missing("attention at initialisation is not uniform", source, "layer-1 entropy / tau", need)]
+        return [_missing("attention at initialisation is not uniform", source, "layer-1 entropy / tau", DONG_RUN)]
     std, reg = run["spec"]["embedding_std"], regime(run)
     predicted = predicted_logit_variance(std, config.model.features)
     ratio = reg["logit_variance"] / predicted
@@ -242,8 +244,7 @@ def _dong_checks(runs, config) -> list[dict]:
     source = "Dong et al. 2021"
     run = _dong_run(runs, config)
     if run is None:
-        need = "init_sweep run of attention_only (softmax)"
-        return [_missing("doubly exponential decay", source, "growth of log(1/r) >= 2 per layer", need)]
+        return [_missing("doubly exponential decay", source, "growth of log(1/r) >= 2 per layer", DONG_RUN)]
     depth = run["spec"]["depth"]
     label = f"attention only, init, L={depth}, float64"
     fit = dong_fit(run)
