@@ -64,6 +64,29 @@ def test_fused_qkv_equals_separate_projections():
         fused(x, x)
 
 
+@pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.parametrize("num_kv_heads", [None, 2, 1])
+def test_self_attention_single_product_equals_three_projections(num_kv_heads, use_bias):
+    """Self-attention computes q, k, v as one product of the three kernels side by side; with
+    `context=x` they are three products. Outputs and every parameter's gradient agree."""
+    model = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, use_bias=use_bias, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(6), (2, 6, 16), jnp.float32)
+    target = jax.random.normal(jax.random.key(7), (2, 6, 16), jnp.float32)
+
+    def loss(m, context):
+        return jnp.sum((m(x, context, is_causal=True) - target) ** 2)
+
+    fused_grads = nnx.grad(loss)(model, None)
+    separate_grads = nnx.grad(loss)(model, x)
+    np.testing.assert_allclose(model(x, is_causal=True), model(x, x, is_causal=True), atol=2e-6)
+    for name in ("query", "key", "value", "out"):
+        for leaf in ("kernel", "bias") if use_bias else ("kernel",):
+            got = getattr(getattr(fused_grads, name), leaf)[...]
+            expected = getattr(getattr(separate_grads, name), leaf)[...]
+            assert float(jnp.max(jnp.abs(expected))) > 0
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=f"{name}.{leaf}")
+
+
 def test_gqa_module_equals_repeated_kv_heads():
     gqa = nn.MultiHeadAttention(16, 4, num_kv_heads=2, rngs=nnx.Rngs(0))
     full = nn.MultiHeadAttention(16, 4, rngs=nnx.Rngs(1))
