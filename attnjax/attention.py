@@ -24,6 +24,8 @@ zero weight; a query row with every key masked gets zero weights and a zero
 output (not the NaN of `0/0`, nor the uniform average a large negative fill
 gives), with zero gradients. Logits are clipped to +-finfo.max/4 so that
 extreme temperatures or logits cannot overflow to inf and produce inf - inf.
+An array (traced) temperature has its own JVP (`_tempered_softmax`), so its
+gradient stays finite down to t ~ 1e-38 (0 for one-hot rows).
 """
 from __future__ import annotations
 
@@ -60,7 +62,46 @@ def softmax_with_temperature(
       for finite inputs, however large the logits or small the temperature.
     """
     dtype = jnp.promote_types(logits.dtype, jnp.float32)
-    return _softmax(logits.astype(dtype) / jnp.asarray(temperature, dtype), mask)
+    logits = logits.astype(dtype)
+    if isinstance(temperature, (int, float, np.number)):  # a constant: nothing to differentiate
+        return _softmax(logits / jnp.asarray(temperature, dtype), mask)
+    return _tempered_softmax(logits, jnp.asarray(temperature, dtype), mask)
+
+
+def _clip(x: Array) -> Array:
+    """x clipped to +-finfo.max/4 (`_softmax`'s guard against overflow)."""
+    bound = jnp.asarray(jnp.finfo(x.dtype).max / 4, x.dtype)
+    return jax.lax.clamp(-bound, x, bound)
+
+
+def _centred(probs: Array, x: Array) -> Array:
+    """p * (x - sum_s p_s x_s) over the last axis: the softmax's JVP applied to x."""
+    return probs * (x - jnp.sum(probs * x, axis=-1, keepdims=True))
+
+
+@jax.custom_jvp
+def _tempered_softmax(logits: Array, temperature: Array, mask: Optional[Array]) -> Array:
+    """`_softmax(logits / temperature, mask)` for an array temperature t, differentiable in t.
+
+    With z = clip(logits / t) and p its softmax,
+
+        dp = p (dlogits - E_p dlogits) / t  -  p (z - E_p z) dt / t
+
+    (the derivative of z in t is -z / t). Written this way, not as the JVP of
+    logits / t (whose -logits / t^2 overflows for t < ~1e-19 in float32 and
+    meets a zero p as inf * 0 = NaN), a near one-hot row gets the vanishing
+    derivative it has: p (z - E_p z) is exactly 0 there.
+    """
+    return _softmax(logits / temperature, mask)
+
+
+@_tempered_softmax.defjvp
+def _tempered_softmax_jvp(primals, tangents):
+    logits, temperature, mask = primals
+    dlogits, dtemperature, _ = tangents
+    z = _clip(logits / temperature)
+    probs = _softmax(z, mask)
+    return probs, (_centred(probs, dlogits) / temperature - _centred(probs, z) * (dtemperature / temperature))
 
 
 @jax.custom_jvp
@@ -82,7 +123,7 @@ def _softmax(logits: Array, mask: Optional[Array]) -> Array:
     overflow at |logits| > finfo.max/4, is treated as the identity.)
     """
     bound = jnp.finfo(logits.dtype).max / 4
-    x = jax.lax.clamp(jnp.asarray(-bound, logits.dtype), logits, jnp.asarray(bound, logits.dtype))
+    x = _clip(logits)
     if mask is not None:
         x = jnp.where(mask, x, jnp.asarray(-2 * bound, logits.dtype))
     unnormalised = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
@@ -97,7 +138,7 @@ def _softmax_jvp(primals, tangents):
     logits, mask = primals
     dlogits, _ = tangents
     probs = _softmax(logits, mask)
-    return probs, probs * (dlogits - jnp.sum(probs * dlogits, axis=-1, keepdims=True))
+    return probs, _centred(probs, dlogits)
 
 
 # --------------------------------------------------------------------------

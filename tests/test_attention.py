@@ -273,6 +273,26 @@ def test_temperature_gradient_is_finite():
     assert np.isfinite(g) and g != 0
 
 
+def test_temperature_gradient_matches_float64_finite_differences():
+    q, k, v = qkv(27, (), 6, 7, 2, 1, 4, dtype=jnp.float64)
+    mask = random_mask(28, (6, 7))
+    f = lambda q, t: attnjax.dot_product_attention(q, k, v, mask=mask, temperature=t)  # noqa: E731
+    check_grads(f, (q, jnp.float64(0.8)), order=2, modes=["fwd", "rev"])
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-20])
+def test_tiny_traced_temperature_has_the_vanishing_gradient_of_a_hard_max(temperature):
+    """At t -> 0 the rows are one-hot and locally constant in t: the derivative is 0, not
+    -logits / t^2 overflowing into inf * 0 = NaN (what differentiating logits / t gives)."""
+    q, k, v = qkv(29, (), 8, 8, 2, 2, 4)
+    loss = lambda t: jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2)  # noqa: E731
+    softmax_loss = lambda t: jnp.sum(attnjax.softmax_with_temperature(q[..., 0], t) ** 2)  # noqa: E731
+    for fn in (loss, softmax_loss):
+        assert float(jax.grad(fn)(jnp.float32(temperature))) == 0.0
+    naive = jax.grad(lambda t: jnp.sum(attention._softmax(q[..., 0] / t, None) ** 2))(jnp.float32(temperature))
+    assert not np.isfinite(naive)
+
+
 def test_articles_example_runs_and_rows_sum_to_one():
     """Seed 000 example: batch 2, seq 10, d_model 512, 8 heads (head dim 64)."""
     x = jax.random.normal(jax.random.key(26), (2, 10, 512), jnp.float32)
