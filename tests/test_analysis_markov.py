@@ -104,6 +104,33 @@ def test_causal_chain_eigenvalues_are_the_diagonal(dtype):
     np.testing.assert_allclose(pi, np.tile(np.eye(5)[0], (4, 1)), atol=1e-5 if dtype == np.float32 else 1e-10)
 
 
+def far_from_normal_causal_maps(dtype):
+    """Causal softmax maps [2, 8, 33, 33] far from normal: a first-token sink and a previous-token head."""
+    t = 33
+    noise = 0.1 * np.random.default_rng(3).normal(size=(2, 8, t, t))
+    scores = noise + 5 * np.stack([np.broadcast_to(np.arange(t) == 0, (t, t)), np.eye(t, k=-1)])[:, None]
+    z = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", METHODS)
+def test_slem_of_a_triangular_map_is_read_off_its_diagonal(method, dtype):
+    """Sink and previous-token maps: |lambda_2| ~ 0.01 is ill-conditioned, and squaring the
+    deflated matrix misses it in float32 (the control); slem reads the exact diagonal, causal or
+    anti-causal."""
+    a = far_from_normal_causal_maps(dtype)
+    exact = np.diagonal(a.astype(np.float64), axis1=-2, axis2=-1)[..., 1:].max(-1)
+    assert 0.005 < exact.min() and exact.max() < 0.05
+    np.testing.assert_array_equal(an.slem(a, method=method), exact.astype(dtype))
+    np.testing.assert_array_equal(an.slem(np.flip(a, (-2, -1)), method=method), exact.astype(dtype))
+    if dtype == np.float32:
+        deflated = jnp.asarray(a - an.stationary_distribution(a)[..., None, :])
+        squaring = an.markov.spectral_radius_by_squaring(deflated, an.markov._default_squarings(dtype))
+        assert np.max(np.abs(np.asarray(squaring, np.float64) - exact)) > 1e-3
+
+
 # ---- cross-checks against numpy.linalg.eig in float64 -------------------------------------
 
 def mixed_scale_chains(seed, n, dtype):

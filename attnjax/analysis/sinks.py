@@ -15,8 +15,8 @@ the trailing axes, broadcast over leading ones and work under `jax.jit` and
   uniform attention over the visible keys would give it.
 * `distance_to_first`: how far each row of a stochastic matrix is from e_1,
   the limit of products of causal attention.
-* `triangular_slem`: |lambda_2| of a lower-triangular stochastic matrix,
-  read off its diagonal.
+* `triangular_slem` (from `markov`): |lambda_2| of a triangular stochastic
+  matrix, read off its diagonal.
 * `residual_norms`: the absolute residual ||X - 1 x_bar^T||_F beside the
   norm of the shared component ||1 x_bar^T||_F, so that growth of the shared
   component (a sink's massive activation) is not mistaken for collapse.
@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jax.scipy.special import xlogy
 
 from attnjax.analysis._linalg import HIGHEST, as_matrix, center_rows, frobenius, lift, safe_divide
+from attnjax.analysis.markov import triangular_slem  # noqa: F401  (re-exported with the sink measures)
 
 
 def _visible(visible, weights: jax.Array) -> jax.Array:
@@ -102,19 +103,6 @@ def distance_to_first(p) -> jax.Array:
     """
     p = as_matrix(p, "p")
     return 1 - p[..., 0]
-
-
-@jax.jit
-def triangular_slem(a) -> jax.Array:
-    """`|λ_2|` of a lower-triangular row-stochastic `a [..., T, T]`: `max_(i>=2) a_ii` -> `[...]`.
-
-    The eigenvalues of a triangular matrix are its diagonal; a causal map has
-    `a_11 = 1` (the first query sees only itself), the Perron root, and the
-    others are `a_ii ∈ [0, 1]`. 0 for `T = 1`.
-    """
-    a = as_matrix(a, "a", square=True)
-    diagonal = jnp.diagonal(a, axis1=-2, axis2=-1)[..., 1:]
-    return jnp.max(diagonal, axis=-1, initial=0)
 
 
 @jax.jit

@@ -77,6 +77,8 @@ from attnjax.analysis import (
     triangular_slem,
     uniform_sink_mass,
 )
+from attnjax.analysis._linalg import spectral_radius_by_squaring
+from attnjax.analysis.markov import _default_squarings
 from attnjax.workdir import RunDir
 
 HIGHEST = lax.Precision.HIGHEST
@@ -282,8 +284,9 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     the products of head-averaged attention); and worst cases, scalars:
     `slem_over_tau` (max of |lambda_2| - tau, <= 0 in exact arithmetic) and,
     for causal maps, `slem_diagonal_error` (max of |slem(A) - max_(i>=2)
-    a_ii|: the iterative eigenvalue estimate against the exact diagonal). |lambda_2| of a causal
-    map is read off its diagonal (`triangular_slem`), exactly; a sink head's
+    a_ii|: the general iterative estimate, repeated squaring of A - 1 pi^T,
+    against the exact diagonal). |lambda_2| of a causal map is read off its
+    diagonal (`slem` does so for any triangular map), exactly; a sink head's
     map, all its mass in the first column, is so far from normal that
     iterative estimates of its small eigenvalues are unreliable.
     """
@@ -293,9 +296,10 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     informative = jnp.sum(visible, axis=-1) > 1
     weight = informative.astype(a.dtype) / jnp.sum(informative)
     pi = stationary_distribution(a)  # [L, B, H, n]
-    exact = triangular_slem(a)  # the eigenvalues of a causal map are its diagonal
-    lam2 = exact if causal else slem(a, pi=pi)
-    error = jnp.abs(slem(a, pi=pi) - exact) if causal else jnp.zeros_like(exact)
+    lam2 = slem(a, pi=pi)  # read off the diagonal of a causal map, exactly
+    # The general iterative estimate (what slem gives a map that is not triangular) against it:
+    squaring = spectral_radius_by_squaring(a - pi[..., None, :], _default_squarings(a.dtype))
+    error = jnp.abs(squaring - triangular_slem(a)) if causal else jnp.zeros_like(lam2)
     tau = dobrushin(a)
     s = sinks.astype(a.dtype)  # [C, B, n]
     attn_sink = _query_mean(sink_mass(a[None], s[:, None, :, None, :]), weight)  # [C, L, B, H]
