@@ -5,7 +5,9 @@ at once with `jax.vmap` over initialisation keys, and the step is one jitted
 function over `lax.scan` of K optimiser steps (on a CPU, per-step dispatch
 costs more than a small model's arithmetic). Batches are made from
 `fold_in(data_key, step)`, so a run resumed from a checkpoint sees the same
-data and ends with the same numbers as an uninterrupted one.
+data and ends with the same numbers as an uninterrupted one. A model with
+dropout drops with a key derived from the same batch key (`dropout_keys`), so
+its masks are as reproducible; evaluation runs it deterministically.
 
 Parallelism: a 2-D `jax.sharding.Mesh` ('seed', 'data') of local devices.
 The seed axis of the state and batches is sharded over 'seed' (independent
@@ -136,6 +138,11 @@ class Trainer:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
     @property
+    def has_dropout(self) -> bool:
+        """Whether the model drops anything in training (residual branches or attention weights)."""
+        return self.model_config.dropout_rate > 0 or self.model_config.attention.dropout_rate > 0
+
+    @property
     def optimizer(self) -> optax.GradientTransformation:
         return make_optimizer(self.optimizer_config)
 
@@ -153,7 +160,10 @@ class Trainer:
         `with_optimizer=False` leaves `opt_state` empty, for measuring
         untrained models without paying for the optimiser state.
         """
-        model = nn.Transformer(self.model_config, rngs=nnx.Rngs(params=key))
+        # A dropout stream only where the model needs one to be built; the
+        # training step passes its own key (`step`), so it is never drawn.
+        streams = {"dropout": jax.random.fold_in(key, 1)} if self.has_dropout else {}
+        model = nn.Transformer(self.model_config, rngs=nnx.Rngs(params=key, **streams))
         _, params, other = self._split(model)
         return TrainState(
             step=jnp.zeros((), jnp.int32),
@@ -167,25 +177,33 @@ class Trainer:
         """The NNX model of one seed's state."""
         return nnx.merge(self.graphdef, state.params, state.other)
 
-    def loss(self, params, other, batch) -> tuple[Array, Array]:
+    def loss(self, params, other, batch, dropout_key: Optional[Array] = None) -> tuple[Array, Array]:
+        """(loss, accuracy) of one batch; with `dropout_key` the model drops with that key
+        (split over layers), without it the model is deterministic (evaluation)."""
         model = nnx.merge(self.graphdef, params, other)
-        logits = model(batch.inputs)
+        logits = model(batch.inputs, deterministic=dropout_key is None, rngs=dropout_key)
         return weighted_cross_entropy(logits, batch.targets, batch.weights)
 
-    def gradients(self, state: TrainState, batch) -> tuple[tuple[Array, Array], Any]:
+    def gradients(self, state: TrainState, batch, dropout_key: Optional[Array] = None
+                  ) -> tuple[tuple[Array, Array], Any]:
         """((loss, accuracy), gradient w.r.t. the trainable params) for one seed.
 
         The non-trainable variables are differentiated too and their gradient
-        dropped: NNX needs every variable of a module at the same trace level.
+        dropped: NNX needs every variable of a module at the same trace level
+        (`allow_int`: a model with dropout keeps integer RNG state there).
         """
-        grad_fn = jax.value_and_grad(self.loss, argnums=(0, 1), has_aux=True)
-        (loss, accuracy), (grads, _) = grad_fn(state.params, state.other, batch)
+        grad_fn = jax.value_and_grad(self.loss, argnums=(0, 1), has_aux=True, allow_int=True)
+        (loss, accuracy), (grads, _) = grad_fn(state.params, state.other, batch, dropout_key)
         return (loss, accuracy), grads
 
-    def step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, Array]]:
-        """One optimiser step for one seed. A non-finite loss marks the run diverged;
-        a diverged run's parameters are frozen so its numbers stay inspectable."""
-        (loss, accuracy), grads = self.gradients(state, batch)
+    def step(self, state: TrainState, batch, dropout_key: Optional[Array] = None
+             ) -> tuple[TrainState, dict[str, Array]]:
+        """One optimiser step for one seed (dropout with `dropout_key`, needed when
+        `has_dropout`). A non-finite loss marks the run diverged; a diverged run's
+        parameters are frozen so its numbers stay inspectable."""
+        if self.has_dropout and dropout_key is None:
+            raise ValueError("the model has dropout: step needs a dropout_key (SeedsRunner derives one per step)")
+        (loss, accuracy), grads = self.gradients(state, batch, dropout_key)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         diverged = state.diverged | ~jnp.isfinite(loss)
@@ -233,6 +251,11 @@ def batch_keys(data_keys: Array, start_step: int, num_steps: int) -> Array:
     return jax.vmap(lambda step: jax.vmap(lambda k: jax.random.fold_in(k, step))(data_keys))(steps)
 
 
+def dropout_keys(keys: Array) -> Array:
+    """The dropout key of each step's batch key `[K, S]`: fold_in(key, 1), as reproducible as the data."""
+    return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, 1)))(keys)
+
+
 def _fast_compile_options() -> dict:
     """XLA options for the cheap programs (init, batch sampling): compile fast, not run fast.
 
@@ -277,17 +300,21 @@ class SeedsRunner:
                              f"got keys.shape={tuple(keys.shape)}")
         return self._init(keys)
 
-    def _train_chunk(self, state, batches):
-        def body(state, batch):
-            return jax.vmap(self.trainer.step)(state, batch)
+    def _train_chunk(self, state, batches, keys):
+        def body(state, inputs):
+            return jax.vmap(self.trainer.step)(state, *inputs)
 
-        return jax.lax.scan(body, state, batches)
+        return jax.lax.scan(body, state, (batches,) if keys is None else (batches, keys))
 
     def train(self, state: TrainState, data_keys: Array, num_steps: int) -> tuple[TrainState, dict]:
-        """`num_steps` steps for every seed; returns the state and metrics `[K, S]`."""
+        """`num_steps` steps for every seed; returns the state and metrics `[K, S]`.
+
+        A model with dropout drops with `dropout_keys` of the batch keys, so a
+        resumed run draws the same masks as an uninterrupted one."""
         start = int(np.asarray(state.step).reshape(-1)[0])
-        batches = self._batches(batch_keys(data_keys, start, num_steps))
-        return self._train(state, batches)
+        keys = batch_keys(data_keys, start, num_steps)
+        batches = self._batches(keys)
+        return self._train(state, batches, dropout_keys(keys) if self.trainer.has_dropout else None)
 
     def evaluate(self, state: TrainState, eval_keys: Array) -> dict[str, np.ndarray]:
         """Mean eval loss/accuracy `[S]` over one held-out batch per key `[N, S]`."""

@@ -186,3 +186,37 @@ def test_linear_attention_model_trains_with_its_projection_fixed():
                            progress=None)
     np.testing.assert_array_equal(jax.tree.leaves(trained.other)[0], projection)
     assert not np.allclose(jax.tree.leaves(trained.params)[0], first_param)
+
+
+def _dropout_trainer():
+    config = nn.TransformerConfig(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8, dropout_rate=0.3,
+                                  attention=nn.AttentionConfig(dropout_rate=0.2))
+    return training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
+
+
+def test_dropout_is_drawn_with_the_step_key_and_off_without_one():
+    trainer = _dropout_trainer()
+    assert trainer.has_dropout and not _trainer().has_dropout
+    state = trainer.init(jax.random.key(0))
+    batch = CopyTask().batch(jax.random.key(1), 8)
+    jitted = jax.jit(trainer.loss)
+    loss = lambda key: float(jitted(state.params, state.other, batch, key)[0])  # noqa: E731
+    k1, k2 = jax.random.key(2), jax.random.key(3)
+    assert loss(k1) == loss(k1) and loss(k1) != loss(k2)
+    # Without a key: the deterministic model (dropout off), computed independently.
+    logits = jax.jit(lambda s: trainer.model(s)(batch.inputs, deterministic=True))(state)
+    expected = training.weighted_cross_entropy(logits, batch.targets, batch.weights)[0]
+    np.testing.assert_allclose(loss(None), expected, rtol=1e-6)
+    assert loss(k1) != loss(None)
+    with pytest.raises(ValueError, match="dropout_key"):
+        trainer.step(state, batch)
+
+
+def test_dropout_training_does_not_depend_on_how_steps_are_chunked():
+    """Masks come from each step's batch key: 2 + 2 steps (as after a resume) equal 4 in one call."""
+    runner = training.SeedsRunner(_dropout_trainer())
+    one_call = _run(runner, 2, 4, log_every=4)
+    two_calls = _run(runner, 2, 4, log_every=2)
+    for a, b in zip(_leaves(one_call), _leaves(two_calls)):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(_leaves(one_call)[0][0], _leaves(one_call)[0][1])  # the seeds differ
