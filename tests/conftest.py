@@ -15,8 +15,13 @@
 * With pytest-xdist (`-n auto --dist loadfile`, as the README's test command
   runs), each test file goes to one worker, so its module-scoped fixtures are
   built once.
+* A scratch directory for one run, shared by the workers and removed at the
+  end: a persistent compilation cache (programs that several tests compile
+  are compiled once) and the studies' test runs, each run once per run.
 """
 import os
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
@@ -28,3 +33,21 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# One scratch directory for the whole run, made by the first process (the
+# xdist controller) and inherited by its workers: it holds a persistent
+# compilation cache (a program that several tests compile is compiled once per
+# run) and the studies' test runs (`tests.test_studies.finished`).
+RUN_DIR_VARIABLE = "ATTNJAX_TEST_RUN_DIR"
+_OWNS_RUN_DIR = RUN_DIR_VARIABLE not in os.environ
+if _OWNS_RUN_DIR:
+    os.environ[RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="attnjax-tests-")
+jax.config.update("jax_compilation_cache_dir", os.path.join(os.environ[RUN_DIR_VARIABLE], "compilation_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    """The process that made the scratch directory removes it at the end of the run."""
+    if _OWNS_RUN_DIR:
+        shutil.rmtree(os.environ.pop(RUN_DIR_VARIABLE), ignore_errors=True)

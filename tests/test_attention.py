@@ -233,7 +233,7 @@ def test_core_gradients_match_finite_differences():
     mask = random_mask(19, (5, 6))
     bias = jax.random.normal(jax.random.key(20), (5, 6), jnp.float64)
     core = functools.partial(attention._attend_one_head, scale=0.5, temperature=0.8)
-    f = lambda q, k, v, b: core(q, k, v, mask, b)  # noqa: E731
+    f = jax.jit(lambda q, k, v, b: core(q, k, v, mask, b))
     check_grads(f, (q[:, 0], k[:, 0], v[:, 0], bias), order=2, modes=["fwd", "rev"])
 
 
@@ -276,7 +276,7 @@ def test_temperature_gradient_is_finite():
 def test_temperature_gradient_matches_float64_finite_differences():
     q, k, v = qkv(27, (), 6, 7, 2, 1, 4, dtype=jnp.float64)
     mask = random_mask(28, (6, 7))
-    f = lambda q, t: attnjax.dot_product_attention(q, k, v, mask=mask, temperature=t)  # noqa: E731
+    f = jax.jit(lambda q, t: attnjax.dot_product_attention(q, k, v, mask=mask, temperature=t))
     check_grads(f, (q, jnp.float64(0.8)), order=2, modes=["fwd", "rev"])
 
 

@@ -189,7 +189,7 @@ def test_linear_attention_model_trains_with_its_projection_fixed():
 
 
 def _dropout_trainer():
-    config = nn.TransformerConfig(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8, dropout_rate=0.3,
+    config = nn.TransformerConfig(num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8, dropout_rate=0.3,
                                   attention=nn.AttentionConfig(dropout_rate=0.2))
     return training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
 
@@ -197,26 +197,35 @@ def _dropout_trainer():
 def test_dropout_is_drawn_with_the_step_key_and_off_without_one():
     trainer = _dropout_trainer()
     assert trainer.has_dropout and not _trainer().has_dropout
-    state = trainer.init(jax.random.key(0))
-    batch = CopyTask().batch(jax.random.key(1), 8)
-    jitted = jax.jit(trainer.loss)
-    loss = lambda key: float(jitted(state.params, state.other, batch, key)[0])  # noqa: E731
-    k1, k2 = jax.random.key(2), jax.random.key(3)
-    assert loss(k1) == loss(k1) and loss(k1) != loss(k2)
+    runner = training.SeedsRunner(trainer)
+    data_keys = jax.random.split(jax.random.key(1), 2)
+    state = runner.init(jax.random.split(jax.random.key(0), 2))
+    first = jax.tree.map(lambda x: x[0], state)  # seed 0 at step 0
+    batch = trainer.task.batch(training.batch_keys(data_keys, 0, 1)[0, 0], trainer.batch_size)
+    loss = jax.jit(trainer.loss)
+    step_key = training.dropout_keys(training.batch_keys(data_keys, 0, 1))[0, 0]
+    at = lambda key: float(loss(first.params, first.other, batch, key)[0])  # noqa: E731
+    assert at(step_key) == at(step_key) and at(step_key) != at(jax.random.key(3))
     # Without a key: the deterministic model (dropout off), computed independently.
-    logits = jax.jit(lambda s: trainer.model(s)(batch.inputs, deterministic=True))(state)
-    expected = training.weighted_cross_entropy(logits, batch.targets, batch.weights)[0]
-    np.testing.assert_allclose(loss(None), expected, rtol=1e-6)
-    assert loss(k1) != loss(None)
+    logits = jax.jit(lambda s: trainer.model(s)(batch.inputs, deterministic=True))(first)
+    np.testing.assert_allclose(at(None), training.weighted_cross_entropy(logits, batch.targets, batch.weights)[0],
+                               rtol=1e-6)
+    assert at(step_key) != at(None)
+    # The runner's first step drops with exactly that key.
+    _, metrics = runner.train(state, data_keys, 2)
+    np.testing.assert_allclose(metrics["loss"][0, 0], at(step_key), rtol=1e-6)
     with pytest.raises(ValueError, match="dropout_key"):
-        trainer.step(state, batch)
+        trainer.step(first, batch)
 
 
-def test_dropout_training_does_not_depend_on_how_steps_are_chunked():
-    """Masks come from each step's batch key: 2 + 2 steps (as after a resume) equal 4 in one call."""
-    runner = training.SeedsRunner(_dropout_trainer())
-    one_call = _run(runner, 2, 4, log_every=4)
-    two_calls = _run(runner, 2, 4, log_every=2)
-    for a, b in zip(_leaves(one_call), _leaves(two_calls)):
-        np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(_leaves(one_call)[0][0], _leaves(one_call)[0][1])  # the seeds differ
+def test_dropout_keys_depend_only_on_the_data_key_and_the_step():
+    """So a resumed run (steps 2..3 in a second call) draws the masks of an uninterrupted one."""
+    data_keys = jax.random.split(jax.random.key(1), 2)
+    data = lambda keys: np.asarray(jax.random.key_data(keys))  # noqa: E731
+    at_once = data(training.dropout_keys(training.batch_keys(data_keys, 0, 4)))
+    in_two = [data(training.dropout_keys(training.batch_keys(data_keys, start, 2))) for start in (0, 2)]
+    np.testing.assert_array_equal(at_once, np.concatenate(in_two))
+    flat = at_once.reshape(8, -1)
+    assert len({row.tobytes() for row in flat}) == 8  # every step and seed its own key
+    batch_data = data(training.batch_keys(data_keys, 0, 4)).reshape(8, -1)
+    assert not any(np.array_equal(a, b) for a, b in zip(flat, batch_data))  # not the batch keys themselves
