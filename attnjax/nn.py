@@ -479,8 +479,9 @@ class MultiHeadAttention(nnx.Module):
 
         Self-attention computes q, k and v as one product with the three
         kernels side by side (`[F, (H + 2K) Dh]`; the parameters stay
-        separate): one larger matmul, and one input gradient instead of
-        three summed, train faster than three.
+        separate): one larger matmul and one input gradient instead of three
+        of each, which trains faster (an AdamW step of the rank-collapse
+        model, L=8 B=64 T=33, went from 1.02x to 0.89x flax's time).
         """
         heads = lambda layer, y, n, **kw: _linear_general(layer, y, 1, (n, self.head_dim), **kw)  # noqa: E731
         split = (self.num_heads, self.num_heads + self.num_kv_heads)
