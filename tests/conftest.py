@@ -18,7 +18,8 @@
 * A scratch directory for one run, shared by the workers and removed at the
   end: a persistent compilation cache (programs that several tests compile
   are compiled once) and the studies' test runs, each run once per run.
-* The slowest files are dealt to the workers first (`SLOWEST_FIRST`).
+* `-n auto` starts one worker more than there are cores, and the slowest
+  files are dealt first (`SLOWEST_FIRST`).
 """
 import os
 import shutil
@@ -68,3 +69,9 @@ def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: a file's tests keep their order
 
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than there are cores. A worker spends most of its time
+    compiling on one thread, with gaps (subprocesses, a study's lock, file I/O) that another
+    worker fills: on 2 cores, 3 workers ran the suite in 460 s against 481 s for 2."""
+    return (os.cpu_count() or 1) + 1
