@@ -28,6 +28,7 @@ from experiments import cli
 from experiments.power_iteration import STUDY as POWER_ITERATION
 from experiments.rank_collapse import STUDY as RANK_COLLAPSE
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
+from tests.conftest import RUN_DIR_VARIABLE
 
 REPO = Path(__file__).resolve().parent.parent
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "report.md")
@@ -104,7 +105,7 @@ def finished(name: str) -> Finished:
     progress messages, kept beside the workdir).
     """
     study, test_config, _ = STUDIES[name]
-    shared = Path(os.environ.get("ATTNJAX_TEST_RUN_DIR") or tempfile.mkdtemp(prefix="attnjax-tests-"))
+    shared = Path(os.environ[RUN_DIR_VARIABLE])
     workdir, messages_file = shared / "studies" / name, shared / "studies" / f"{name}.messages.json"
     workdir.parent.mkdir(parents=True, exist_ok=True)
     with open(shared / "studies" / f"{name}.lock", "w") as lock:
