@@ -73,7 +73,8 @@ RANDOM_FEATURE_MAPS = {
 DEFAULT_KERNEL_INIT = nnx.nn.linear.default_kernel_init
 DEFAULT_BIAS_INIT = nnx.nn.linear.default_bias_init
 DEFAULT_EMBED_INIT = nnx.nn.linear.default_embed_init
-DEFAULT_POSITION_INIT = nnx.initializers.normal(stddev=0.02)
+POSITION_INIT_STD = 0.02  # std of the learned position table at initialisation (GPT-2, BERT)
+DEFAULT_POSITION_INIT = nnx.initializers.normal(stddev=POSITION_INIT_STD)
 
 
 class RandomProjection(nnx.Variable):

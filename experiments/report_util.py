@@ -1,7 +1,18 @@
-"""Markdown pieces shared by the reports: numbers, tables, prediction records (see `attnjax.study.prediction`)."""
+"""Markdown pieces shared by the reports: numbers, tables, prediction records (see `attnjax.study.prediction`),
+and the Jinja2 environment that renders each study's `templates/`.
+
+A study's report and README section are templates over its summary dict:
+`render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
+the filters `fmt`, `label`, `count` and `table` (rows -> Markdown table lines
+joined by newlines; `table(header)`), so no Python writes prose or table pipes.
+"""
 from __future__ import annotations
 
+import functools
 import math
+import os
+
+import jinja2
 
 from attnjax.study import verdict
 
@@ -40,3 +51,23 @@ def predictions_table(predictions) -> list[str]:
     rows = [[p["name"], p["source"], p["prediction"], fmt(p["measured"]), label(p["verdict"]), p["note"]]
             for p in predictions]
     return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)
+
+
+def table(rows, header) -> str:
+    """Template filter: `rows | table(header)` -> the Markdown table as one string (no trailing newline)."""
+    return "\n".join(markdown_table(header, rows))
+
+
+@functools.lru_cache(maxsize=None)
+def environment(study: str) -> jinja2.Environment:
+    """The Jinja2 environment of `experiments/<study>/templates/` (strict: an undefined name raises)."""
+    folder = os.path.join(os.path.dirname(__file__), study, "templates")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters.update(fmt=fmt, label=label, count=count, table=table)
+    return env
+
+
+def render(study: str, template: str, **context) -> str:
+    """Render `experiments/<study>/templates/<template>` with `context` (e.g. `summary=...`)."""
+    return environment(study).get_template(template).render(**context)
