@@ -4,7 +4,8 @@ and the Jinja2 environment that renders each study's `templates/`.
 A study's report and README section are templates over its summary dict:
 `render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
 the filters `fmt`, `label`, `count` and `table` (rows -> Markdown table lines
-joined by newlines; `table(header)`), so no Python writes prose or table pipes.
+joined by newlines; `table(header)`) and `predictions_table` (prediction records -> their
+table), so no Python writes prose or table pipes.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def environment(study: str) -> jinja2.Environment:
     folder = os.path.join(os.path.dirname(__file__), study, "templates")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(fmt=fmt, label=label, count=count, table=table)
+    env.filters.update(fmt=fmt, label=label, count=count, table=table,
+                       predictions_table=lambda predictions: "\n".join(predictions_table(predictions)))
     return env
 
 

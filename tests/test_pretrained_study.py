@@ -28,7 +28,7 @@ from attnjax import nn  # noqa: E402
 from attnjax import study as study_lib  # noqa: E402
 from configs import pretrained as pretrained_config  # noqa: E402
 from experiments import cli  # noqa: E402
-from experiments.pretrained import STUDY, report, study  # noqa: E402
+from experiments.pretrained import STUDY, checks, corpus, paths, report, study  # noqa: E402
 from tests.test_studies import Finished, refuse, run_in_tempdir  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,24 +172,24 @@ def test_sentences_are_unpadded_groups_of_exact_token_counts():
     config = pretrained_config.get_config("smoke")
     for name in ("minilm", "smollm2"):
         config.model.name = name
-        _, tokenizer = study.load(config)
-        groups = study.length_groups(tokenizer, study.corpus_sentences(config), (9, 12), 4)
+        _, tokenizer = corpus.load(config)
+        groups = corpus.length_groups(tokenizer, corpus.corpus_sentences(config), (9, 12), 4)
         for group in groups:
             n = group.ids.shape[1]
             assert group.ids.shape == (len(group.sentences), n) and len(group.sentences) <= 4
             for sentence, ids, tokens in zip(group.sentences, group.ids, group.tokens):
                 assert tokenizer.encode(sentence) == list(ids) and len(tokens) == n
         with pytest.raises(ValueError, match="no sentence of the corpus has a token count"):
-            study.length_groups(tokenizer, ["Too short."], (40,), 4)
+            corpus.length_groups(tokenizer, ["Too short."], (40,), 4)
 
 
 def test_sink_masks():
     tokens = [["[CLS]", "a", ",", "b", "...", "[SEP]"]]
-    masks = study.sink_masks("bert", tokens)
+    masks = corpus.sink_masks("bert", tokens)
     assert masks.shape == (4, 1, 6)
     np.testing.assert_array_equal(masks[:, 0].astype(int), [[1, 0, 1, 0, 1, 1], [1, 0, 0, 0, 0, 0],
                                                             [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 1, 0]])
-    np.testing.assert_array_equal(study.sink_masks("llama", [["x", "y"], ["z", "w"]]), [[[1, 0], [1, 0]]])
+    np.testing.assert_array_equal(corpus.sink_masks("llama", [["x", "y"], ["z", "w"]]), [[[1, 0], [1, 0]]])
 
 
 # --------------------------------------------------------------------------
@@ -206,18 +206,18 @@ def _tiny(**changes):
 def test_surgery_reuses_the_weights_and_drops_the_mlp():
     model = _tiny()
     ids = jnp.asarray([[1, 2, 3, 4, 5]])
-    full_hidden, full_attention = study.forward(model, ids)
+    full_hidden, full_attention = corpus.forward(model, ids)
     assert study.surgery(model, "full") is model
     for variant, changes in study.VARIANTS.items():
         if not changes:
             continue
         cut = study.surgery(model, variant)
         assert {k: getattr(cut.config, k) for k in changes} == changes
-        paths = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
-        assert (("blocks", "mlp", "fc1", "kernel") in paths) == cut.config.mlp
-        assert (("blocks", "mlp_norm", "scale") in paths) == cut.config.mlp
+        names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
+        assert (("blocks", "mlp", "fc1", "kernel") in names) == cut.config.mlp
+        assert (("blocks", "mlp_norm", "scale") in names) == cut.config.mlp
         np.testing.assert_array_equal(cut.blocks.attention.query.kernel[...], model.blocks.attention.query.kernel[...])
-        hidden, attention = study.forward(cut, ids)
+        hidden, attention = corpus.forward(cut, ids)
         np.testing.assert_allclose(attention[0], full_attention[0], rtol=1e-6)  # layer 1 sees the same input
         assert not np.allclose(hidden[-1], full_hidden[-1])
 
@@ -225,8 +225,8 @@ def test_surgery_reuses_the_weights_and_drops_the_mlp():
 def test_value_output_maps_give_the_attention_output_under_gqa():
     """Without skips, MLPs, norms and biases, X_1 = sum_h A^h X_0 W_V^(h // (H/K)) W_O^h exactly."""
     model = _tiny(skip=False, mlp=False, norm=None, use_bias=False)
-    hidden, attention = map(np.asarray, study.forward(model, jnp.asarray([[1, 2, 3, 4, 5, 6]])))
-    value, out = map(np.asarray, study.value_output_maps(model))
+    hidden, attention = map(np.asarray, corpus.forward(model, jnp.asarray([[1, 2, 3, 4, 5, 6]])))
+    value, out = map(np.asarray, paths.value_output_maps(model))
     assert value.shape == (3, 2, 8, 2) and out.shape == (3, 4, 2, 8)
     x0 = hidden[0, 0]
     x1 = sum(attention[0, 0, h] @ x0 @ value[0, h // 2] @ out[0, h] for h in range(4))
@@ -239,8 +239,8 @@ def test_path_residuals_match_a_numpy_product():
     attention = rng.random((L, B, H, n, n))
     attention /= attention.sum(-1, keepdims=True)
     x0, value, out = rng.normal(size=(B, n, D)), rng.normal(size=(L, K, D, Dh)), rng.normal(size=(L, H, Dh, D))
-    layers, heads, active = study.sample_paths(3, num_layers=L, num_heads=H, length=2, num_paths=5, max_length=3)
-    got = np.asarray(study.path_residuals(*map(jnp.asarray, (attention, x0, value, out, layers, heads, active))))
+    layers, heads, active = paths.sample_paths(3, num_layers=L, num_heads=H, length=2, num_paths=5, max_length=3)
+    got = np.asarray(paths.path_residuals(*map(jnp.asarray, (attention, x0, value, out, layers, heads, active))))
     for p in range(5):
         for b in range(B):
             y = x0[b]
@@ -251,9 +251,9 @@ def test_path_residuals_match_a_numpy_product():
 
 
 def test_sample_paths_are_ordered_seeded_and_padded():
-    a = study.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
-    b = study.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
-    c = study.sample_paths(1, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    a = paths.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    b = paths.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    c = paths.sample_paths(1, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a[0], c[0])
@@ -261,7 +261,7 @@ def test_sample_paths_are_ordered_seeded_and_padded():
     assert np.all(np.diff(layers[:, :3], axis=1) > 0) and layers.max() < 6 and heads.max() < 12
     assert active[:, :3].all() and not active[:, 3:].any()
     with pytest.raises(ValueError, match="1 <= k <= L = 6"):
-        study.sample_paths(0, num_layers=6, num_heads=12, length=7, num_paths=2, max_length=7)
+        paths.sample_paths(0, num_layers=6, num_heads=12, length=7, num_paths=2, max_length=7)
 
 
 # --------------------------------------------------------------------------
@@ -272,23 +272,23 @@ def test_collapse_and_doubly_exponential_checks():
     doubly = 0.5 ** (2.0 ** np.arange(5))  # r_l = r_(l-1)^2
     geometric = 0.5 ** np.arange(1, 12)
     flat = np.full(6, 0.9)
-    assert report.collapse_check(doubly)[1] and not report.collapse_check(flat)[1]
-    assert report.doubly_exponential_check(doubly)[1]
-    assert not report.doubly_exponential_check(geometric)[1]
-    assert not report.doubly_exponential_check(flat)[1]
-    assert report.doubly_exponential_check(np.ones(4))[1] is None  # nothing below 1: not measured
+    assert checks.collapse_check(doubly)[1] and not checks.collapse_check(flat)[1]
+    assert checks.doubly_exponential_check(doubly)[1]
+    assert not checks.doubly_exponential_check(geometric)[1]
+    assert not checks.doubly_exponential_check(flat)[1]
+    assert checks.doubly_exponential_check(np.ones(4))[1] is None  # nothing below 1: not measured
 
 
 def test_comparison_checks():
-    assert report.counteract_check(0.5, 1e-7)[1] and not report.counteract_check(0.5, 0.4)[1]
-    assert not report.counteract_check(0.0, 0.0)[1]
+    assert checks.counteract_check(0.5, 1e-7)[1] and not checks.counteract_check(0.5, 0.4)[1]
+    assert not checks.counteract_check(0.0, 0.0)[1]
     fast, slow = 0.9 * 0.01 ** np.arange(5), 0.9 * 0.1 ** np.arange(5)
-    assert report.slows_check(slow, fast)[1] and not report.slows_check(fast, slow)[1]
-    assert report.slows_check(np.ones(3), np.ones(3))[1] is None
-    assert report.keeps_check([0.9, 0.8])[1] and not report.keeps_check([0.9, 0.01])[1]
-    assert report.non_increasing_check([0.5, 0.2, 0.1])[1] and not report.non_increasing_check([0.5, 0.6, 0.1])[1]
-    assert report.at_most_check(1e-6, 1e-5)[1] and not report.at_most_check(1e-3, 1e-5)[1]
-    assert report.majority_check([0.6, 0.7, 0.2], 0.5)[1] and not report.majority_check([0.6, 0.2], 0.5)[1]
+    assert checks.slows_check(slow, fast)[1] and not checks.slows_check(fast, slow)[1]
+    assert checks.slows_check(np.ones(3), np.ones(3))[1] is None
+    assert checks.keeps_check([0.9, 0.8])[1] and not checks.keeps_check([0.9, 0.01])[1]
+    assert checks.non_increasing_check([0.5, 0.2, 0.1])[1] and not checks.non_increasing_check([0.5, 0.6, 0.1])[1]
+    assert checks.at_most_check(1e-6, 1e-5)[1] and not checks.at_most_check(1e-3, 1e-5)[1]
+    assert checks.majority_check([0.6, 0.7, 0.2], 0.5)[1] and not checks.majority_check([0.6, 0.2], 0.5)[1]
 
 
 def test_the_report_follows_the_measurements():
@@ -299,7 +299,7 @@ def test_the_report_follows_the_measurements():
     pure["residual"] = [0.9] * layers
     pure["log_residual"] = [float(np.log(0.9))] * layers
     pure["residual_abs"] = [30.0] * layers
-    summary["predictions"] = report.predictions(summary)
+    summary["predictions"] = checks.predictions(summary)
     verdicts = {p["name"]: p["verdict"] for p in summary["predictions"]}
     assert verdicts["attention only (no skips, no MLPs) collapses"] == "fail"
     assert verdicts["attention only: doubly exponential decay"] == "fail"

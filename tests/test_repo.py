@@ -1,8 +1,11 @@
-"""The repository's promises about itself: CI runs the README's test command, and the README's
-pretrained-model section is the committed summaries rendered."""
+"""The repository's promises about itself: CI runs the README's test command, and the committed
+pretrained-model reports and the README's pretrained-model section are the committed summaries rendered
+(no model needed)."""
 import json
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,10 +29,23 @@ def test_ci_runs_the_readme_test_command():
     assert strip_quiet(ci_command) == strip_quiet(tests)
 
 
+PRETRAINED_RESULTS = ("experiments/results/pretrained", "experiments/results/pretrained_causal")
+
+
+@pytest.mark.parametrize("results", PRETRAINED_RESULTS)
+def test_committed_pretrained_reports_are_their_summaries_rendered(results):
+    """The checks give the committed verdicts again, and the templates the committed report, byte for byte."""
+    from experiments.pretrained import checks, report
+
+    summary = json.loads((REPO / results / "summary.json").read_text())
+    assert json.loads(json.dumps(checks.predictions(summary))) == summary["predictions"]
+    assert report.markdown(summary) == (REPO / results / "report.md").read_text()
+
+
 def test_readme_pretrained_section_is_the_committed_summaries_rendered():
     from experiments.pretrained import report
 
-    dirs = ("experiments/results/pretrained", "experiments/results/pretrained_causal")
+    dirs = PRETRAINED_RESULTS
     results = {d: json.loads((REPO / d / "summary.json").read_text()) for d in dirs}
     times = {d: json.loads((REPO / d / "timing.json").read_text())["default"] for d in dirs}
     readme = (REPO / "README.md").read_text()

@@ -1,10 +1,12 @@
 """Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional) and SmolLM2-135M (causal).
 
-`study.py` declares and measures the runs; `report.py` summarises them, checks
-the predictions and writes the report and figures.
+`study.py` declares and measures the runs (`paths.py`: the single-head paths);
+`summary.py` turns their rows into one dict of numbers, `checks.py` gives each
+prediction its verdict, `figures.py` draws the plots, and `report.py` renders
+`templates/` (the report and the README section) over `context.py`'s numbers.
 """
 from attnjax.study import Study
-from experiments.pretrained import report, study
+from experiments.pretrained import checks, figures, report, study, summary
 
-STUDY = Study(name="pretrained", specs=study.specs, run_one=study.run_one, summarize=report.summarize,
-              predictions=report.predictions, figures=report.figures, report=report.markdown)
+STUDY = Study(name="pretrained", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
+              predictions=checks.predictions, figures=figures.figures, report=report.markdown)

@@ -7,7 +7,8 @@ One pretrained model (all-MiniLM-L6-v2: bidirectional, post-LN; or
 SmolLM2-135M: causal, pre-RMSNorm, RoPE, grouped-query attention) reads real
 English sentences (docstrings of standard-library modules, or
 `config.text_file`). Sentences are grouped by their exact token count and
-each group is one unpadded batch, so every metric sees real tokens only.
+each group is one unpadded batch, so every metric sees real tokens only
+(`corpus.py`: the model, the sentences and their sink tokens).
 
 Runs:
 
@@ -29,7 +30,7 @@ Runs:
   hidden states; and the products P_l = A_l ... A_1 of head-averaged
   attention: tau(P_l) and the distance of their rows from e_1. The `full`
   run also keeps a few heads' maps of one sentence for heatmaps.
-* `paths`: single-head paths of length k (Dong et al. 2021, Fig. 2): k of
+* `paths` (`paths.py`): single-head paths of length k (Dong et al. 2021, Fig. 2): k of
   the L layers in order and one head in each; the path output is
   A_{l_k}^{h_k} ... A_{l_1}^{h_1} X_0 W^{l_1 h_1} ... W^{l_k h_k}, with
   W^{lh} = W_V^{g(h)} W_O^h the head's value-output map (g(h) = h // (H/K),
@@ -50,8 +51,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import string
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +58,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from attnjax import nn, tasks
+from attnjax import nn
 from attnjax.analysis import (
     PATTERN_NAMES,
     classify_pattern,
@@ -70,26 +69,32 @@ from attnjax.analysis import (
     path_product,
     rank_report,
     residual_norms,
-    residual_ratio,
     sink_mass,
     slem,
     stationary_distribution,
     triangular_slem,
     uniform_sink_mass,
 )
-from attnjax.analysis._linalg import spectral_radius_by_squaring
-from attnjax.analysis.markov import _default_squarings
+from attnjax.analysis._linalg import spectral_radius_by_squaring  # private until attnjax.analysis exports it
+from attnjax.analysis.markov import _default_squarings  # private until attnjax.analysis exports it
 from attnjax.workdir import RunDir
+from experiments.pretrained.corpus import (
+    MODELS,
+    SINKS,
+    Group,
+    corpus_sentences,
+    family,
+    forward,
+    length_groups,
+    load,
+    sink_masks,
+)
+from experiments.pretrained.paths import paths_run
 
 HIGHEST = lax.Precision.HIGHEST
-# Model name -> family ('bert': load_bert, 'llama': load_llama).
-MODELS = {"minilm": "bert", "smollm2": "llama"}
 # Surgery variants: the TransformerConfig fields they change.
 VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
             "attention_only": {"skip": False, "mlp": False}}
-# Sink categories per family; the first is the union, the headline number.
-SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
-SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
 # Heatmaps of the last layer: (reason, metric, pick the largest?).
 EXAMPLE_HEADS = (("highest sink mass", "attention_sink", True), ("lowest entropy", "entropy", False),
                  ("highest entropy", "entropy", True))
@@ -159,24 +164,7 @@ def specs(config) -> list[RunSpec]:
 
 
 # --------------------------------------------------------------------------
-# Model, sentences, sinks
-
-
-def family(config) -> str:
-    return MODELS[config.model.name]
-
-
-@functools.lru_cache(maxsize=2)
-def _load(name: str, path: str):
-    from attnjax import pretrained
-
-    loader = pretrained.load_bert if MODELS[name] == "bert" else pretrained.load_llama
-    return loader(path or None)
-
-
-def load(config):
-    """`(model, tokenizer)` of `config.model`, loaded once per process (float32)."""
-    return _load(config.model.name, config.model.path)
+# Surgery
 
 
 def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
@@ -196,69 +184,8 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     return nnx.merge(graphdef, subset)
 
 
-def corpus_sentences(config) -> list[str]:
-    """Prose sentences of `config.text_file`, or of standard-library docstrings."""
-    c = config.corpus
-    if config.text_file:
-        with open(config.text_file, encoding="utf-8") as f:
-            return tasks.split_sentences(f.read(), min_words=c.min_words, max_words=c.max_words)
-    return tasks.docstring_sentences(tuple(c.modules), min_words=c.min_words, max_words=c.max_words)
-
-
-class Group(NamedTuple):
-    """Sentences of one exact token count n: ids `[B, n]` int32, their token strings and texts."""
-
-    ids: np.ndarray
-    tokens: list
-    sentences: list
-
-
-def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]:
-    """The first `per_length` sentences of each token count in `lengths` (() = every count, ascending)."""
-    by_length = {}
-    for sentence in sentences:
-        ids = tokenizer.encode(sentence)
-        if not lengths or len(ids) in lengths:
-            by_length.setdefault(len(ids), []).append((sentence, ids))
-    order = tuple(lengths) or tuple(n for n in sorted(by_length) if n >= 3)
-    groups = []
-    for n in order:
-        chosen = by_length.get(n, [])[:per_length]
-        if chosen:
-            groups.append(Group(np.asarray([ids for _, ids in chosen], np.int32),
-                                [tokenizer.tokens(s) for s, _ in chosen], [s for s, _ in chosen]))
-    if not groups:
-        raise ValueError(f"no sentence of the corpus has a token count in corpus.lengths={tuple(lengths)}; "
-                         f"counts present: {sorted(by_length)[:40]}")
-    return groups
-
-
-def is_punctuation(token: str) -> bool:
-    """A token made of punctuation characters only (BERT's '.', ',', ';', ...)."""
-    return bool(token) and all(ch in string.punctuation for ch in token)
-
-
-def sink_masks(kind: str, tokens: list) -> np.ndarray:
-    """Sink keys `[C, B, n]` bool of one group, categories `SINKS[kind]` (first: their union)."""
-    tokens = np.asarray(tokens, dtype=object)
-    if kind == "llama":
-        first = np.zeros(tokens.shape, bool)
-        first[:, 0] = True
-        return first[None]
-    cls, sep = tokens == "[CLS]", tokens == "[SEP]"
-    punct = np.vectorize(is_punctuation, otypes=[bool])(tokens)
-    return np.stack([cls | sep | punct, cls, sep, punct])
-
-
 # --------------------------------------------------------------------------
 # Measurements (sums over the sentences of a group; means are taken over all groups)
-
-
-@nnx.jit
-def forward(model, ids):
-    """ids `[B, n]` -> hidden `[L + 1, B, n, D]`, attention `[L, B, H, n, n]`, float32."""
-    _, inter = model(ids, return_intermediates=True)
-    return inter["hidden"].astype(jnp.float32), inter["attention"].astype(jnp.float32)
 
 
 def visible_keys(n: int, causal: bool) -> jax.Array:
@@ -412,96 +339,6 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     if spec.variant == "full":
         rows += _example_rows(kind, *example, means)
     return rows
-
-
-# --------------------------------------------------------------------------
-# Paths of single heads (Dong et al. 2021, Fig. 2)
-
-
-def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
-    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters."""
-    attention, c = model.blocks.attention, model.config
-    if c.attention.fused_qkv:
-        raise ValueError("paths need separate value projections (fused_qkv=False)")
-    heads, kv_heads = c.num_heads, c.attention.kv_heads(c.num_heads)
-    head_dim = c.features // heads
-    value = attention.value.kernel[...].reshape(c.num_layers, c.features, kv_heads, head_dim)
-    out = attention.out.kernel[...].reshape(c.num_layers, heads, head_dim, c.features)
-    return jnp.swapaxes(value, 1, 2).astype(jnp.float32), out.astype(jnp.float32)
-
-
-def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int):
-    """`num_paths` paths of `length` layers (in order, without repeats) and one head each.
-
-    Drawn by `numpy.random.default_rng((seed, length))`. Returns layers,
-    heads `[P, max_length]` int32 and active `[P, max_length]` bool (steps
-    past `length` are inactive), so every length shares one compiled
-    `path_residuals`.
-    """
-    if not 1 <= length <= num_layers:
-        raise ValueError(f"paths.lengths: a path of {length} layers needs 1 <= k <= L = {num_layers}")
-    rng = np.random.default_rng((seed, length))
-    layers = np.zeros((num_paths, max_length), np.int32)
-    heads = np.zeros((num_paths, max_length), np.int32)
-    for i in range(num_paths):
-        layers[i, :length] = np.sort(rng.choice(num_layers, size=length, replace=False))
-        heads[i, :length] = rng.integers(0, num_heads, size=length)
-    active = np.broadcast_to(np.arange(max_length) < length, (num_paths, max_length))
-    return layers, heads, active
-
-
-def _unit(y: jax.Array) -> jax.Array:
-    """Each sentence's `[n, D]` block scaled to unit Frobenius norm (the relative residual is scale-free)."""
-    norm = jnp.sqrt(jnp.sum(jnp.square(y), axis=(-2, -1), keepdims=True))
-    return y / jnp.where(norm > 0, norm, 1)
-
-
-@jax.jit
-def path_residuals(attention, x0, value, out, layers, heads, active) -> jax.Array:
-    """Relative residual of every path's output: `[P, B]`.
-
-    attention `[L, B, H, n, n]`, x0 `[B, n, D]`, value `[L, K, D, Dh]`, out
-    `[L, H, Dh, D]`, layers/heads/active `[P, k_max]`. Step j maps
-    Y <- A_{l_j}^{h_j} Y W_V^{g(h_j)} W_O^{h_j}, rescaled to unit norm.
-    """
-    group = attention.shape[2] // value.shape[1]
-
-    def path(args):
-        def step(y, lha):
-            layer, head, on = lha
-            z = jnp.einsum("bij,bjd->bid", attention[layer, :, head], y, precision=HIGHEST)
-            z = jnp.einsum("bnd,de->bne", z, value[layer, head // group], precision=HIGHEST)
-            z = jnp.einsum("bne,ef->bnf", z, out[layer, head], precision=HIGHEST)
-            return jnp.where(on, _unit(z), y), None
-
-        y, _ = lax.scan(step, _unit(x0), args)
-        return residual_ratio(y)
-
-    return lax.map(path, (layers, heads, active), batch_size=8)
-
-
-def paths_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
-    model, tokenizer = load(config)
-    p, c = config.paths, model.config
-    lengths = tuple(int(k) for k in p.lengths)
-    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.num_heads, length=k,
-                               num_paths=p.num_paths, max_length=max(lengths)) for k in lengths}
-    value, out = value_output_maps(model)
-    groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
-                           config.corpus.sentences_per_length)
-    sums = {k: np.zeros(p.num_paths) for k in lengths}
-    input_sum, count = 0.0, 0
-    for group in groups:
-        ids = jnp.asarray(group.ids[:p.num_sentences])
-        run.log(f"      paths: {len(ids)} sentences of {ids.shape[1]} tokens")
-        hidden, attention = forward(model, ids)
-        for k in lengths:
-            residuals = path_residuals(attention, hidden[0], value, out, *map(jnp.asarray, sampled[k]))
-            sums[k] += np.asarray(jnp.sum(residuals, axis=1), np.float64)
-        input_sum += float(jnp.sum(residual_ratio(hidden[0])))
-        count += len(ids)
-    rows = [{"metric": "input_residual", "value": input_sum / count}, {"metric": "path_sentences", "value": count}]
-    return rows + [{"metric": "path_residual", "length": k, "values": sums[k] / count} for k in lengths]
 
 
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:

@@ -1,0 +1,101 @@
+"""The pretrained study's inputs: the model, the sentences it reads, grouped by token count, and their sinks.
+
+Sentences are grouped by their exact token count and each group is one
+unpadded batch, so every metric sees real tokens only.
+"""
+from __future__ import annotations
+
+import functools
+import string
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnjax import tasks
+
+# Model name -> family ('bert': load_bert, 'llama': load_llama).
+MODELS = {"minilm": "bert", "smollm2": "llama"}
+# Sink categories per family; the first is the union, the headline number.
+SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
+SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
+
+
+def family(config) -> str:
+    return MODELS[config.model.name]
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str, path: str):
+    from attnjax import pretrained
+
+    loader = pretrained.load_bert if MODELS[name] == "bert" else pretrained.load_llama
+    return loader(path or None)
+
+
+def load(config):
+    """`(model, tokenizer)` of `config.model`, loaded once per process (float32)."""
+    return _load(config.model.name, config.model.path)
+
+
+def corpus_sentences(config) -> list[str]:
+    """Prose sentences of `config.text_file`, or of standard-library docstrings."""
+    c = config.corpus
+    if config.text_file:
+        with open(config.text_file, encoding="utf-8") as f:
+            return tasks.split_sentences(f.read(), min_words=c.min_words, max_words=c.max_words)
+    return tasks.docstring_sentences(tuple(c.modules), min_words=c.min_words, max_words=c.max_words)
+
+
+class Group(NamedTuple):
+    """Sentences of one exact token count n: ids `[B, n]` int32, their token strings and texts."""
+
+    ids: np.ndarray
+    tokens: list
+    sentences: list
+
+
+def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]:
+    """The first `per_length` sentences of each token count in `lengths` (() = every count, ascending)."""
+    by_length = {}
+    for sentence in sentences:
+        ids = tokenizer.encode(sentence)
+        if not lengths or len(ids) in lengths:
+            by_length.setdefault(len(ids), []).append((sentence, ids))
+    order = tuple(lengths) or tuple(n for n in sorted(by_length) if n >= 3)
+    groups = []
+    for n in order:
+        chosen = by_length.get(n, [])[:per_length]
+        if chosen:
+            groups.append(Group(np.asarray([ids for _, ids in chosen], np.int32),
+                                [tokenizer.tokens(s) for s, _ in chosen], [s for s, _ in chosen]))
+    if not groups:
+        raise ValueError(f"no sentence of the corpus has a token count in corpus.lengths={tuple(lengths)}; "
+                         f"counts present: {sorted(by_length)[:40]}")
+    return groups
+
+
+def is_punctuation(token: str) -> bool:
+    """A token made of punctuation characters only (BERT's '.', ',', ';', ...)."""
+    return bool(token) and all(ch in string.punctuation for ch in token)
+
+
+def sink_masks(kind: str, tokens: list) -> np.ndarray:
+    """Sink keys `[C, B, n]` bool of one group, categories `SINKS[kind]` (first: their union)."""
+    tokens = np.asarray(tokens, dtype=object)
+    if kind == "llama":
+        first = np.zeros(tokens.shape, bool)
+        first[:, 0] = True
+        return first[None]
+    cls, sep = tokens == "[CLS]", tokens == "[SEP]"
+    punct = np.vectorize(is_punctuation, otypes=[bool])(tokens)
+    return np.stack([cls | sep | punct, cls, sep, punct])
+
+
+
+@nnx.jit
+def forward(model, ids):
+    """ids `[B, n]` -> hidden `[L + 1, B, n, D]`, attention `[L, B, H, n, n]`, float32."""
+    _, inter = model(ids, return_intermediates=True)
+    return inter["hidden"].astype(jnp.float32), inter["attention"].astype(jnp.float32)

@@ -1,0 +1,109 @@
+"""The pretrained study's figures (`attnjax.plotting`, its one style), from the summary."""
+from __future__ import annotations
+
+import numpy as np
+
+from attnjax import plotting
+from experiments.pretrained.summary import (
+    VARIANT_LABELS,
+    array,
+    head_mean,
+    model_label,
+    sink,
+    sink_label,
+    uniform_sink,
+    variant_names,
+)
+
+
+def _surgery_figures(summary) -> dict:
+    v = summary["variants"]
+    names = variant_names(summary)
+    out = {}
+    for metric, label in (("residual", "||X - 1 x_bar^T||_F / ||X||_F"), ("residual_abs", "||X - 1 x_bar^T||_F")):
+        fig = plotting.metric_vs_depth({VARIANT_LABELS[n]: array(v[n][metric]) for n in names}, ylabel=label,
+                                       start=0, title=f"{model_label(summary)}: surgery")
+        out[f"surgery_{metric}"] = fig
+    return out
+
+
+def _attention_figure(summary):
+    v = summary["variants"]["full"]
+    lines = {"entropy / log(keys)": head_mean(v["entropy"]), "abs(lambda_2)": head_mean(v["slem"]),
+             "tau": head_mean(v["tau"]), "sink mass": head_mean(sink(v)),
+             "Perron sink mass": head_mean(sink(v, "perron_sink"))}
+    fig = plotting.metric_vs_depth(lines, ylabel="mean over heads and sentences", log=False,
+                                   title="Attention of the full model per layer")
+    ax = fig.axes[0]
+    ax.axhline(uniform_sink(v), color="grey", linestyle=":", label="uniform sink mass")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _sink_heatmap(summary):
+    v = summary["variants"]["full"]
+    mass = sink(v)
+    L, H = mass.shape
+    fig = plotting.figure(1.2 + 0.45 * H, 1.0 + 0.22 * L)
+    ax = fig.add_subplot()
+    image = ax.imshow(mass, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(H))
+    ax.set_yticks(range(L))
+    ax.set_yticklabels([str(layer + 1) for layer in range(L)], fontsize=7)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"attention on {sink_label(summary)}", fontsize=9)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    return fig
+
+
+def _examples_figure(summary):
+    examples = summary["examples"]
+    model = summary["variants"]["full"]
+    heads = array(model["entropy"]).shape[1]
+    n = len(examples[0]["tokens"])
+    maps = np.zeros((heads, n, n))
+    for e in examples:
+        maps[e["head"]] = array(e["values"])
+    layer = examples[0]["layer"] + 1
+    title = f"layer {layer}: " + "; ".join(f"head {e['head']} ({e['reason']})" for e in examples)
+    tokens = [t.replace("\u0120", "_") for t in examples[0]["tokens"]]  # the byte-level BPE space marker
+    return plotting.attention_heatmaps(maps, tokens=tokens, heads=[e["head"] for e in examples], ncols=len(examples),
+                                       title=title, annotate=False)
+
+
+def _paths_figure(paths):
+    fig = plotting.figure(6.0, 4.0)
+    ax = fig.add_subplot()
+    data = [np.maximum(array(r), 1e-12) for r in paths["residual"]]
+    ax.boxplot(data, positions=range(len(data)), widths=0.6, showfliers=True)
+    ax.set_xticks(range(len(data)))
+    ax.set_xticklabels([str(k) for k in paths["lengths"]])
+    ax.axhline(paths["input_residual"], color="grey", linestyle=":", label="input embeddings")
+    ax.set_yscale("log")
+    ax.set_xlabel("path length k (layers)")
+    ax.set_ylabel("relative residual of the path output")
+    ax.set_title("Single-head paths (floored at 1e-12)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _products_figure(summary):
+    v, causal = summary["variants"], summary["model"]["causal"]
+    metric = "path_first_max" if causal else "path_tau"
+    label = "max_i TV(row i of P_l, e_1)" if causal else "tau(P_l)"
+    return plotting.metric_vs_depth({VARIANT_LABELS[n]: array(v[n][metric]) for n in variant_names(summary)},
+                                    ylabel=label, title="P_l = A_l ... A_1 (head-averaged attention)")
+
+
+def figures(summary: dict) -> dict:
+    out = _surgery_figures(summary)
+    out["products"] = _products_figure(summary)
+    if "full" in summary["variants"]:
+        out["attention_depth"] = _attention_figure(summary)
+        out["sink_mass_heads"] = _sink_heatmap(summary)
+        out["example_heads"] = _examples_figure(summary)
+    if summary["paths"]:
+        out["path_length"] = _paths_figure(summary["paths"])
+    return out
