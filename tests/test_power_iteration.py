@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import power_iteration as config_lib
-from experiments.power_iteration import study
+from experiments.power_iteration import dynamics, study
 from tests.test_studies import finished
 
 
@@ -83,16 +83,16 @@ def test_self_attention_step_matches_reference():
     logits = x @ x.T / np.sqrt(3) / 0.5
     weights = np.exp(logits - logits.max(axis=1, keepdims=True))
     want = (weights / weights.sum(axis=1, keepdims=True)) @ x
-    np.testing.assert_allclose(np.asarray(study.self_attention_step(jnp.asarray(x), 0.5)), want, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(dynamics.self_attention_step(jnp.asarray(x), 0.5)), want, rtol=1e-10)
 
 
 def test_count_clusters_uses_single_linkage():
     centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
     x = np.repeat(centres, 3, axis=0) + 1e-3 * np.arange(9, dtype=np.float64)[:, None]
-    assert int(study.count_clusters(jnp.asarray(x), 0.1)) == 3
+    assert int(dynamics.count_clusters(jnp.asarray(x), 0.1)) == 3
     chain = np.array([[0.0], [0.5], [1.0], [1.5], [5.0]])  # 0-1.5 linked step by step, 5 alone
-    assert int(study.count_clusters(jnp.asarray(chain), 0.6)) == 2
-    assert int(study.count_clusters(jnp.asarray(chain), 0.4)) == 5
+    assert int(dynamics.count_clusters(jnp.asarray(chain), 0.6)) == 2
+    assert int(dynamics.count_clusters(jnp.asarray(chain), 0.4)) == 5
 
 
 def test_attention_products_bound_and_causal_limit():

@@ -1,10 +1,13 @@
 """Attention as power iteration: fixed matrices, products across depth, self-attention dynamics.
 
-`study.py` declares and measures the runs; `report.py` summarises them, checks
-the predictions and writes the report and figures.
+`study.py` declares and measures the runs (`dynamics.py`: the parameter-free
+self-attention of the `clusters` runs); `summary.py` turns their rows into one
+dict of numbers, `checks.py` gives each prediction its verdict, `figures.py`
+draws the plots, and `report.py` renders `templates/report.md.j2` over
+`context.py`'s numbers.
 """
 from attnjax.study import Study
-from experiments.power_iteration import report, study
+from experiments.power_iteration import checks, figures, report, study, summary
 
-STUDY = Study(name="power_iteration", specs=study.specs, run_one=study.run_one, summarize=report.summarize,
-              predictions=report.predictions, figures=report.figures, report=report.markdown)
+STUDY = Study(name="power_iteration", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
+              predictions=checks.predictions, figures=figures.figures, report=report.markdown)
