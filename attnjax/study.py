@@ -42,6 +42,7 @@ import jax
 from attnjax.workdir import RunDir, Workdir, json_form
 
 VERDICTS = ("pass", "fail", "not measured")
+KINDS = ("prediction", "sanity")
 
 
 def verdict(passed: Optional[bool]) -> str:
@@ -50,10 +51,17 @@ def verdict(passed: Optional[bool]) -> str:
 
 
 def prediction(name: str, source: str, prediction: str, measured: Any, passed: Optional[bool],
-               note: str = "") -> dict:
-    """One literature check: its source, what was predicted, what was measured, and the verdict."""
+               note: str = "", kind: str = "prediction") -> dict:
+    """One check: its source, what was predicted, what was measured, and the verdict.
+
+    `kind` is "prediction" for a literature claim that the data could
+    contradict, "sanity" for a theorem, an identity or a regime condition
+    ("resolved", "not uniform"): listed apart and never counted as a prediction.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     return {"name": name, "source": source, "prediction": prediction, "measured": measured,
-            "verdict": verdict(passed), "note": note}
+            "verdict": verdict(passed), "note": note, "kind": kind}
 
 
 # --------------------------------------------------------------------------
@@ -184,8 +192,11 @@ def _write_outputs(study: Study, summary: dict, wd: Workdir, progress: Callable[
     for name, figure in figures.items():
         wd.write_figure(name, figure)
     path = wd.write_report(study.report(summary))
-    counts = {v: sum(p["verdict"] == v for p in summary["predictions"]) for v in VERDICTS}
-    progress(f"predictions: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured")
+    for kind, title in (("sanity", "sanity checks"), ("prediction", "predictions")):
+        mine = [p for p in summary["predictions"] if p.get("kind", "prediction") == kind]
+        counts = {v: sum(p["verdict"] == v for p in mine) for v in VERDICTS}
+        if mine or kind == "prediction":
+            progress(f"{title}: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured")
     progress(f"report: {path}")
 
 
