@@ -160,15 +160,21 @@ def readme_dong(summary: dict, run: dict) -> dict:
             "bound": s.dong_bound_check(run)}
 
 
+def _ends(run: dict, metric: str) -> tuple[str, str]:
+    """An init-phase per-layer metric at the input and at the last layer (mean over seeds, `fmt`)."""
+    values = s.profile(run, metric)
+    return fmt(float(values[0])), fmt(float(values[-1]))
+
+
 def readme_skips(summary: dict) -> dict:
-    """The deepest skip, post-LN and 1/sqrt(L) runs, the gradient ratios and the causal fits."""
-    deep = {arch: s.deepest_init(summary, arch) for arch in ("skip", "post_ln", "skip_scaled")}
-    profiles = lambda run, *metrics: {m: s.profile(run, m) for m in metrics} if run else None  # noqa: E731
-    return {"skip": deep["skip"], "skip_profiles": profiles(deep["skip"], "residual_fro", "residual_abs_fro",
-                                                             "mean_token_norm"),
-            "post_ln": deep["post_ln"], "post_ln_abs": profiles(deep["post_ln"], "residual_abs_fro"),
-            "scaled": [(format(s.last(r), ".3g"), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")]
-            if deep["skip_scaled"] else None,
+    """The deepest skip and post-LN runs, the 1/sqrt(L) runs, the gradient ratios and the causal fits."""
+    skip, post_ln = s.deepest_init(summary, "skip"), s.deepest_init(summary, "post_ln")
+    return {"skip": {"depth": skip["spec"]["depth"], "relative": fmt(s.last(skip)),
+                     "absolute": _ends(skip, "residual_abs_fro"), "shared": _ends(skip, "mean_token_norm")}
+            if skip else None,
+            "post_ln": {"depth": post_ln["spec"]["depth"], "absolute": _ends(post_ln, "residual_abs_fro")}
+            if post_ln else None,
+            "scaled": [(s.last(r), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")],
             "grads": s.grad_ratios(summary),
             "causal": [(run["spec"]["depth"], s.geometric(run).rate, s.mean_tau(run))
                        for run, _ in s.mask_pairs(summary, architecture="attention_only")]}
