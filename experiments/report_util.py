@@ -3,9 +3,9 @@ and the Jinja2 environment that renders each study's `templates/`.
 
 A study's report and README section are templates over its summary dict:
 `render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
-the filters `fmt`, `label`, `count` and `table` (rows -> Markdown table lines
-joined by newlines; `table(header)`) and `predictions_table` (prediction records -> their
-table), so no Python writes prose or table pipes.
+the filters `fmt`, `num` (`x | num(".3g")` is `format(x, ".3g")`), `label`,
+`count`, `table` (rows -> Markdown table lines joined by newlines;
+`table(header)`) and `predictions_table`, so no Python writes prose or table pipes.
 """
 from __future__ import annotations
 
@@ -36,10 +36,27 @@ def label(passed) -> str:
     return LABELS[passed if isinstance(passed, str) else verdict(passed)]
 
 
-def markdown_table(header, rows) -> list[str]:
-    """Markdown table lines: `header` cells, then one line per row of cells ('|' inside cells escaped)."""
-    line = lambda cells: "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"  # noqa: E731
-    return [line(header), "|" + "---|" * len(header)] + [line(cells) for cells in rows]
+ALIGNMENTS = {"l": "---|", "r": "---:|", "c": ":---:|"}
+
+
+def _cell(value, pad_empty: bool) -> str:
+    """One cell between two pipes: ' value ' with '|' escaped; ' ' for an empty one unless `pad_empty`."""
+    text = str(value).replace("|", "\\|")
+    return " " if text == "" and not pad_empty else f" {text} "
+
+
+def markdown_table(header, rows, align: str | None = None, pad_empty: bool = True) -> list[str]:
+    """Markdown table lines: `header` cells, then one line per row of cells ('|' inside cells escaped).
+
+    `align`: one letter per column, `l`, `r` or `c` (`---`, `---:`, `:---:`);
+    default `---` for every column. `pad_empty=False` writes an empty cell as
+    `| |` rather than `|  |`.
+    """
+    if align is not None and (len(align) != len(header) or set(align) - set(ALIGNMENTS)):
+        raise ValueError(f"align must give one of l, r, c for each of the {len(header)} columns; got {align!r}")
+    line = lambda cells: "|" + "|".join(_cell(c, pad_empty) for c in cells) + "|"  # noqa: E731
+    rule = "|" + "".join(ALIGNMENTS[a] for a in (align or "l" * len(header)))
+    return [line(header), rule] + [line(cells) for cells in rows]
 
 
 def count(predictions, which: str) -> int:
@@ -54,9 +71,15 @@ def predictions_table(predictions) -> list[str]:
     return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)
 
 
-def table(rows, header) -> str:
-    """Template filter: `rows | table(header)` -> the Markdown table as one string (no trailing newline)."""
-    return "\n".join(markdown_table(header, rows))
+def num(value, spec: str) -> str:
+    """Template filter: `value | num(spec)` -> `format(value, spec)` (e.g. `num(".3g")`, `num("+.2%")`)."""
+    return format(value, spec)
+
+
+def table(rows, header, **options) -> str:
+    """Template filter: `rows | table(header)` -> the Markdown table as one string (no trailing newline);
+    `options` as `markdown_table`'s (`table(header, align="lrr")`)."""
+    return "\n".join(markdown_table(header, rows, **options))
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,8 +88,8 @@ def environment(study: str) -> jinja2.Environment:
     folder = os.path.join(os.path.dirname(__file__), study, "templates")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(fmt=fmt, label=label, count=count, table=table,
-                       predictions_table=lambda predictions: "\n".join(predictions_table(predictions)))
+    env.filters.update(fmt=fmt, num=num, label=label, count=count, table=table,
+                       predictions_table=lambda checks: "\n".join(predictions_table(checks)))
     return env
 
 

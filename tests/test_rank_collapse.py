@@ -65,18 +65,18 @@ def test_report_has_the_regime_and_the_figures(run):
 
 
 def test_training_check_needs_every_seed():
-    from experiments.rank_collapse import report
+    from experiments.rank_collapse import checks
 
-    def run_with(accs):
+    def summary_with(accs):
         phases = [{"phase": "train", "step": 100, "metrics": {"accuracy": [0.2] * len(accs)}},
                   {"phase": "final", "step": 100, "metrics": {"eval_accuracy": accs, "chance_accuracy": [0.1] * 2}}]
         spec = {"sweep": "train", "kind": "softmax", "architecture": "skip_mlp", "depth": 4, "temperature": 1.0,
                 "causal": True, "embedding_std": None}
-        return {"r": {"spec": spec, "phases": phases}}
+        return {"runs": {"r": {"spec": spec, "phases": phases}}}
 
-    assert report._training_checks(run_with([1.0, 0.95]))[0]["verdict"] == "pass"
+    assert checks.training_checks(summary_with([1.0, 0.95]))[0]["verdict"] == "pass"
     # The mean (0.63) was the old test; one seed on the plateau now fails it.
-    assert report._training_checks(run_with([1.0, 0.26]))[0]["verdict"] == "fail"
+    assert checks.training_checks(summary_with([1.0, 0.26]))[0]["verdict"] == "fail"
 
 
 def _with_finished_init_runs(run, path):
@@ -134,9 +134,11 @@ def test_config_variants():
 
 
 def test_readme_results_are_the_committed_summary_rendered():
+    """The templates render the committed summary byte for byte into the committed report and README section;
+    its predictions are the checks of that summary."""
     from pathlib import Path
 
-    from experiments.rank_collapse import report
+    from experiments.rank_collapse import checks, report
 
     repo = Path(__file__).resolve().parent.parent
     results = repo / report.README_RESULTS
@@ -145,6 +147,7 @@ def test_readme_results_are_the_committed_summary_rendered():
     readme = (repo / "README.md").read_text()
     start, end = readme.index("## Results\n"), readme.index("## Performance")
     assert readme[start:end] == report.readme_section(summary, timing) + "\n"
-    # The committed report and plots are those of the committed summary.
+    # The committed report, predictions and plots are those of the committed summary.
     assert (results / "report.md").read_text() == report.markdown(summary)
+    assert workdir.json_form(checks.predictions(summary)) == summary["predictions"]
     assert sorted(p.name for p in (results / "plots").iterdir()) == summary["plots"]

@@ -29,6 +29,21 @@ def test_rows_plots_and_report(run):
     assert "| 1024 |" in report and "PASS" in report and "plots/variance.png" in report
 
 
+def test_report_tables_are_aligned_markdown(run):
+    from experiments.report_util import markdown_table
+
+    assert markdown_table(["a", "b"], [[1, ""], ["x|y", 2]], align="rc", pad_empty=False) == [
+        "| a | b |", "|---:|:---:|", "| 1 | |", "| x\\|y | 2 |"]
+    assert markdown_table(["a", "b"], [[1, ""]]) == ["| a | b |", "|---|---|", "| 1 |  |"]
+    with pytest.raises(ValueError, match="align must give one of l, r, c for each of the 2 columns"):
+        markdown_table(["a", "b"], [], align="rx")
+    report = (run.workdir / "report.md").read_text()
+    assert "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|" in report
+    limit = run.summary["limit"]
+    assert (f"| ∞ (scaled) | | {limit['max_weight']:.4f} | | {limit['entropy']:.4f} | | "
+            f"{limit['jacobian_spectral']:.4g} | | {limit['jacobian_frobenius']:.4g} |") in report
+
+
 def test_smoke_variances_match_the_predictions(run):
     summary = run.summary
     assert summary["checks"]["variance_unscaled"]["pass"]

@@ -1,10 +1,12 @@
 """Rank collapse across depth (Dong et al. 2021, Noci et al. 2022).
 
-`study.py` declares and measures the runs; `report.py` summarises them, checks
-the predictions and writes the report and figures.
+`study.py` declares and measures the runs; `summary.py` turns their rows into
+one dict of numbers (and names the selections read from it), `checks.py`
+holds the literature checks, `figures.py` the plots, and `report.py` renders
+`templates/` (report and README section) over the summary.
 """
 from attnjax.study import Study
-from experiments.rank_collapse import report, study
+from experiments.rank_collapse import checks, figures, report, study, summary
 
-STUDY = Study(name="rank_collapse", specs=study.specs, run_one=study.run_one, summarize=report.summarize,
-              predictions=report.predictions, figures=report.figures, report=report.markdown)
+STUDY = Study(name="rank_collapse", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
+              predictions=checks.predictions, figures=figures.figures, report=report.markdown)

@@ -1,10 +1,11 @@
 """Why attention logits are scaled by 1/sqrt(d_k): variance, saturation, the softmax Jacobian.
 
-`study.py` declares and measures the runs; `report.py` summarises them, checks
-the predictions and writes the report and figures.
+`study.py` declares and measures the runs; `summary.py` turns their rows into
+one dict of measurements and outcomes, `checks.py` states the predictions,
+`figures.py` draws them, and `report.py` renders `templates/report.md.j2`.
 """
 from attnjax.study import Study
-from experiments.softmax_scaling import report, study
+from experiments.softmax_scaling import checks, figures, report, study, summary
 
-STUDY = Study(name="softmax_scaling", specs=study.specs, run_one=study.run_one, summarize=report.summarize,
-              predictions=report.predictions, figures=report.figures, report=report.markdown)
+STUDY = Study(name="softmax_scaling", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
+              predictions=checks.predictions, figures=figures.figures, report=report.markdown)

@@ -1,0 +1,190 @@
+"""The rank-collapse study's literature checks: verdicts over the summary.
+
+Checks the predictions of Dong, Cordonnier & Loukas 2021 ("Attention is not
+all you need: pure attention loses rank doubly exponentially with depth"),
+Noci et al. 2022 ("Signal propagation in transformers: theoretical
+perspectives and the role of rank collapse") and Wu et al. 2024 ("On the
+role of attention masks and LayerNorm in transformers") against the
+measurements, in a regime that is reported beside every residual
+(normalised attention entropy, Dobrushin coefficient τ, logit variance).
+Each record's name, claim and note are the check's own words; the numbers
+come from `summary.py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnjax import nn
+from attnjax.analysis import collapse
+from attnjax.study import prediction
+from experiments.rank_collapse import summary as s
+
+# Thresholds of the checks (never relaxed to make one pass).
+ENTROPY_MAX, TAU_MIN = 0.9, 0.3
+LOGIT_VARIANCE_FACTOR = 2.0
+NOCI_MIN_RESIDUAL = 0.9
+RECALL_MIN_ACCURACY = 0.9
+# What the regime and Dong checks need (`summary.dong_run`).
+DONG_RUN = "init_sweep run of attention_only (softmax)"
+
+
+def _missing(name, source, claim, need):
+    return prediction(name, source, claim, None, None, f"not measured: the config has no {need}")
+
+
+def _numbers(values, spec: str = ".3g") -> str:
+    return ", ".join(format(v, spec) for v in values)
+
+
+def regime_checks(summary: dict) -> list[dict]:
+    source = "Vaswani et al. 2017 (Var(q.k / sqrt(d)) = 1); Dong et al. 2021"
+    run = s.dong_run(summary)
+    if run is None:
+        return [_missing("attention at initialisation is not uniform", source, "layer-1 entropy / tau", DONG_RUN)]
+    std, reg = run["spec"]["embedding_std"], s.regime(run)
+    predicted = s.predicted_logit_variance(std, s.config_of(summary).model.features)
+    ratio = reg["logit_variance"] / predicted
+    setting = f"attention only, init, embedding std {s.std_label(std)}"
+    return [
+        prediction(f"attention at initialisation is not uniform ({setting})", source,
+                   f"layer-1 normalised entropy <= {ENTROPY_MAX} and Dobrushin tau >= {TAU_MIN}", reg["entropy"],
+                   reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN,
+                   f"entropy {reg['entropy']:.3f} (1 = uniform), tau {reg['tau']:.3f}"),
+        prediction(f"layer-1 logit variance = (std_e^2 + std_p^2)^2 ({setting})", "Vaswani et al. 2017",
+                   f"measured / predicted within a factor {LOGIT_VARIANCE_FACTOR:g}", ratio,
+                   1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR,
+                   f"measured {reg['logit_variance']:.4g}, predicted {predicted:.4g} (LeCun-normal W_Q, W_K; "
+                   f"position std {nn.POSITION_INIT_STD})"),
+    ]
+
+
+def _bound_check(bound: dict, label: str, source: str) -> dict:
+    name = f"residual <= Dong's bound where it is < 1 ({label})"
+    if not bound["below_one"]:
+        return prediction(name, source, "||res(X_l)|| <= c_l ||res(X_(l-1))||^3", None, None,
+                          "not measured: the bound is >= 1 at every layer")
+    passed = None if bound["max_ratio"] is None else bound["max_ratio"] <= 1
+    untestable = (f"; at layers {s.ranges(bound['unresolvable'])} the bound is below float64 rounding, so not "
+                  "testable" if bound["unresolvable"] else "")
+    return prediction(
+        name, source, "||res(X_l)||_1,inf <= c_l ||res(X_(l-1))||_1,inf^3, c_l = 4 gamma sum_h ||W_QK^h||_1 "
+        "||W_V^h||_1,inf / sqrt(d_qk), gamma = 1", bound["max_ratio"], passed,
+        f"max measured / bound over {bound['points']} resolvable points; bound < 1 at layers "
+        f"{s.ranges(bound['below_one'])}; resolvable (bound above float64 rounding of X_l) at layers "
+        f"{s.ranges(bound['resolvable'])}{untestable}; median c_l {bound['constant']:.3g}")
+
+
+def dong_checks(summary: dict) -> list[dict]:
+    source = "Dong et al. 2021"
+    run = s.dong_run(summary)
+    if run is None:
+        return [_missing("doubly exponential decay", source, "growth of log(1/r) >= 2 per layer", DONG_RUN)]
+    label = f"attention only, init, L={run['spec']['depth']}, float64"
+    fit = s.dong_fit(run)
+    return [
+        prediction(f"float64 profile resolved ({label})", source, f">= 3 consecutive layers with r > {s.FLOOR:g}",
+                   len(fit.layers), len(fit.layers) >= 3,
+                   f"layers {', '.join(map(str, fit.layers))} (every example of every seed above the floor)"),
+        prediction(f"doubly exponential decay ({label})", source,
+                   f"log(1/r_l) grows by >= {collapse.DOUBLY_EXPONENTIAL_MIN_GROWTH:g} per layer (Dong: 3): every "
+                   "step and the lower end of the fitted factor's 95% interval", fit.rate,
+                   collapse.is_doubly_exponential(fit),
+                   f"fitted growth {fit.rate:.3g}, 95% interval [{fit.rate_low:.3g}, {fit.rate_high:.3g}], vs "
+                   f"Dong's 3; steps {_numbers(fit.step_growth)}; composite-norm relative residual, "
+                   f"mean-centred, {fit.num_points} points"),
+        _bound_check(s.dong_bound_check(run), label, source),
+    ]
+
+
+def noci_check(summary: dict) -> dict:
+    source = "Noci et al. 2022"
+    claim = f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} at every depth; its unscaled control falls below"
+    scaled = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip_scaled")}
+    control = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip")}
+    depths = sorted(set(scaled) & set(control))
+    if not depths:
+        return _missing("1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip")
+    r_scaled = {d: s.last(scaled[d]) for d in depths}
+    r_control = {d: s.last(control[d]) for d in depths}
+    deepest = depths[-1]
+    passed = min(r_scaled.values()) >= NOCI_MIN_RESIDUAL and r_control[deepest] < r_scaled[deepest]
+    return prediction(f"skip scaled by 1/sqrt(L) keeps rank (init, L={', '.join(map(str, depths))})", source, claim,
+                      min(r_scaled.values()), passed,
+                      "r_L scaled / unscaled: " + ", ".join(f"L={d}: {r_scaled[d]:.3g} / {r_control[d]:.3g}"
+                                                             for d in depths))
+
+
+def gradient_checks(summary: dict) -> list[dict]:
+    source = "Noci et al. 2022"
+    checks = []
+    for arch in sorted({r["spec"]["architecture"] for r in s.grad_runs(summary)}):
+        found = s.grad_runs(summary, architecture=arch)
+        if len(found) < 2:
+            continue
+        shallow, deep = found[0], found[-1]
+        a, b = s.gradient_ratio(shallow), s.gradient_ratio(deep)
+        d1, d2 = shallow["spec"]["depth"], deep["spec"]["depth"]
+        mask = "causal" if deep["spec"]["causal"] else "bidirectional"
+        checks.append(prediction(
+            f"query/key gradients shrink with depth ({arch}, {mask}, init)", source,
+            f"||grad W_QK|| / ||grad W_V|| smaller at L={d2} than at L={d1} (same architecture)", b, b < a,
+            f"L={d1}: {a:.3g}, L={d2}: {b:.3g} (ratio {b / a:.3g})"))
+    if not checks:
+        checks.append(_missing("query/key gradients shrink with depth", source, "ratio falls with depth",
+                               "grad_sweep with two depths of one architecture"))
+    return checks
+
+
+def mask_checks(summary: dict) -> list[dict]:
+    source = "Wu et al. 2024"
+    checks = []
+    for run, bidir in s.mask_pairs(summary, architecture="attention_only"):
+        depth, fit = run["spec"]["depth"], s.geometric(run)
+        checks.append(prediction(
+            f"causal pure attention still collapses exponentially (init, L={depth})", source,
+            "geometric fit of r_l: rate < 1 (95% interval below 1)", fit.rate,
+            bool(np.isfinite(fit.rate_high)) and fit.rate_high < 1,
+            f"rate {fit.rate:.3g} [{fit.rate_low:.3g}, {fit.rate_high:.3g}] over layers {fit.layers[0]}.."
+            f"{fit.layers[-1]}; mean Dobrushin tau {s.mean_tau(run):.3g}"))
+        bidir_l = None if bidir is None else s.layers_to(s.profile(bidir), 1e-6)
+        if bidir_l is not None:
+            causal_r = s.profile(run)
+            causal_l = s.layers_to(causal_r, 1e-6)
+            checks.append(prediction(
+                f"the causal mask slows the collapse (attention only, init, L={depth})", source,
+                f"causal r > 1e-6 at the layer where bidirectional r first falls below it (layer {bidir_l})",
+                float(causal_r[bidir_l]), bool(causal_r[bidir_l] > 1e-6),
+                f"causal r first below 1e-6 at layer {causal_l if causal_l is not None else 'none'} of {depth}"))
+    if not checks:
+        checks.append(_missing("causal pure attention collapses exponentially", source, "rate < 1",
+                               "mask_sweep run of attention_only"))
+    return checks
+
+
+def training_checks(summary: dict) -> list[dict]:
+    source = "Dong et al. 2021 / Noci et al. 2022 (trained)"
+    checks = []
+    for run in s.depth4_skip_runs(summary):
+        accs = s.per_seed(run, "eval_accuracy")
+        checks.append(prediction(
+            f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4", source,
+            f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed", min(accs) if accs else None,
+            bool(accs) and min(accs) >= RECALL_MIN_ACCURACY,
+            f"per seed: {_numbers(accs, '.2f')}; left the plateau at steps {s.plateau_exit(run)}"))
+    for run in s.deep_attention_runs(summary):
+        accs, chance = s.per_seed(run, "eval_accuracy"), s.chance(run)
+        acc = float(np.mean(accs))
+        checks.append(prediction(
+            f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}", source,
+            f"query accuracy <= 2 x chance = {2 * chance:.3f}", acc, acc <= 2 * chance,
+            f"chance (uniform over value tokens) = {chance:.3f}; per seed: {_numbers(accs, '.2f')}"))
+    if not checks:
+        checks.append(_missing("training predictions", source, "skip variants >= 0.9 at depth 4",
+                               "train_sweep runs at depth 4 (skip variants) or depth >= 8 (attention only)"))
+    return checks
+
+
+def predictions(summary: dict) -> list[dict]:
+    """Every literature check, in the report's order."""
+    return (regime_checks(summary) + dong_checks(summary) + [noci_check(summary)] + gradient_checks(summary)
+            + mask_checks(summary) + training_checks(summary))

@@ -1,0 +1,192 @@
+"""What the rank-collapse templates see: the summary's numbers, and table rows of formatted cells.
+
+`report_context(summary)` feeds `templates/report.md.j2`, `readme_context(...)`
+feeds `templates/readme.md.j2`. Cells whose format is more than `fmt` (lists
+of numbers, empty cells) are formatted here; headings, prose and table layout
+live in the templates.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from attnjax import nn
+from experiments.rank_collapse import summary as s
+from experiments.report_util import fmt
+
+# Layers shown in a per-layer table (the profiles are in summary.json).
+PROFILE_ROWS = 9
+# Layers shown in the Dong et al. table.
+DONG_ROWS = 8
+NOCI_ARCHITECTURES = ("skip", "skip_scaled", "skip_mlp", "post_ln")
+
+
+def _joined(values, spec: str) -> str:
+    return ", ".join(format(float(v), spec) for v in values)
+
+
+def _fmt_all(values) -> list[str]:
+    return [fmt(float(v)) for v in values]
+
+
+# --------------------------------------------------------------------------
+# Report tables
+
+
+def profile_rows(run: dict) -> list[list]:
+    """Per layer: residuals (relative, absolute), shared component, cosine, entropy, tau, logit variance."""
+    hidden = [s.profile(run, k) for k in ("residual_fro", "residual_l1inf", "residual_abs_fro", "mean_token_norm",
+                                          "token_cosine")]
+    attention = [s.profile(run, k) for k in ("attention_entropy_normalized", "dobrushin", "logit_variance")]
+    rows = []
+    for layer in range(min(len(hidden[0]), PROFILE_ROWS)):
+        cells = [fmt(float(m[layer - 1])) if layer else "" for m in attention]
+        rows.append([layer, *[fmt(float(m[layer])) for m in hidden], *cells])
+    if len(hidden[0]) > PROFILE_ROWS:
+        rows.append(["...", "", "", "", "", "", "", "", ""])
+    return rows
+
+
+def regime_rows(summary: dict) -> list[list]:
+    features = s.config_of(summary).model.features
+    rows = []
+    for run in s.regime_runs(summary):
+        std, reg, r = run["spec"]["embedding_std"], s.regime(run), s.profile(run)
+        rows.append([run["spec"]["architecture"], s.std_label(std), fmt(reg["entropy"]), fmt(reg["tau"]),
+                     fmt(reg["logit_variance"]), fmt(s.predicted_logit_variance(std, features)),
+                     fmt(float(r[1])), fmt(float(r[4]))])
+    return rows
+
+
+def dong_context(run: dict) -> dict:
+    """Dong et al.'s table (mean over seeds and examples), fit and bound of the attention-only run."""
+    fit, bound = s.dong_fit(run), s.dong_bound_check(run)
+    r = np.mean(s.dong_residuals(run), axis=0)
+    logs = -np.log(np.maximum(r, 1e-300))
+    rows = [[layer, fmt(float(r[layer])), fmt(float(logs[layer])),
+             fmt(float(logs[layer] / logs[layer - 1])) if layer and logs[layer - 1] > 0 else ""]
+            for layer in range(min(len(r), DONG_ROWS))]
+    return {"depth": run["spec"]["depth"], "std": s.std_label(run["spec"]["embedding_std"]),
+            "profile_rows": profile_rows(run), "rows": rows, "fit": fit, "bound": bound,
+            "below_one": s.ranges(bound["below_one"]), "resolvable": s.ranges(bound["resolvable"])}
+
+
+def noci_rows(summary: dict) -> list[list]:
+    rows = []
+    for arch in NOCI_ARCHITECTURES:
+        for run in s.init_runs(summary, arch):
+            absr = s.profile(run, "residual_abs_fro")
+            shared = s.profile(run, "mean_token_norm")
+            rows.append([arch, run["spec"]["depth"], fmt(s.last(run)), *_fmt_all([absr[0], absr[-1]]),
+                         *_fmt_all([shared[0], shared[-1]]), fmt(s.last(run, "token_cosine"))])
+    return rows
+
+
+def last_layer_table(summary: dict) -> Optional[dict]:
+    """`{"depths": ["L=d", ...], "rows"}`: r_L of every architecture (rows) at every depth (columns)."""
+    found = s.runs(summary, "init", kind="softmax", embedding_std=s.main_std(summary))
+    if not found:
+        return None
+    depths = sorted({r["spec"]["depth"] for r in found})
+    at = {}
+    for r in found:
+        at.setdefault((r["spec"]["architecture"], r["spec"]["depth"]), r)
+    rows = [[arch, *[fmt(s.last(at[arch, d])) if (arch, d) in at else "" for d in depths]]
+            for arch in sorted({r["spec"]["architecture"] for r in found})]
+    return {"depths": [f"L={d}" for d in depths], "rows": rows}
+
+
+def mask_rows(summary: dict) -> list[list]:
+    rows = []
+    for run, bidir in s.mask_pairs(summary):
+        for mask, r in (("causal", run), ("bidirectional", bidir)):
+            if r is not None:
+                rows.append([r["spec"]["architecture"], mask, r["spec"]["depth"], fmt(s.last(r)),
+                             fmt(s.last(r, "token_cosine")), format(s.geometric(r).rate, ".3g"),
+                             fmt(s.mean_tau(r))])
+    return rows
+
+
+def gradient_rows(summary: dict) -> list[list]:
+    return [[r["spec"]["architecture"], r["spec"]["depth"], "causal" if r["spec"]["causal"] else "bidirectional",
+             fmt(s.gradient_ratio(r))] for r in s.grad_runs(summary)]
+
+
+def train_rows(summary: dict) -> list[list]:
+    rows = []
+    for r in sorted(s.runs(summary, "train"), key=lambda r: (r["spec"]["architecture"], r["spec"]["depth"])):
+        trained = s.trained(r)
+        rows.append([r["spec"]["architecture"], r["spec"]["depth"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"),
+                     str(s.plateau_exit(r)), fmt(s.last(r)), fmt(float(s.mean(trained["residual_fro"])[-1])),
+                     _joined(s.mean(trained["attention_entropy_normalized"]), ".2f"),
+                     int(np.sum(s.phase(r, "final").get("diverged", [])))])
+    return rows
+
+
+def path_rows(summary: dict) -> list[list]:
+    rows = []
+    for r in s.runs(summary, "train"):
+        medians = s.path_medians(r)
+        if medians is not None:
+            rows.append([r["spec"]["architecture"], r["spec"]["depth"], ", ".join(_fmt_all(medians))])
+    return rows
+
+
+def report_context(summary: dict) -> dict:
+    dong = s.dong_run(summary)
+    return {"summary": summary, "config": s.config_of(summary), "checks": summary["predictions"],
+            "position_std": nn.POSITION_INIT_STD, "floor": s.FLOOR,
+            "regime_rows": regime_rows(summary), "dong": dong_context(dong) if dong else None,
+            "noci_rows": noci_rows(summary), "last_layer": last_layer_table(summary),
+            "mask_rows": mask_rows(summary), "gradient_rows": gradient_rows(summary),
+            "train_rows": train_rows(summary),
+            "path_rows": path_rows(summary)}
+
+
+# --------------------------------------------------------------------------
+# README
+
+
+def readme_dong(summary: dict, run: dict) -> dict:
+    """The README's numbers of the attention-only run."""
+    by_name = {c["name"].split(" (")[0]: c for c in summary["predictions"]}
+    fit = s.dong_fit(run)
+    return {"std": s.std_label(run["spec"]["embedding_std"]), "regime": s.regime(run),
+            "predicted": s.predicted_logit_variance(run["spec"]["embedding_std"],
+                                                    s.config_of(summary).model.features),
+            "r": ", ".join(_fmt_all(s.profile(run)[:6])), "growth": _joined(fit.step_growth, ".3g"), "fit": fit,
+            "verdict": by_name.get("doubly exponential decay", {}).get("verdict", "n/a"),
+            "bound": s.dong_bound_check(run)}
+
+
+def _ends(run: dict, metric: str) -> tuple[str, str]:
+    """An init-phase per-layer metric at the input and at the last layer (mean over seeds, `fmt`)."""
+    values = s.profile(run, metric)
+    return fmt(float(values[0])), fmt(float(values[-1]))
+
+
+def readme_skips(summary: dict) -> dict:
+    """The deepest skip and post-LN runs, the 1/sqrt(L) runs, the gradient ratios and the causal fits."""
+    skip, post_ln = s.deepest_init(summary, "skip"), s.deepest_init(summary, "post_ln")
+    return {"skip": {"depth": skip["spec"]["depth"], "relative": fmt(s.last(skip)),
+                     "absolute": _ends(skip, "residual_abs_fro"), "shared": _ends(skip, "mean_token_norm")}
+            if skip else None,
+            "post_ln": {"depth": post_ln["spec"]["depth"], "absolute": _ends(post_ln, "residual_abs_fro")}
+            if post_ln else None,
+            "scaled": [(s.last(r), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")],
+            "grads": s.grad_ratios(summary),
+            "causal": [(run["spec"]["depth"], s.geometric(run).rate, s.mean_tau(run))
+                       for run, _ in s.mask_pairs(summary, architecture="attention_only")]}
+
+
+def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
+    dong = s.dong_run(summary)
+    return {"config": s.config_of(summary), "runs": summary["runs"], "checks": summary["predictions"],
+            "results": results, "timing": timing or {},
+            "check_rows": [[c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in summary["predictions"]],
+            "dong": readme_dong(summary, dong) if dong else None, "skips": readme_skips(summary),
+            "recall": [(r["spec"]["architecture"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.plateau_exit(r))
+                       for r in s.depth4_skip_runs(summary)],
+            "deep": [(r["spec"]["depth"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.chance(r))
+                     for r in s.deep_attention_runs(summary)]}

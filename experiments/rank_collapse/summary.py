@@ -1,0 +1,305 @@
+"""The rank-collapse study's summary: rows -> one dict of numbers, and what checks, figures and report read from it.
+
+`summarize` keeps, per run, its spec and its phases in the order they were
+measured: `{"runs": {run_id: {"spec": {...}, "phases": [{"phase", "step",
+"metrics": {name: [per seed]}}, ...]}}}`; the runner adds `config`,
+`predictions` and `plots`. Below it, each selection of runs (`dong_run`,
+`depth4_skip_runs`, `mask_pairs`, ...) and each derived number (`regime`,
+`dong_fit`, `gradient_ratio`, ...) is written once, for checks, tables,
+figures and README alike.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+from ml_collections import ConfigDict
+
+from attnjax import nn
+from attnjax.analysis import collapse
+from attnjax.study import by_metric, distinct
+from experiments.rank_collapse.study import SPEC_FIELDS, architecture_fields
+
+# Relative residuals at or below this are float64 rounding.
+FLOOR = collapse.FLOAT64_FLOOR
+# A seed has left the recall plateau at the first logged step whose training
+# accuracy is above the midpoint between chance and 1.
+PLATEAU_FRACTION = 0.5
+
+
+# --------------------------------------------------------------------------
+# Summary: per run, its phases in order, each `{metric: [per seed]}`
+
+
+def _run_summary(rows: list[dict]) -> dict:
+    phases = [{"phase": phase, "step": step, "metrics": by_metric(rows, phase=phase, step=step)}
+              for phase, step in distinct(rows, "phase", "step")]
+    return {"spec": {f: rows[0][f] for f in SPEC_FIELDS}, "phases": phases}
+
+
+def summarize(rows: list[dict], config) -> dict:
+    """`{"runs": {run_id: {"spec", "phases"}}}` from the rows of every run (`config` is not needed)."""
+    return {"runs": {run_id: _run_summary([r for r in rows if r["run"] == run_id])
+                     for run_id in distinct(rows, "run")}}
+
+
+def config_of(summary: dict) -> ConfigDict:
+    """The study's config, from the dict the runner stored in the summary."""
+    return ConfigDict(summary["config"])
+
+
+# --------------------------------------------------------------------------
+# Reading one run
+
+
+def array(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64)
+
+
+def mean(values) -> np.ndarray:
+    """Mean over seeds (axis 0)."""
+    return np.mean(array(values), axis=0)
+
+
+def phase(run: dict, name: str) -> dict:
+    """Metrics of the run's first phase called `name` (`{}` if none)."""
+    return next((p["metrics"] for p in run["phases"] if p["phase"] == name), {})
+
+
+def trained(run: dict) -> dict:
+    """Metrics of the last measured profile (the end of training)."""
+    return [p["metrics"] for p in run["phases"] if "residual_fro" in p["metrics"]][-1]
+
+
+def init(run: dict, metric: str) -> np.ndarray:
+    """`[seeds, ...]` of an init-phase metric."""
+    return array(phase(run, "init")[metric])
+
+
+def profile(run: dict, metric: str = "residual_fro") -> np.ndarray:
+    """`[layers]`: an init-phase per-layer metric, mean over seeds."""
+    return mean(init(run, metric))
+
+
+def last(run: dict, metric: str = "residual_fro") -> float:
+    """The init-phase metric at the last layer, mean over seeds."""
+    return float(profile(run, metric)[-1])
+
+
+def mean_tau(run: dict) -> float:
+    """Dobrushin coefficient at initialisation, mean over seeds and layers."""
+    return float(np.mean(profile(run, "dobrushin")))
+
+
+def per_seed(run: dict, name: str) -> list[float]:
+    """A final-phase scalar per seed (`[]` if the run has no final phase)."""
+    return [float(v) for v in phase(run, "final").get(name, [])]
+
+
+def chance(run: dict) -> float:
+    """Accuracy of guessing uniformly among the task's value tokens (the same for every seed)."""
+    return phase(run, "final")["chance_accuracy"][0]
+
+
+def train_steps(run: dict) -> list[tuple[int, np.ndarray]]:
+    """`[(step, accuracy per seed)]` of the logged training phases."""
+    return [(p["step"], array(p["metrics"]["accuracy"])) for p in run["phases"]
+            if p["phase"] == "train" and "accuracy" in p["metrics"]]
+
+
+def std_label(std) -> str:
+    return "default (1/sqrt(D))" if std is None else f"{std:g}"
+
+
+# --------------------------------------------------------------------------
+# Selections of runs
+
+
+def runs(summary: dict, sweep: str, **match) -> list[dict]:
+    """The runs of `sweep` whose spec has the `match` fields, by depth and embedding std."""
+    out = [r for r in summary["runs"].values() if r["spec"]["sweep"] == sweep
+           and all(r["spec"][k] == v for k, v in match.items())]
+    return sorted(out, key=lambda r: (r["spec"]["depth"], r["spec"]["embedding_std"] or 0.0))
+
+
+def deepest(summary: dict, sweep: str, **match) -> Optional[dict]:
+    found = runs(summary, sweep, **match)
+    return found[-1] if found else None
+
+
+def main_std(summary: dict) -> Optional[float]:
+    """The init sweep's first embedding std: the one every architecture is compared at."""
+    stds = list(config_of(summary).init_sweep.embedding_stds)
+    return stds[0] if stds else None
+
+
+def init_runs(summary: dict, architecture: str) -> list[dict]:
+    """Untrained softmax runs of `architecture` at the main embedding std, by depth."""
+    return runs(summary, "init", kind="softmax", architecture=architecture, embedding_std=main_std(summary))
+
+
+def deepest_init(summary: dict, architecture: str) -> Optional[dict]:
+    found = init_runs(summary, architecture)
+    return found[-1] if found else None
+
+
+def init_architectures(summary: dict) -> list[str]:
+    return sorted({r["spec"]["architecture"] for r in runs(summary, "init", kind="softmax")})
+
+
+def dong_run(summary: dict) -> Optional[dict]:
+    """The deepest untrained attention-only run at the main std: Dong et al.'s setting."""
+    return deepest_init(summary, "attention_only")
+
+
+def regime_runs(summary: dict) -> list[dict]:
+    """One untrained run of depth >= 4 per (architecture, embedding std) of the scale and init sweeps, by std."""
+    features = config_of(summary).model.features
+    found = (runs(summary, "scale", kind="softmax")
+             + runs(summary, "init", kind="softmax", architecture="attention_only"))
+    seen, out = set(), []
+    for run in sorted(found, key=lambda r: (r["spec"]["embedding_std"] or 1 / math.sqrt(features))):
+        key = (run["spec"]["architecture"], run["spec"]["embedding_std"])
+        if key in seen or run["spec"]["depth"] < 4:
+            continue
+        seen.add(key)
+        out.append(run)
+    return out
+
+
+def scale_runs(summary: dict) -> list[dict]:
+    """The scale sweep, then attention only at the main std (every depth)."""
+    return runs(summary, "scale", kind="softmax") + init_runs(summary, "attention_only")
+
+
+def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
+    """`[(causal run, its bidirectional init-sweep twin or None)]` of the mask sweep."""
+    pairs = []
+    for run in runs(summary, "mask", kind="softmax", **match):
+        spec = run["spec"]
+        pairs.append((run, deepest(summary, "init", kind="softmax", architecture=spec["architecture"],
+                                   depth=spec["depth"], embedding_std=spec["embedding_std"])))
+    return pairs
+
+
+def grad_runs(summary: dict, **match) -> list[dict]:
+    """Softmax runs of the gradient sweep that measured the gradients."""
+    return [r for r in runs(summary, "grad", kind="softmax", **match) if "grad_norm/query" in phase(r, "init")]
+
+
+def grad_ratios(summary: dict) -> dict[str, list[tuple[int, float]]]:
+    """`{architecture: [(depth, gradient_ratio)]}`, in the order of `grad_runs`."""
+    out = {}
+    for run in grad_runs(summary):
+        out.setdefault(run["spec"]["architecture"], []).append((run["spec"]["depth"], gradient_ratio(run)))
+    return out
+
+
+def depth4_skip_runs(summary: dict) -> list[dict]:
+    """Trained runs at depth 4 of the architectures with skips."""
+    return [r for r in runs(summary, "train") if r["spec"]["depth"] == 4
+            and architecture_fields(r["spec"]["architecture"])["skip"]]
+
+
+def deep_attention_runs(summary: dict) -> list[dict]:
+    """Trained attention-only runs of depth >= 8."""
+    return [r for r in runs(summary, "train", architecture="attention_only") if r["spec"]["depth"] >= 8]
+
+
+# --------------------------------------------------------------------------
+# Derived measurements
+
+
+def regime(run: dict) -> dict:
+    """Layer-1 attention statistics of a run at initialisation, mean over seeds."""
+    return {"entropy": float(profile(run, "attention_entropy_normalized")[0]),
+            "tau": float(profile(run, "dobrushin")[0]),
+            "logit_variance": float(profile(run, "logit_variance")[0])}
+
+
+def predicted_logit_variance(std: Optional[float], features: int) -> float:
+    """Var(q.k / sqrt(d)) across keys for tokens with per-entry variance s^2 = std_e^2 + std_p^2
+    and LeCun-normal projections: q and k entries have variance s^2, the logits s^4
+    (std_p = `nn.POSITION_INIT_STD`, the learned position table's)."""
+    std_e = 1.0 / math.sqrt(features) if std is None else std
+    return (std_e ** 2 + nn.POSITION_INIT_STD ** 2) ** 2
+
+
+def dong_residuals(run: dict) -> np.ndarray:
+    """`[seeds x examples, L + 1]` per-example relative composite residuals."""
+    r = init(run, "dong/residual")  # [S, B, L + 1]
+    return r.reshape(-1, r.shape[-1])
+
+
+def dong_fit(run: dict) -> collapse.RateFit:
+    """`fit_log_log` of the per-example relative composite residuals, seeds x examples as replicates."""
+    return collapse.fit_log_log(dong_residuals(run), floor=FLOOR)
+
+
+def dong_bound_check(run: dict) -> dict:
+    """Measured ‖res(X_l)‖ against c_l ‖res(X_(l-1))‖³ wherever the bound is below 1.
+
+    A point (seed, example, layer) is resolvable when the bound is above float64
+    rounding of that layer (`FLOOR` x ‖X_l‖, estimated as FLOOR x residual / relative residual).
+    """
+    bound = init(run, "dong/bound")  # [S, B, L]
+    res_abs = init(run, "dong/residual_abs")[..., 1:]  # [S, B, L]
+    rel = init(run, "dong/residual")[..., 1:]
+    size = np.where(rel > 0, res_abs / np.maximum(rel, 1e-300), np.inf)  # ‖X_l‖
+    below = bound < 1
+    resolvable = below & (bound > FLOOR * size)
+    layers = lambda mask: sorted({int(layer) + 1 for layer in np.nonzero(mask)[2]})  # noqa: E731
+    ratios = res_abs[resolvable] / bound[resolvable]
+    return {"below_one": layers(below), "resolvable": layers(resolvable),
+            "unresolvable": sorted(set(layers(below)) - set(layers(resolvable))),
+            "points": int(resolvable.sum()), "max_ratio": float(ratios.max()) if ratios.size else None,
+            "constant": float(np.median(init(run, "dong/constant")))}
+
+
+def gradient_ratio(run: dict) -> float:
+    """‖∇W_QK‖ / ‖∇W_V‖ at initialisation (W_Q and W_K together), mean over seeds."""
+    s = phase(run, "init")
+    qk = np.sqrt(mean(s["grad_norm/query"]) ** 2 + mean(s["grad_norm/key"]) ** 2)
+    return float(qk / mean(s["grad_norm/value"]))
+
+
+def plateau_exit(run: dict) -> list[Optional[int]]:
+    """Per seed, the first logged step with training accuracy above (chance + 1) / 2 (None: never)."""
+    level_chance = chance(run) if phase(run, "final") else 0.0
+    level = level_chance + PLATEAU_FRACTION * (1 - level_chance)
+    steps = train_steps(run)
+    if not steps:
+        return []
+    return [next((step for step, acc in steps if acc[seed] > level), None) for seed in range(len(steps[0][1]))]
+
+
+def ranges(layers) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5' ('none' if empty)."""
+    out = []
+    for layer in sorted(layers):
+        if out and layer == out[-1][1] + 1:
+            out[-1][1] = layer
+        else:
+            out.append([layer, layer])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out) or "none"
+
+
+def geometric(run: dict, metric: str = "residual_fro") -> collapse.RateFit:
+    """`fit_geometric` of an init-phase per-layer metric (seeds as replicates)."""
+    return collapse.fit_geometric(init(run, metric), floor=FLOOR)
+
+
+def layers_to(values: np.ndarray, level: float) -> Optional[int]:
+    """The first index where `values` is below `level` (None: never)."""
+    below = np.nonzero(values < level)[0]
+    return int(below[0]) if below.size else None
+
+
+def path_medians(run: dict) -> Optional[np.ndarray]:
+    """`[L]`: median rank-one residual of single-head paths of length k = 1..L (None: not measured)."""
+    paths = phase(run, "final").get("path_residual")
+    if paths is None:
+        return None
+    p = array(paths)  # [S, L, N]
+    return np.median(np.moveaxis(p, 1, 0).reshape(p.shape[1], -1), axis=1)
