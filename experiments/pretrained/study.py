@@ -59,7 +59,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from attnjax import nn, tasks
+from attnjax import checks, nn, tasks
 from attnjax.analysis import (
     PATTERN_NAMES,
     classify_pattern,
@@ -84,7 +84,7 @@ from attnjax.workdir import RunDir
 HIGHEST = lax.Precision.HIGHEST
 # Model name -> family ('bert': load_bert, 'llama': load_llama).
 MODELS = {"minilm": "bert", "smollm2": "llama"}
-# Surgery variants: the TransformerConfig fields they change.
+# Surgery variants: the BlockConfig fields they change (every layer).
 VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
             "attention_only": {"skip": False, "mlp": False}}
 # Sink categories per family; the first is the union, the headline number.
@@ -111,17 +111,12 @@ class RunSpec:
 # Config -> runs (every check before anything loads or compiles)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def _check_ints(name: str, values, minimum: int, *, allow_empty: bool = False) -> None:
     values = tuple(values)
     if not values and not allow_empty:
         raise ValueError(f"{name} must name at least one value")
     for v in values:
-        _check_int(f"{name}: every value", v, minimum)
+        checks.integer(f"{name}: every value", v, minimum)
     if len(set(values)) != len(values):
         raise ValueError(f"{name} must be distinct, got {values}")
 
@@ -136,7 +131,7 @@ def _check_path(name: str, path, kind: str) -> None:
 
 def specs(config) -> list[RunSpec]:
     """Every run of the study; raises ValueError on a bad config, before anything loads."""
-    _check_int("seed", config.seed, 0)
+    checks.integer("seed", config.seed, 0)
     if config.model.name not in MODELS:
         raise ValueError(f"model.name must be one of {tuple(MODELS)}, got {config.model.name!r}")
     _check_path("model.path", config.model.path, "path")
@@ -144,17 +139,17 @@ def specs(config) -> list[RunSpec]:
     c = config.corpus
     if not config.text_file and (isinstance(c.modules, str) or not tuple(c.modules)):
         raise ValueError(f"corpus.modules must name at least one module, got {c.modules!r}")
-    _check_int("corpus.min_words", c.min_words, 1)
-    _check_int("corpus.max_words", c.max_words, c.min_words)
+    checks.integer("corpus.min_words", c.min_words, 1)
+    checks.integer("corpus.max_words", c.max_words, c.min_words)
     _check_ints("corpus.lengths", c.lengths, 3, allow_empty=True)
-    _check_int("corpus.sentences_per_length", c.sentences_per_length, 1)
+    checks.integer("corpus.sentences_per_length", c.sentences_per_length, 1)
     variants = tuple(config.variants)
     unknown = [v for v in variants if v not in VARIANTS]
     if not variants or unknown or len(set(variants)) != len(variants):
         raise ValueError(f"variants must be distinct names from {tuple(VARIANTS)}, got {variants}")
     _check_ints("paths.lengths", config.paths.lengths, 1)
-    _check_int("paths.num_paths", config.paths.num_paths, 1)
-    _check_int("paths.num_sentences", config.paths.num_sentences, 1)
+    checks.integer("paths.num_paths", config.paths.num_paths, 1)
+    checks.integer("paths.num_sentences", config.paths.num_sentences, 1)
     return [RunSpec("depth", v) for v in variants] + [RunSpec("paths")]
 
 
@@ -189,7 +184,7 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     changes = VARIANTS[variant]
     if not changes:
         return model
-    config = dataclasses.replace(model.config, **changes)
+    config = dataclasses.replace(model.config, block=dataclasses.replace(model.config.block, **changes))
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     pretrained = dict(nnx.to_flat_state(nnx.state(model)))
     subset = nnx.from_flat_state({path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)})
@@ -392,8 +387,8 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)
     means = {k: v if k in WORST else v / count for k, v in totals.items()}
-    c = base.config
-    rows = [{"metric": "model", "num_layers": c.num_layers, "num_heads": c.num_heads,
+    c = base.config.block
+    rows = [{"metric": "model", "num_layers": base.config.num_layers, "num_heads": c.num_heads,
              "num_kv_heads": c.attention.kv_heads(c.num_heads), "causal": causal, "norm": c.norm, "family": kind},
             {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
              "counts": [len(g.ids) for g in groups]}]
@@ -419,15 +414,12 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
 
 
 def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
-    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters."""
-    attention, c = model.blocks.attention, model.config
-    if c.attention.fused_qkv:
-        raise ValueError("paths need separate value projections (fused_qkv=False)")
-    heads, kv_heads = c.num_heads, c.attention.kv_heads(c.num_heads)
-    head_dim = c.features // heads
-    value = attention.value.kernel[...].reshape(c.num_layers, c.features, kv_heads, head_dim)
-    out = attention.out.kernel[...].reshape(c.num_layers, heads, head_dim, c.features)
-    return jnp.swapaxes(value, 1, 2).astype(jnp.float32), out.astype(jnp.float32)
+    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters
+    (separate or fused W_qkv, through `attnjax.nn.params`)."""
+    block = model.config.block
+    kernels = nn.params.attention_kernels(nnx.state(model, nnx.Param), block.num_heads, block.attention.num_kv_heads)
+    value = jnp.swapaxes(kernels["value"], 1, 2)  # [L, D, K, Dh] -> [L, K, D, Dh]
+    return value.astype(jnp.float32), kernels["out"].astype(jnp.float32)
 
 
 def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int):
@@ -484,7 +476,7 @@ def paths_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     model, tokenizer = load(config)
     p, c = config.paths, model.config
     lengths = tuple(int(k) for k in p.lengths)
-    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.num_heads, length=k,
+    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.block.num_heads, length=k,
                                num_paths=p.num_paths, max_length=max(lengths)) for k in lengths}
     value, out = value_output_maps(model)
     groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
