@@ -2,9 +2,11 @@
 
     Attention(Q, K, V) = softmax((Q K^T * scale + bias) / temperature) V
 
-with scale = 1/sqrt(D) by default (Vaswani et al. 2017) and a softmax
-temperature as in seed 000 §3.3: temperature -> 0 gives a one-hot (hard max)
-row, temperature -> inf a uniform row. Each row of the weight matrix is a
+with scale = 1/sqrt(D) by default (scaled dot-product attention, Vaswani et
+al. 2017, "Attention is all you need", §3.2.1) and a softmax temperature
+dividing the scaled logits, a further factor on Vaswani et al.'s 1/sqrt(D):
+temperature -> 0 gives a one-hot (hard max) row, temperature -> inf a uniform
+row. Each row of the weight matrix is a
 probability distribution over keys, so the weights form a row-stochastic
 (Markov) matrix, which is what `attnjax.analysis` studies.
 
@@ -15,8 +17,7 @@ multi-query attention): query head h reads key/value head h // (H // K).
 
 The core (`_attention`) computes all heads at once: queries grouped as
 `[..., K, G, T, D]` (G = H // K), two einsums over `[..., K, G, T, S]`, and a
-masked softmax with the softmax's own JVP (`_softmax`). `_attend_one_head` is
-the same core for one head (`[T, D]` against `[S, D]`).
+masked softmax with the softmax's own JVP (`_softmax`).
 
 Numerics: logits and softmax run in at least float32 (bf16/fp16 inputs are
 promoted), outputs come back in the input dtype. Masked entries get exactly
@@ -53,7 +54,7 @@ def softmax_with_temperature(
 
     Args:
       logits: `[..., S]` scores; computed in at least float32.
-      temperature: positive scalar (seed 000 §3.3).
+      temperature: positive scalar dividing the logits (softmax(x / t)).
       mask: optional boolean array broadcastable to `logits`, True = keep.
 
     Returns:
@@ -315,13 +316,6 @@ def _attention(query, key, value, mask=None, bias=None, keep=None, *, scale, tem
     return jnp.swapaxes(out, -3, -2).astype(value.dtype), weights
 
 
-def _attend_one_head(q, k, v, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0):
-    """One head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]` (`_attention`)."""
-    out, weights = _attention(q[:, None], k[:, None], v[:, None], mask, bias, keep,
-                              scale=scale, temperature=temperature, dropout_rate=dropout_rate)
-    return out[:, 0], weights[0]
-
-
 # --------------------------------------------------------------------------
 # Fast path: cuDNN through jax.nn.dot_product_attention
 #
@@ -331,31 +325,8 @@ def _attend_one_head(q, k, v, mask=None, bias=None, keep=None, *, scale, tempera
 #   materialises the [T, S] logits; nothing written in jnp matches it. If cuDNN
 #   rejects the shapes (it raises while tracing), the core runs.
 # * Everywhere else (CPU, TPU, float32/float64 on GPU, weights requested): the
-#   core `_attention`. Time of a jitted forward + backward (loss sum(out**2),
-#   grads of q, k, v, causal, float32) divided by jax.nn's XLA implementation
-#   in the same process, interleaved, median of 41 rounds (7 at T=2048), on a
-#   2-core CPU: T=12: 0.77, T=33: 0.68, T=64: 0.63 (B=64, H=4, D=16), T=2048:
-#   0.45 (B=2, H=8, D=64); the previous jnp.vectorize'd single-head core: 1.41,
-#   0.71, 0.73, 0.54. What the CPU profile showed, and the fix for each:
-#   - the exp ran in a slow XLA loop fusion because the fully-masked-row
-#     guards (isfinite(max), total > 0) sat between the row max and the exp;
-#     with a finite fill for masked entries the exp fuses into the row-max
-#     reduction (as in jax.nn), and fully masked rows are zeroed on the row's
-#     1/total instead;
-#   - vmapping over [..., K, G] as batch dims left two backward matmuls with a
-#     transposed left operand, which XLA's fast (YNNPACK) matmul does not take
-#     and the fallback runs slowly for many small matrices; einsums with G as
-#     a free axis of the queries become canonical matmuls (one [T, S]
-#     transpose remains, for dK);
-#   - the softmax's own JVP, p * (dx - sum(p dx)), and clip/fill inside it
-#     remove the backward selects (p is already 0 where they would act);
-#   - XLA writes out a [T, S] array for each scalar constant that multiplies
-#     inside a backward YNNPACK fusion; dropout's 1 / (1 - rate) therefore
-#     multiplies the [T, Dv] output, not the [T, S] weights (2.2x -> 1.0x the
-#     old core at T=64). The logits scale still costs one such [T, S] pass at
-#     T >= 64; scaling the queries instead would avoid it but round them in
-#     bf16 (0.51% -> 0.59% relative error at D=32), so it stays on the logits.
-#   On TPU both lower to the same einsum-softmax-einsum.
+#   core `_attention` (how it was made fast on a CPU, with the measurements:
+#   experiments/benchmark/NOTES.md).
 
 
 def _can_use_cudnn(query, key, value, temperature) -> bool:

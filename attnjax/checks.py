@@ -54,3 +54,17 @@ def function(name: str, value, *, optional: bool = False) -> None:
     """`value` is callable (or None when `optional`)."""
     if not (callable(value) or (optional and value is None)):
         raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r:.60}")
+
+
+def integer(name: str, value, minimum: int) -> None:
+    """`value` is an int (not a bool; TypeError) >= `minimum` (ValueError)."""
+    if not isinstance(value, _INTS) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def choice(name: str, value, choices) -> None:
+    """`value` is one of `choices` (a tuple, or the keys of a dict)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")

@@ -2,7 +2,7 @@
 
 Linear attention replaces the softmax similarity exp(q.k / sqrt(D)) by a
 kernel sim(q, k) = phi(q) . phi(k) with a feature map phi: R^D -> R^M
-(seed 000 §7.1; Katharopoulos et al. 2020, "Transformers are RNNs"). Then
+(Katharopoulos et al. 2020, "Transformers are RNNs"). Then
 
     out_t = sum_s sim(q_t, k_s) v_s / sum_s sim(q_t, k_s)
           = phi(q_t)^T (sum_s phi(k_s) v_s^T) / phi(q_t)^T (sum_s phi(k_s)),
@@ -25,8 +25,8 @@ Maps provided:
 
 * `elu_plus_one`: elu(x) + 1 > 0, M = D (Katharopoulos et al. 2020).
 * `relu`: max(x, 0) >= 0, M = D.
-* `relu_random(W)`: max(W x, 0) / sqrt(M) >= 0, the seed's ReLU random
-  features; E[phi(q).phi(k)] is the first-order arc-cosine kernel (Cho & Saul
+* `relu_random(W)`: max(W x, 0) / sqrt(M) >= 0, ReLU random features
+  (Choromanski et al. 2021); E[phi(q).phi(k)] is the first-order arc-cosine kernel (Cho & Saul
   2009), not the softmax kernel.
 * `favor_plus(W)`: positive random features for the softmax kernel,
   E[phi(q).phi(k)] = exp(q.k / sqrt(D)) (Choromanski et al. 2021, "Rethinking
@@ -155,7 +155,8 @@ def _project(x: Array, projection: Array, scale: float = 1.0) -> tuple[Array, Ar
 def relu_random(projection: Array) -> FeatureMap:
     """ReLU random features phi(x) = max(W x, 0) / sqrt(M); `[..., D]` -> `[..., M]`.
 
-    The seed's feature map (seed 000 §7.2), with W `[M, D]` (e.g. from
+    The ReLU random features of the Performer's generalized attention
+    (Choromanski et al. 2021, "Rethinking attention with Performers"), with W `[M, D]` (e.g. from
     `gaussian_random_matrix`). With Gaussian rows, E[phi(q).phi(k)] is the
     first-order arc-cosine kernel |q||k| (sin t + (pi - t) cos t) / (2 pi),
     t = angle(q, k) (Cho & Saul 2009): positive, but not the softmax kernel.

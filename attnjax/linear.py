@@ -1,8 +1,8 @@
 """Linear (kernelized) attention: parallel, causal chunked, and recurrent forms.
 
 With a feature map phi: R^D -> R^M (`attnjax.features`) the softmax
-similarity is replaced by sim(q, k) = phi(q) . phi(k) (seed 000 §7;
-Katharopoulos et al. 2020, "Transformers are RNNs"), and by associativity
+similarity is replaced by sim(q, k) = phi(q) . phi(k) (Katharopoulos et al.
+2020, "Transformers are RNNs"), and by associativity
 
     out_t = sum_s phi(q_t).phi(k_s) v_s / sum_s phi(q_t).phi(k_s)
           = phi(q_t)^T S / phi(q_t)^T z,   S = sum_s phi(k_s) v_s^T  [M, Dv],

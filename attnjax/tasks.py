@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import checks
+
 Array = jax.Array
 
 SPLITS = ("train", "val")
@@ -64,15 +66,8 @@ class Batch(NamedTuple):
 # Argument checks (static, before any compute)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
 def _check_batch_args(batch_size, split: str) -> None:
-    _check_int("batch_size", batch_size, 1)
+    checks.integer("batch_size", batch_size, 1)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
@@ -121,11 +116,11 @@ class AssociativeRecall:
     num_key_tokens: Optional[int] = None
 
     def __post_init__(self):
-        _check_int("num_pairs", self.num_pairs, 1)
-        _check_int("num_queries", self.num_queries, 1)
-        _check_int("vocab_size", self.vocab_size, 2)
+        checks.integer("num_pairs", self.num_pairs, 1)
+        checks.integer("num_queries", self.num_queries, 1)
+        checks.integer("vocab_size", self.vocab_size, 2)
         if self.num_key_tokens is not None:
-            _check_int("num_key_tokens", self.num_key_tokens, 1)
+            checks.integer("num_key_tokens", self.num_key_tokens, 1)
         if self.num_queries > self.num_pairs:
             raise ValueError(f"num_queries ({self.num_queries}) must be <= num_pairs ({self.num_pairs})")
         if self.key_tokens >= self.vocab_size:
@@ -212,8 +207,8 @@ class Sorting:
     vocab_size: int = 16
 
     def __post_init__(self):
-        _check_int("length", self.length, 1)
-        _check_int("vocab_size", self.vocab_size, 3)
+        checks.integer("length", self.length, 1)
+        checks.integer("vocab_size", self.vocab_size, 3)
 
     @property
     def separator(self) -> int:
@@ -316,8 +311,8 @@ class CharCorpus:
     _splits: dict = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        _check_int("seq_len", self.seq_len, 1)
-        _check_int("max_chars", self.max_chars, 2)
+        checks.integer("seq_len", self.seq_len, 1)
+        checks.integer("max_chars", self.max_chars, 2)
         if not 0.0 < float(self.val_fraction) < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         text = _read_text(self.path)[: self.max_chars]
@@ -392,8 +387,8 @@ _PROSE = re.compile(r"[A-Z][A-Za-z0-9 ,;:'-]*[A-Za-z0-9][.!?]")
 
 
 def _check_word_range(min_words, max_words) -> None:
-    _check_int("min_words", min_words, 1)
-    _check_int("max_words", max_words, 1)
+    checks.integer("min_words", min_words, 1)
+    checks.integer("max_words", max_words, 1)
     if max_words < min_words:
         raise ValueError(f"max_words ({max_words}) must be >= min_words ({min_words})")
 
@@ -442,7 +437,7 @@ def docstring_sentences(modules=DEFAULT_DOCSTRING_MODULES, max_sentences: Option
     if isinstance(modules, str):
         raise TypeError("modules must be a sequence of module names, got one str")
     if max_sentences is not None:
-        _check_int("max_sentences", max_sentences, 1)
+        checks.integer("max_sentences", max_sentences, 1)
     _check_word_range(min_words, max_words)
     seen = {}
     with warnings.catch_warnings():  # reading deprecated members (typing.io, ...) warns

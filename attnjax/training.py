@@ -37,7 +37,7 @@ from attnjax import nn
 
 Array = jax.Array
 
-GRAD_GROUPS = ("query", "key", "value", "qkv", "out", "mlp", "other")
+GRAD_GROUPS = nn.params.GROUPS
 
 
 class TrainState(NamedTuple):
@@ -98,24 +98,18 @@ def weighted_cross_entropy(logits: Array, targets: Array, weights: Array) -> tup
     return jnp.sum(losses * weights) / total, jnp.sum(correct * weights) / total
 
 
-def _group_of(path) -> str:
-    """Group of a parameter from its path, e.g. ('blocks', 'attention', 'key', 'kernel', ...) -> 'key'."""
-    names = [str(getattr(p, "key", getattr(p, "name", p))) for p in path]
-    if "attention" in names[:-1]:
-        sub = names[names.index("attention") + 1]
-        return sub if sub in ("query", "key", "value", "qkv", "out") else "other"
-    return "mlp" if "mlp" in names else "other"
+def grad_norms(grads, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None) -> dict[str, Array]:
+    """Global L2 norm of the gradient per parameter group (`GRAD_GROUPS`: W_Q, W_K, W_V, W_O, MLP, rest).
 
-
-def grad_norms(grads) -> dict[str, Array]:
-    """Global L2 norm of the gradient per parameter group (W_Q, W_K, W_V, W_O, MLP, rest).
-
-    Noci et al. 2022 predict that under rank collapse the gradients of the
-    query and key weights vanish while those of the value weights do not.
+    Groups are those of `attnjax.nn.params.grouped`; a fused W_qkv's gradient
+    is split into its query, key and value parts, which needs `num_heads`
+    (and `num_kv_heads` with GQA). Noci et al. 2022 predict that under rank
+    collapse the gradients of the query and key weights vanish while those
+    of the value weights do not.
     """
-    squares = {group: jnp.zeros((), jnp.float32) for group in GRAD_GROUPS}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(grads)[0]:
-        squares[_group_of(path)] += jnp.sum(jnp.square(leaf.astype(jnp.float32)))
+    groups = nn.params.grouped(grads, num_heads, num_kv_heads)
+    squares = {g: sum((jnp.sum(jnp.square(x.astype(jnp.float32))) for x in groups[g]), jnp.zeros((), jnp.float32))
+               for g in GRAD_GROUPS}
     norms = {f"grad_norm/{g}": jnp.sqrt(s) for g, s in squares.items()}
     norms["grad_norm/total"] = jnp.sqrt(sum(squares.values()))
     return norms
@@ -140,7 +134,8 @@ class Trainer:
     @property
     def has_dropout(self) -> bool:
         """Whether the model drops anything in training (residual branches or attention weights)."""
-        return self.model_config.dropout_rate > 0 or self.model_config.attention.dropout_rate > 0
+        block = self.model_config.block
+        return block.residual_dropout_rate > 0 or block.attention.dropout_rate > 0
 
     @property
     def optimizer(self) -> optax.GradientTransformation:

@@ -58,15 +58,35 @@ def _analysis():
     return config_dict.ConfigDict(dict(batch=64, n=256, rounds=7, parts=True, target=6.0))
 
 
+def _recall_run(smoke: bool):
+    """The training setting of the rank-collapse study's train sweep, written out here so the
+    benchmark reads no study's config: multi-query associative recall, causal, the model and
+    the optimiser (`experiments.models`' `task`, `model`, `train` blocks). `smoke`: the
+    smaller setting of that study's smoke variant."""
+    run = config_dict.ConfigDict(dict(
+        seed=0, num_seeds=2, causal=True,
+        task=dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32),
+        model=dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
+                   num_features=64, dtype="float32"),
+        train=dict(steps=1200, batch_size=64, learning_rate=3e-3, warmup_steps=80, weight_decay=0.01,
+                   log_every=100, eval_batches=4),
+    ))
+    if smoke:
+        run.task.update(num_pairs=4, num_queries=4, vocab_size=16)
+        run.model.features = 32
+        run.train.update(steps=40, batch_size=16, warmup_steps=4, log_every=20, eval_batches=1)
+    return run
+
+
 def _training():
     return config_dict.ConfigDict(dict(
-        # Training step of the default rank-collapse model (configs/rank_collapse.py,
-        # train sweep) for each compute dtype; bf16 keeps float32 params.
-        model_config="", architecture="skip_mlp", depth=8, dtypes=("float32", "bfloat16"), steps_per_call=20,
-        repeats=5,
+        # Training step of the rank-collapse study's training model (`run`) for
+        # each compute dtype; bf16 keeps float32 params.
+        run=_recall_run(smoke=False), architecture="skip_mlp", depth=8, dtypes=("float32", "bfloat16"),
+        steps_per_call=20, repeats=5,
         # Seeds in one program against sequential runs on one device (JAX's
-        # default), on the smoke model (configs/rank_collapse.py:smoke).
-        seeds_model_config="smoke", seeds_architecture="skip_mlp", seeds_depth=2,
+        # default), on the smaller model (`seeds_run`).
+        seeds_run=_recall_run(smoke=True), seeds_architecture="skip_mlp", seeds_depth=2,
         num_seeds=8, steps=40, seeds_repeats=5, target_seeds=2.0,
         # Also time the program on one device and sequential runs with the
         # batch sharded over every device (context rows, no target).
@@ -120,7 +140,8 @@ def get_config(arg: str | None = None):
         config.analysis.update(batch=8, n=64, rounds=3, parts=False)
         # Smaller programs compile faster: one attention-only layer.
         # (bf16 training has its own test: tests/test_mixed_precision.py.)
-        config.training.update(model_config="smoke", architecture="attention_only", depth=1, dtypes=("float32",),
+        config.training.run = _recall_run(smoke=True)
+        config.training.update(architecture="attention_only", depth=1, dtypes=("float32",),
                                steps_per_call=4,
                                repeats=2, seeds_architecture="attention_only", seeds_depth=1, num_seeds=2, steps=8,
                                seeds_repeats=1, all_variants=False)

@@ -27,9 +27,9 @@ embedding std, every grid point run for `num_seeds` seeds at once:
 The untrained sweeps run in float64 (`measure_float64`), so residuals are
 resolved down to ~1e-15; training runs in `model.dtype`.
 
-Architectures: the presets of `attnjax.nn.ARCHITECTURES` (attention only,
+Architectures: the presets of `experiments.architectures` (attention only,
 attention and MLP, skips, pre-LN and post-LN transformers, skips scaled by
-1/sqrt(L)) and `attention_only_ln` (attention only with a LayerNorm before
+1/sqrt(L), and `attention_only_ln`: attention only with a LayerNorm before
 every attention layer, as in Dong et al.'s own code).
 
 Embedding std (`embedding_stds`): the std of the token embedding at
@@ -41,7 +41,7 @@ uniform, so a pure-attention network averages its tokens in one step.
 """
 from ml_collections import config_dict
 
-from attnjax import nn
+from experiments.architectures import ARCHITECTURES
 
 
 def _sweep(depths, architectures, kinds, temperatures, causal, embedding_stds=(1.0,), grad_norms=False, **extra):
@@ -68,7 +68,7 @@ def get_config(arg: str | None = None):
     # The untrained sweeps compute (parameters included) in float64.
     config.measure_float64 = True
 
-    architectures = (*nn.ARCHITECTURES, "attention_only_ln")
+    architectures = tuple(ARCHITECTURES)
     # Bidirectional at initialisation: the setting of Dong et al. and Noci et al.
     # grad_norms: gradient norms per parameter group on the first training
     # batch; they double the compile time of a run.

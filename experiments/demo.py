@@ -19,6 +19,7 @@ from flax import nnx
 
 from attnjax import nn
 from attnjax.analysis import residual_ratio
+from experiments.architectures import architecture
 
 
 def articles_example() -> None:
@@ -32,9 +33,9 @@ def articles_example() -> None:
 
 def depth_profile(skip: bool, depth: int = 12) -> np.ndarray:
     """Mean relative residual `[depth + 1]` of untrained attention-only layers, with or without scaled skips."""
-    config = nn.TransformerConfig(
+    config = nn.TransformerConfig.create(
         num_layers=depth, features=64, num_heads=4, input_features=64, positions=None, final_norm=False,
-        **nn.architecture("skip_scaled" if skip else "attention_only"),
+        **architecture("skip_scaled" if skip else "attention_only"),
     )
     model = nn.Transformer(config, rngs=nnx.Rngs(1))
     x = jax.random.normal(jax.random.key(2), (4, 32, 64), jnp.float32)

@@ -1,14 +1,15 @@
 """Tasks, models and trainers from the config blocks the studies share (`task`, `model`, `train`).
 
-Used by the studies and the benchmark (which times the rank-collapse study's
-model without importing the study). Architectures are the presets of
-`attnjax.nn.ARCHITECTURES`.
+Used by the studies and the benchmark. Architectures are the presets of
+`experiments.architectures`. `transformer_config` is the one step from a
+config block to an `attnjax.nn.TransformerConfig`.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
 from attnjax import nn, tasks, training
+from experiments.architectures import architecture as preset
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
@@ -19,34 +20,26 @@ def make_task(task_config):
     return tasks.make_task(task_config.name, **kwargs)
 
 
-def check_architectures(field: str, names) -> None:
-    """Raise ValueError naming `field` unless every name is a preset of `nn.ARCHITECTURES`."""
-    for name in names:
-        if name not in nn.ARCHITECTURES:
-            raise ValueError(f"{field}: unknown {name!r}; valid: {tuple(nn.ARCHITECTURES)}")
-
-
 def transformer_config(model, task, *, architecture: str, depth: int, causal: bool, temperature: float = 1.0,
                        kind: str = "softmax", overrides: dict | None = None) -> nn.TransformerConfig:
     """`model` block (features, num_heads, mlp_ratio, positions; optionally feature_map,
-    num_features and the compute dtype) -> the config of a `depth`-layer Transformer for `task`.
+    num_features and the compute dtype) and the preset `architecture` -> the config of a
+    `depth`-layer Transformer for `task`.
 
-    `overrides`: `TransformerConfig` fields that replace what the blocks and the
-    preset give (e.g. `embedding_init`, `norm`, or `dtype` and `param_dtype`)."""
-    options = {k: model[k] for k in ("feature_map", "num_features") if k in model}
-    attention = nn.AttentionConfig(temperature=temperature, attention_kind=kind, **options)
-    extra = {}
+    `overrides`: fields of any of the model's configs (`TransformerConfig.create`'s
+    keywords) that replace what the block and the preset give (e.g. `embedding_init`,
+    `norm`, or `dtype` and `param_dtype`)."""
+    fields = {k: model[k] for k in ("feature_map", "num_features") if k in model}
     if "dtype" in model:
         if model.dtype not in COMPUTE_DTYPES:
             raise ValueError(f"model.dtype must be one of {COMPUTE_DTYPES}, got {model.dtype!r}")
-        extra.update(dtype=jnp.dtype(model.dtype), param_dtype=jnp.float32)
-    fields = dict(
+        fields.update(dtype=jnp.dtype(model.dtype), param_dtype=jnp.float32)
+    fields.update(
         num_layers=depth, features=model.features, num_heads=model.num_heads, vocab_size=task.vocab_size,
-        max_len=task.seq_len, positions=model.positions, causal=causal, attention=attention,
-        mlp_features=model.mlp_ratio * model.features, **extra,
-        **nn.architecture(architecture),
+        max_len=task.seq_len, positions=model.positions, causal=causal, temperature=temperature,
+        attention_kind=kind, mlp_features=model.mlp_ratio * model.features, **preset(architecture),
     )
-    return nn.TransformerConfig(**{**fields, **(overrides or {})})
+    return nn.TransformerConfig.create(**{**fields, **(overrides or {})})
 
 
 def make_trainer(model, train, task, **spec) -> training.Trainer:

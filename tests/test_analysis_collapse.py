@@ -212,9 +212,9 @@ def test_sampled_paths_and_their_products():
 
 
 def test_depth_profile_keeps_float64_and_resolves_the_collapse():
-    config = nn.TransformerConfig(num_layers=5, features=32, num_heads=4, input_features=32, positions=None,
-                                  skip=False, mlp=False, norm=None, final_norm=False, dtype=jnp.float64,
-                                  param_dtype=jnp.float64)
+    config = nn.TransformerConfig.create(num_layers=5, features=32, num_heads=4, input_features=32, positions=None,
+                                         skip=False, mlp=False, norm=None, final_norm=False, dtype=jnp.float64,
+                                         param_dtype=jnp.float64)
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (3, 16, 32), jnp.float64)  # unit-variance tokens
     inter = model(x, return_intermediates=True)[1]

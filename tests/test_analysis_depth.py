@@ -8,9 +8,9 @@ from attnjax.analysis.depth import ATTENTION_METRICS, HIDDEN_METRICS, depth_prof
 
 
 def _forward(skip, depth=6):
-    config = nn.TransformerConfig(num_layers=depth, features=32, num_heads=2, input_features=32, positions=None,
-                                  skip=skip, mlp=False, norm=None, final_norm=False,
-                                  residual_scale="inv_sqrt_depth" if skip else 1.0)
+    config = nn.TransformerConfig.create(num_layers=depth, features=32, num_heads=2, input_features=32, positions=None,
+                                         skip=skip, mlp=False, norm=None, final_norm=False,
+                                         residual_scale="inv_sqrt_depth" if skip else 1.0)
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (3, 12, 32), jnp.float32)
     return model(x, return_intermediates=True)[1]

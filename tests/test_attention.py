@@ -228,11 +228,18 @@ def test_logits_beyond_float32_range_do_not_make_nan():
     np.testing.assert_allclose(w, [[1.0, 0.0, 0.0]])
 
 
+def _attend_one_head(q, k, v, mask=None, bias=None, *, scale, temperature):
+    """The core `_attention` for one head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]`."""
+    out, weights = attention._attention(q[:, None], k[:, None], v[:, None], mask, bias, None,
+                                        scale=scale, temperature=temperature)
+    return out[:, 0], weights[0]
+
+
 def test_core_gradients_match_finite_differences():
     q, k, v = qkv(18, (), 5, 6, 1, 1, 3, dtype=jnp.float64)
     mask = random_mask(19, (5, 6))
     bias = jax.random.normal(jax.random.key(20), (5, 6), jnp.float64)
-    core = functools.partial(attention._attend_one_head, scale=0.5, temperature=0.8)
+    core = functools.partial(_attend_one_head, scale=0.5, temperature=0.8)
     f = jax.jit(lambda q, k, v, b: core(q, k, v, mask, b))
     check_grads(f, (q[:, 0], k[:, 0], v[:, 0], bias), order=2, modes=["fwd", "rev"])
 

@@ -170,8 +170,8 @@ def test_positional_call_in_jax_nn_order():
 
 def test_padding_mask_through_a_bidirectional_transformer():
     """`Transformer(mask=key_padding_mask(...))` with causal=False: padding changes nothing."""
-    config = nn.TransformerConfig(num_layers=2, features=16, num_heads=4, vocab_size=11, max_len=8, causal=False,
-                                  attention=nn.AttentionConfig(num_kv_heads=2))
+    config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=4, vocab_size=11, max_len=8, causal=False,
+                                         attention=nn.AttentionConfig(num_kv_heads=2))
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(14), (2, 6), 0, 11)
     lengths = jnp.array([4, 6], jnp.int32)

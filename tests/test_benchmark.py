@@ -4,6 +4,7 @@ import os
 import pytest
 
 from configs import benchmark as config_lib
+from configs import rank_collapse as rank_collapse_config
 from experiments.benchmark import linear as bench_linear
 from experiments.benchmark import pretrained as bench_pretrained
 from experiments.benchmark import report as bench_report
@@ -141,6 +142,23 @@ def test_bad_config_is_rejected_before_any_work(tmp_path, field, value, message)
     with pytest.raises(ValueError, match=message):
         suite.run(config, str(tmp_path / "out"), progress=lambda line: None)
     assert not (tmp_path / "out").exists()
+
+
+def _recall_setting(config) -> dict:
+    """seed, num_seeds, causal and the task, model, train blocks of a training setting."""
+    return {"seed": config.seed, "num_seeds": config.num_seeds, **{b: config[b].to_dict() for b in BLOCKS}}
+
+
+BLOCKS = ("task", "model", "train")
+
+
+@pytest.mark.parametrize("variant", ["", "smoke"])
+def test_training_section_times_the_rank_collapse_studys_training_setting(variant):
+    """The benchmark writes out the study's recall setting (it imports no study config); the two must agree."""
+    section = config_lib.get_config(variant).training
+    study, smoke = rank_collapse_config.get_config(variant), rank_collapse_config.get_config("smoke")
+    assert _recall_setting(section.run) == _recall_setting(study) and section.run.causal == study.train_sweep.causal
+    assert _recall_setting(section.seeds_run) == _recall_setting(smoke) and section.seeds_run.causal
 
 
 def test_meets_reads_both_directions():

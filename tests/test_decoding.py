@@ -155,7 +155,7 @@ def _model(**kwargs):
     base = dict(num_layers=3, features=16, num_heads=4, attention=attention, vocab_size=11, max_len=16, causal=True,
                 param_dtype=F64)
     base.update(kwargs)
-    return nn.Transformer(nn.TransformerConfig(**base), rngs=nnx.Rngs(0))
+    return nn.Transformer(nn.TransformerConfig.create(**base), rngs=nnx.Rngs(0))
 
 
 TOKENS = jax.random.randint(jax.random.key(2), (B, 9), 0, 11)

@@ -160,22 +160,26 @@ def _x(seed=11):
     return jax.random.normal(jax.random.key(seed), (2, 8, 16), jnp.float32)
 
 
+def _block(**kwargs):
+    return nn.Block(nn.BlockConfig(features=16, num_heads=4, **kwargs), rngs=nnx.Rngs(0))
+
+
 def test_attention_only_block_is_plain_attention():
-    block = nn.Block(16, 4, skip=False, mlp=False, norm=None, rngs=nnx.Rngs(0))
+    block = _block(skip=False, mlp=False, norm=None)
     y, w = block(_x(), return_weights=True)
     np.testing.assert_allclose(y, block.attention(_x()), atol=1e-6)
     assert w.shape == (2, 4, 8, 8)
 
 
 def test_skip_block_adds_scaled_branch():
-    plain = nn.Block(16, 4, skip=False, mlp=False, norm=None, rngs=nnx.Rngs(0))
-    scaled = nn.Block(16, 4, skip=True, mlp=False, norm=None, residual_scale=0.25, rngs=nnx.Rngs(0))
+    plain = _block(skip=False, mlp=False, norm=None)
+    scaled = _block(skip=True, mlp=False, norm=None, residual_scale=0.25)
     x = _x()
     np.testing.assert_allclose(scaled(x)[0], x + 0.25 * plain(x)[0], atol=1e-6)
 
 
 def test_pre_norm_block_matches_manual_composition():
-    block = nn.Block(16, 4, norm="pre", rngs=nnx.Rngs(0))
+    block = _block(norm="pre")
     x = _x()
     h = x + block.attention(block.attention_norm(x))
     expected = h + block.mlp(block.mlp_norm(h))
@@ -183,7 +187,7 @@ def test_pre_norm_block_matches_manual_composition():
 
 
 def test_post_norm_block_output_is_normalised():
-    block = nn.Block(16, 4, norm="post", rngs=nnx.Rngs(0))
+    block = _block(norm="post")
     y, _ = block(3.0 * _x() + 5.0)
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(y.var(-1), 1.0, atol=1e-3)
@@ -191,7 +195,7 @@ def test_post_norm_block_output_is_normalised():
 
 def test_block_rejects_unknown_norm():
     with pytest.raises(ValueError, match="norm must be one of"):
-        nn.Block(16, 4, norm="rms", rngs=nnx.Rngs(0))
+        nn.BlockConfig(features=16, num_heads=4, norm="rms")
 
 
 # ------------------------------------------------------------- transformer
@@ -200,7 +204,7 @@ def test_block_rejects_unknown_norm():
 def _config(**kwargs):
     base = dict(num_layers=3, features=16, num_heads=4, vocab_size=11, max_len=32, causal=True)
     base.update(kwargs)
-    return nn.TransformerConfig(**base)
+    return nn.TransformerConfig.create(**base)
 
 
 def test_transformer_shapes_and_intermediates():
@@ -231,7 +235,7 @@ def test_scanned_layers_equal_an_explicit_loop():
 def test_real_valued_inputs_sinusoidal_positions_and_gradients():
     config = _config(vocab_size=None, input_features=5, output_features=3, positions="sinusoidal",
                      norm="post", residual_scale="inv_sqrt_depth", causal=False)
-    assert config.branch_scale == pytest.approx(1 / np.sqrt(3))
+    assert config.layer().residual_scale == pytest.approx(1 / np.sqrt(3))
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(14), (2, 6, 5), jnp.float32)
     assert model(x).shape == (2, 6, 3)
@@ -269,17 +273,6 @@ def test_sinusoidal_positions_formula():
 def test_transformer_config_fails_fast(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _config(**kwargs)
-
-
-@pytest.mark.parametrize("name", sorted(nn.ARCHITECTURES))
-def test_architecture_presets_are_valid_configs(name):
-    config = _config(**nn.architecture(name))
-    assert all(getattr(config, k) == v for k, v in nn.ARCHITECTURES[name].items())
-
-
-def test_unknown_architecture_raises():
-    with pytest.raises(ValueError, match=r"architecture must be one of \('attention_only', .*got 'resnet'"):
-        nn.architecture("resnet")
 
 
 def test_transformer_rejects_bad_inputs():

@@ -20,7 +20,7 @@ def _x(shape=(2, 6, 16), dtype=F32, seed=1):
 def _config(**kwargs):
     base = dict(num_layers=2, features=16, num_heads=4, vocab_size=11, max_len=16, causal=True)
     base.update(kwargs)
-    return nn.TransformerConfig(**base)
+    return nn.TransformerConfig.create(**base)
 
 
 TOKENS = jax.random.randint(jax.random.key(3), (2, 7), 0, 11)
@@ -82,26 +82,42 @@ def test_unknown_options_raise_a_type_error_listing_the_valid_ones():
     with pytest.raises(TypeError, match=r"config must be an AttentionConfig, got dict"):
         nn.MultiHeadAttention(16, 4, config={"temperature": 2.0}, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match=r"attention must be an AttentionConfig, got dict"):
-        nn.Block(16, 4, attention={"temperature": 2.0}, rngs=nnx.Rngs(0))
+        nn.BlockConfig(features=16, num_heads=4, attention={"temperature": 2.0})
     with pytest.raises(TypeError, match=r"attention must be an AttentionConfig, got dict"):
         _config(attention={"temperature": 2.0})
-    with pytest.raises(TypeError, match=r"temperature"):  # not a Block or TransformerConfig argument
-        nn.Block(16, 4, temperature=2.0, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"temperature"):  # not a BlockConfig or TransformerConfig field
+        nn.BlockConfig(features=16, num_heads=4, temperature=2.0)
     with pytest.raises(TypeError, match=r"temperature"):
-        _config(temperature=2.0)
+        nn.TransformerConfig(vocab_size=11, temperature=2.0)
+    with pytest.raises(TypeError, match=r"unknown keyword argument\(s\) temprature"):
+        _config(temprature=2.0)
 
 
-def test_no_attention_option_is_mirrored():
-    """The options are fields of AttentionConfig only: not of TransformerConfig, not arguments of Block.
+def _declared_twice(*configs) -> set:
+    """Field names that more than one of the dataclasses `configs` declares."""
+    seen, twice = set(), set()
+    for config in configs:
+        names = {f.name for f in dataclasses.fields(config)}
+        twice |= seen & names
+        seen |= names
+    return twice
 
-    (Block's and TransformerConfig's `dropout_rate` is another option, dropout
-    on the residual branches; `attention.dropout_rate` is on the weights.)"""
-    options = set(nn.ATTENTION_OPTIONS)
-    assert not options & {f.name for f in dataclasses.fields(nn.TransformerConfig)} - {"dropout_rate"}
-    assert not options & set(inspect.signature(nn.Block).parameters) - {"dropout_rate"}
-    assert not options & set(inspect.signature(nn.MultiHeadAttention).parameters)  # only through **options
-    off, on = _config(), _config(dropout_rate=0.1)
-    assert on.attention == off.attention and on.attention.dropout_rate == 0.0
+
+def test_no_field_is_declared_in_two_configs():
+    """AttentionConfig, BlockConfig and TransformerConfig declare disjoint fields; Block takes its config whole."""
+    assert _declared_twice(nn.AttentionConfig, nn.BlockConfig, nn.TransformerConfig) == set()
+    assert set(nn.ATTENTION_OPTIONS) | set(nn.BLOCK_OPTIONS) | set(nn.MODEL_OPTIONS) == (
+        {f.name for c in (nn.AttentionConfig, nn.BlockConfig, nn.TransformerConfig) for f in dataclasses.fields(c)})
+    assert set(inspect.signature(nn.Block.__init__).parameters) == {"self", "config", "rngs"}
+    mha_arguments = set(inspect.signature(nn.MultiHeadAttention.__init__).parameters)
+    assert "num_heads" in mha_arguments and not set(nn.ATTENTION_OPTIONS) & mha_arguments  # only through **options
+    # The check fails on a mirrored field (a dataclass declaring `norm` beside BlockConfig's).
+    mirror = dataclasses.make_dataclass("Mirror", [("norm", object, None)])
+    assert _declared_twice(nn.AttentionConfig, nn.BlockConfig, mirror) == {"norm"}
+    # Residual dropout and dropout on the attention weights are two fields, and create sorts them.
+    off, on = _config(), _config(residual_dropout_rate=0.1)
+    assert on.block.attention == off.block.attention and on.block.attention.dropout_rate == 0.0
+    assert _config(dropout_rate=0.1).block.attention.dropout_rate == 0.1
 
 
 def test_config_and_keyword_options_build_the_same_module_bitwise():
@@ -130,8 +146,8 @@ def test_keywords_override_single_fields_of_the_config():
 def test_block_and_transformer_pass_the_config_whole():
     attention = nn.AttentionConfig(num_kv_heads=2, temperature=0.7, rope="interleaved")
     model = nn.Transformer(_config(attention=attention, positions=None), rngs=nnx.Rngs(0))
-    assert model.config.attention is attention and model.blocks.attention.config is attention
-    block = nn.Block(16, 4, attention=attention, rngs=nnx.Rngs(0))
+    assert model.config.block.attention is attention and model.blocks.attention.config is attention
+    block = nn.Block(nn.BlockConfig(features=16, num_heads=4, attention=attention), rngs=nnx.Rngs(0))
     assert block.attention.config is attention
     assert model.blocks.attention.query.kernel.shape == (2, 16, 16)
     assert model.blocks.attention.key.kernel.shape == (2, 16, 8)  # K = 2 heads of Dh = 4
@@ -222,9 +238,9 @@ def _attention_pair(**kwargs):
 
 def _block_pair(**kwargs):
     """Residual dropout only, pre-norm, no MLP: out = x + d(attn(LN x)), linear in the dropout mask."""
-    common = dict(mlp=False, param_dtype=F64, **kwargs)
-    off = nn.Block(16, 4, rngs=nnx.Rngs(params=0), **common)
-    on = nn.Block(16, 4, dropout_rate=RATE, rngs=nnx.Rngs(params=0, dropout=1), **common)
+    common = dict(features=16, num_heads=4, mlp=False, param_dtype=F64, **kwargs)
+    off = nn.Block(nn.BlockConfig(**common), rngs=nnx.Rngs(params=0))
+    on = nn.Block(nn.BlockConfig(residual_dropout_rate=RATE, **common), rngs=nnx.Rngs(params=0, dropout=1))
     return (lambda x, **kw: on(x, **kw)[0]), (lambda x, **kw: off(x, **kw)[0]), on
 
 
@@ -237,7 +253,7 @@ def test_deterministic_dropout_equals_rate_zero_bitwise():
     # Constructor default, and nnx's eval() switch.
     eval_on, _ = _attention_pair(deterministic=True)
     np.testing.assert_array_equal(eval_on(x), off(x))
-    model_on = nn.Transformer(_config(dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
+    model_on = nn.Transformer(_config(residual_dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
                               rngs=nnx.Rngs(params=0, dropout=1))
     model_off = nn.Transformer(_config(), rngs=nnx.Rngs(params=0))
     model_on.eval()
@@ -256,7 +272,7 @@ def test_dropout_is_random_and_reproducible():
         np.testing.assert_array_equal(f(x, rngs=jax.random.key(1)), a)
         np.testing.assert_array_equal(f(x, rngs=nnx.Rngs(dropout=5)), f(x, rngs=nnx.Rngs(dropout=5)))
         assert not np.allclose(f(x), f(x))  # the stream forked at construction advances
-    model = nn.Transformer(_config(dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
+    model = nn.Transformer(_config(residual_dropout_rate=RATE, attention=nn.AttentionConfig(dropout_rate=RATE)),
                            rngs=nnx.Rngs(0))
     forward = nnx.jit(lambda m, tokens, key: m(tokens, rngs=key))
     first = forward(model, TOKENS, None)
@@ -298,12 +314,12 @@ def test_dropout_mean_approaches_the_deterministic_output(where):
 def test_dropout_rates_are_validated(rate):
     with pytest.raises(ValueError, match=r"dropout_rate must be a number in \[0, 1\)"):
         nn.MultiHeadAttention(16, 4, dropout_rate=rate, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
-        nn.Block(16, 4, dropout_rate=rate, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"^residual_dropout_rate must be a number in \[0, 1\)"):
+        nn.BlockConfig(residual_dropout_rate=rate)
     with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
         nn.AttentionConfig(dropout_rate=rate)
-    with pytest.raises(ValueError, match=r"^dropout_rate must be a number in \[0, 1\)"):
-        _config(dropout_rate=rate)
+    with pytest.raises(ValueError, match=r"^residual_dropout_rate must be a number in \[0, 1\)"):
+        _config(residual_dropout_rate=rate)
 
 
 def test_dropout_arguments_are_validated():
@@ -412,7 +428,7 @@ def test_mlp_activations_match_their_formulas():
 
 def test_default_mlp_and_norm_are_unchanged():
     """The new options default to what the modules did before: tanh GELU, LayerNorm eps 1e-6."""
-    block = nn.Block(16, 4, rngs=nnx.Rngs(0))
+    block = nn.Block(nn.BlockConfig(features=16, num_heads=4), rngs=nnx.Rngs(0))
     assert block.mlp.activation == "gelu_tanh"
     assert isinstance(block.attention_norm, nnx.LayerNorm) and block.attention_norm.epsilon == 1e-6
 

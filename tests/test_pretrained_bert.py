@@ -48,8 +48,8 @@ def _reference(reference_weights, tokenizer, sentence):
 
 def test_config_of_the_checkpoint(minilm):
     model, tokenizer = minilm
-    c = model.config
-    assert (c.num_layers, c.features, c.num_heads, c.mlp_features, c.norm_eps) == (6, 384, 12, 1536, 1e-12)
+    c = model.config.block
+    assert (model.config.num_layers, c.features, c.num_heads, c.mlp_features, c.norm_eps) == (6, 384, 12, 1536, 1e-12)
     assert tokenizer.encode("hello world") == [101, 7592, 2088, 102]
 
 

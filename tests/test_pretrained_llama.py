@@ -39,10 +39,11 @@ def _log_perplexity(logits, ids):
 
 def test_config_of_the_checkpoint(smollm):
     model, _ = smollm
-    c = model.config
-    assert (c.num_layers, c.features, c.num_heads, c.attention.num_kv_heads, c.mlp_features) == (30, 576, 9, 3, 1536)
+    c = model.config.block
+    assert (model.config.num_layers, c.features, c.num_heads, c.attention.num_kv_heads, c.mlp_features) == (
+        30, 576, 9, 3, 1536)
     assert (c.attention.rope, c.attention.rope_base) == ("interleaved", 1e5)
-    assert (c.norm_kind, c.head, c.use_bias) == ("rmsnorm", "tied", False)
+    assert (c.norm_kind, model.config.head, c.use_bias) == ("rmsnorm", "tied", False)
 
 
 def test_tokenizer_round_trip_and_no_bos(smollm):
@@ -92,7 +93,9 @@ def test_perplexity_on_a_docstring_and_the_rope_layout_matters(smollm):
     ids = tokenizer.encode(PARAGRAPH)
     assert len(ids) >= 40
     right = np.exp(_log_perplexity(model(jnp.asarray([ids]))[0], ids))
-    wrong_config = dataclasses.replace(model.config, attention=dataclasses.replace(model.config.attention, rope="half"))
+    block = model.config.block
+    wrong_config = dataclasses.replace(model.config, block=dataclasses.replace(
+        block, attention=dataclasses.replace(block.attention, rope="half")))
     wrong = nnx.merge(nnx.graphdef(nnx.eval_shape(lambda: nn.Transformer(wrong_config, rngs=nnx.Rngs(0)))),
                       nnx.state(model))
     wrong_ppl = np.exp(_log_perplexity(wrong(jnp.asarray([ids]))[0], ids))

@@ -197,10 +197,9 @@ def test_sink_masks():
 
 
 def _tiny(**changes):
-    config = nn.TransformerConfig(num_layers=3, features=8, num_heads=4, attention=nn.AttentionConfig(num_kv_heads=2),
-                                  vocab_size=11, max_len=8, norm="post", head=None, final_norm=False,
-                                  param_dtype=jnp.float64)
-    return nn.Transformer(dataclasses.replace(config, **changes), rngs=nnx.Rngs(0))
+    base = dict(num_layers=3, features=8, num_heads=4, num_kv_heads=2, vocab_size=11, max_len=8, norm="post",
+                head=None, final_norm=False, param_dtype=jnp.float64)
+    return nn.Transformer(nn.TransformerConfig.create(**{**base, **changes}), rngs=nnx.Rngs(0))
 
 
 def test_surgery_reuses_the_weights_and_drops_the_mlp():
@@ -212,10 +211,10 @@ def test_surgery_reuses_the_weights_and_drops_the_mlp():
         if not changes:
             continue
         cut = study.surgery(model, variant)
-        assert {k: getattr(cut.config, k) for k in changes} == changes
+        assert {k: getattr(cut.config.block, k) for k in changes} == changes
         names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
-        assert (("blocks", "mlp", "fc1", "kernel") in names) == cut.config.mlp
-        assert (("blocks", "mlp_norm", "scale") in names) == cut.config.mlp
+        assert (("blocks", "mlp", "fc1", "kernel") in names) == cut.config.block.mlp
+        assert (("blocks", "mlp_norm", "scale") in names) == cut.config.block.mlp
         np.testing.assert_array_equal(cut.blocks.attention.query.kernel[...], model.blocks.attention.query.kernel[...])
         hidden, attention = corpus.forward(cut, ids)
         np.testing.assert_allclose(attention[0], full_attention[0], rtol=1e-6)  # layer 1 sees the same input

@@ -2,12 +2,18 @@
 import json
 import shutil
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from flax import nnx
 
 from attnjax import study as study_lib
 from attnjax import training, workdir
 from configs import rank_collapse as config_lib
 from experiments.rank_collapse import STUDY
+from experiments.rank_collapse import study as rank_collapse_study
+from tests.test_nn_params import _models
 from tests.test_studies import finished, rank_collapse_test_config
 
 TRAIN_RUN = "train-softmax-skip_mlp-L01-t1-edefault"
@@ -151,3 +157,15 @@ def test_readme_results_are_the_committed_summary_rendered():
     assert (results / "report.md").read_text() == report.markdown(summary)
     assert workdir.json_form(checks.predictions(summary)) == summary["predictions"]
     assert sorted(p.name for p in (results / "plots").iterdir()) == summary["plots"]
+
+
+def test_dong_metrics_read_fused_and_separate_qkv_alike():
+    """Dong et al.'s constant reads W_Q, W_K, W_V, W_O through `nn.params`: a fused W_qkv gives the same numbers."""
+    separate, fused = _models(num_kv_heads=4)
+    hidden = jax.random.normal(jax.random.key(0), (3, 2, 5, 16), jnp.float64)  # [L + 1, B, T, D]
+    got = {name: rank_collapse_study._dong_metrics(nnx.state(model, nnx.Param), hidden, 4, 1.0)
+           for name, model in (("separate", separate), ("fused", fused))}
+    assert np.all(np.asarray(got["separate"]["dong/constant"]) > 0)
+    for metric, value in got["separate"].items():
+        np.testing.assert_allclose(got["fused"][metric], value, rtol=1e-12, err_msg=metric)
+

@@ -136,7 +136,7 @@ def test_corpus_errors(tmp_path):
     [
         (dict(num_pairs=5, num_queries=6), "num_queries"),
         (dict(num_pairs=40, vocab_size=64), "num_pairs .* distinct keys"),
-        (dict(num_pairs=0), "num_pairs must be >= 1"),
+        (dict(num_pairs=0), "num_pairs must be an int >= 1"),
         (dict(vocab_size=16, num_key_tokens=16), "num_key_tokens"),
     ],
 )

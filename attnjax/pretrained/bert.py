@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import masks, nn
+from attnjax.nn import params
 from attnjax.pretrained import checkpoint
 from attnjax.pretrained.tokenizer import TextTokenizer, wordpiece_tokenizer
 
@@ -48,7 +49,7 @@ def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.Transfor
         raise ValueError(f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')")
     if hf.get("hidden_act") not in ACTIVATIONS:
         raise ValueError(f"unsupported hidden_act {hf.get('hidden_act')!r}; supported: {tuple(ACTIVATIONS)}")
-    return nn.TransformerConfig(
+    return nn.TransformerConfig.create(
         num_layers=hf["num_hidden_layers"], features=hf["hidden_size"], num_heads=hf["num_attention_heads"],
         vocab_size=hf["vocab_size"], type_vocab_size=hf.get("type_vocab_size"), max_len=hf["max_position_embeddings"],
         positions="learned", norm="post", norm_eps=hf["layer_norm_eps"], embedding_norm=True, final_norm=False,
@@ -58,38 +59,34 @@ def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.Transfor
 
 
 def _linear(get, name: str) -> dict:
-    return {"kernel": get(f"{name}.weight").T, "bias": get(f"{name}.bias")}
+    return params.linear(get(f"{name}.weight").T, get(f"{name}.bias"))  # torch stores [out, in]
 
 
 def _norm(get, name: str) -> dict:
-    return {"scale": get(f"{name}.weight"), "bias": get(f"{name}.bias")}
+    return params.norm(get(f"{name}.weight"), get(f"{name}.bias"))
 
 
 def _layer(get, prefix: str) -> dict:
     attention = f"{prefix}.attention"
-    return {
-        "attention": {
-            "query": _linear(get, f"{attention}.self.query"),
-            "key": _linear(get, f"{attention}.self.key"),
-            "value": _linear(get, f"{attention}.self.value"),
-            "out": _linear(get, f"{attention}.output.dense"),
-        },
-        "attention_norm": _norm(get, f"{attention}.output.LayerNorm"),
-        "mlp": {"fc1": _linear(get, f"{prefix}.intermediate.dense"), "fc2": _linear(get, f"{prefix}.output.dense")},
-        "mlp_norm": _norm(get, f"{prefix}.output.LayerNorm"),
-    }
+    return params.block(
+        attention=params.attention(_linear(get, f"{attention}.self.query"), _linear(get, f"{attention}.self.key"),
+                                   _linear(get, f"{attention}.self.value"), _linear(get, f"{attention}.output.dense")),
+        attention_norm=_norm(get, f"{attention}.output.LayerNorm"),
+        mlp=params.mlp(fc1=_linear(get, f"{prefix}.intermediate.dense"), fc2=_linear(get, f"{prefix}.output.dense")),
+        mlp_norm=_norm(get, f"{prefix}.output.LayerNorm"),
+    )
 
 
 def bert_params(get, num_layers: int) -> dict:
     """Checkpoint tensors (`get(name)`) -> the nested parameter tree of the `Transformer`."""
     layers = [_layer(get, f"encoder.layer.{i}") for i in range(num_layers)]
-    return {
-        "embed": {"embedding": get("embeddings.word_embeddings.weight")},
-        "type_embed": {"embedding": get("embeddings.token_type_embeddings.weight")},
-        "position_table": get("embeddings.position_embeddings.weight"),
-        "embed_norm": _norm(get, "embeddings.LayerNorm"),
-        "blocks": jax.tree.map(lambda *xs: np.stack(xs), *layers),
-    }
+    return params.transformer(
+        embed=params.embedding(get("embeddings.word_embeddings.weight")),
+        type_embed=params.embedding(get("embeddings.token_type_embeddings.weight")),
+        position_table=get("embeddings.position_embeddings.weight"),
+        embed_norm=_norm(get, "embeddings.LayerNorm"),
+        blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
+    )
 
 
 def _strip_prefix(tensors: dict) -> dict:
@@ -118,9 +115,9 @@ def load_bert(path: Optional[str] = None, *, dtype=None,
     with open(files["config.json"]) as f:
         config = bert_config(json.load(f), dtype=dtype, param_dtype=param_dtype)
     tensors = _strip_prefix(load_file(files["model.safetensors"]))
-    params = bert_params(checkpoint.tensor_getter(tensors, files["model.safetensors"]), config.num_layers)
+    tree = bert_params(checkpoint.tensor_getter(tensors, files["model.safetensors"]), config.num_layers)
     model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
-    checkpoint.assign(model, params, param_dtype)
+    checkpoint.assign(model, tree, param_dtype)
     return model, wordpiece_tokenizer(files["tokenizer.json"])
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import nn
+from attnjax.nn import params
 from attnjax.pretrained import checkpoint
 from attnjax.pretrained.tokenizer import TextTokenizer, gguf_bpe_tokenizer
 
@@ -63,10 +64,10 @@ def llama_config(reader, *, dtype=None, param_dtype=jnp.float32, tied: bool) -> 
     if rope_dims != head_dim:
         raise ValueError(f"unsupported partial rotary embedding: rope.dimension_count={rope_dims}, head dim {head_dim}")
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    return nn.TransformerConfig(
+    return nn.TransformerConfig.create(
         num_layers=int(key("block_count")), features=features, num_heads=num_heads,
-        attention=nn.AttentionConfig(num_kv_heads=int(key("attention.head_count_kv", num_heads)), rope="interleaved",
-                                     rope_base=float(key("rope.freq_base", 10000.0))),
+        num_kv_heads=int(key("attention.head_count_kv", num_heads)), rope="interleaved",
+        rope_base=float(key("rope.freq_base", 10000.0)),
         vocab_size=int(key("vocab_size", vocab)), max_len=int(key("context_length")), positions=None,
         norm="pre", norm_kind="rmsnorm",
         norm_eps=float(key("attention.layer_norm_rms_epsilon")), final_norm=True, use_bias=False,
@@ -87,26 +88,24 @@ def _dequantize(tensor) -> np.ndarray:
 
 def _layer(get, i: int) -> dict:
     p = f"blk.{i}."
-    kernel = lambda name: {"kernel": get(p + name).T}  # noqa: E731
-    return {
-        "attention": {"query": kernel("attn_q.weight"), "key": kernel("attn_k.weight"),
-                      "value": kernel("attn_v.weight"), "out": kernel("attn_output.weight")},
-        "attention_norm": {"scale": get(p + "attn_norm.weight")},
-        "mlp": {"gate": kernel("ffn_gate.weight"), "up": kernel("ffn_up.weight"), "down": kernel("ffn_down.weight")},
-        "mlp_norm": {"scale": get(p + "ffn_norm.weight")},
-    }
+    kernel = lambda name: params.linear(get(p + name).T)  # noqa: E731  GGUF stores [out, in]
+    return params.block(
+        attention=params.attention(kernel("attn_q.weight"), kernel("attn_k.weight"), kernel("attn_v.weight"),
+                                   kernel("attn_output.weight")),
+        attention_norm=params.norm(get(p + "attn_norm.weight")),
+        mlp=params.mlp(gate=kernel("ffn_gate.weight"), up=kernel("ffn_up.weight"), down=kernel("ffn_down.weight")),
+        mlp_norm=params.norm(get(p + "ffn_norm.weight")),
+    )
 
 
 def llama_params(get, num_layers: int, tied: bool) -> dict:
     """GGUF tensors (`get(name)`, dequantized `[out, in]`) -> the `Transformer` parameter tree."""
-    params = {
-        "embed": {"embedding": get("token_embd.weight")},
-        "blocks": jax.tree.map(lambda *xs: np.stack(xs), *[_layer(get, i) for i in range(num_layers)]),
-        "final_norm": {"scale": get("output_norm.weight")},
-    }
-    if not tied:
-        params["head"] = {"kernel": get("output.weight").T}
-    return params
+    return params.transformer(
+        embed=params.embedding(get("token_embd.weight")),
+        blocks=jax.tree.map(lambda *xs: np.stack(xs), *[_layer(get, i) for i in range(num_layers)]),
+        final_norm=params.norm(get("output_norm.weight")),
+        head=None if tied else params.linear(get("output.weight").T),
+    )
 
 
 def llama_tokenizer(reader) -> TextTokenizer:
@@ -142,7 +141,7 @@ def load_llama(path: Optional[str] = None, *, dtype=None,
     raw = {t.name: t for t in reader.tensors}
     tied = "output.weight" not in raw
     config = llama_config(reader, dtype=dtype, param_dtype=param_dtype, tied=tied)
-    params = llama_params(checkpoint.tensor_getter(raw, path, _dequantize), config.num_layers, tied)
+    tree = llama_params(checkpoint.tensor_getter(raw, path, _dequantize), config.num_layers, tied)
     model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
-    checkpoint.assign(model, params, param_dtype)
+    checkpoint.assign(model, tree, param_dtype)
     return model, llama_tokenizer(reader)

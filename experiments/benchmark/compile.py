@@ -21,8 +21,8 @@ SECTION = "compile"
 
 def _loss_and_grad(cfg, depth: int):
     """value_and_grad of a next-token-style loss, and abstract params and tokens to compile it for."""
-    config = nn.TransformerConfig(num_layers=depth, features=cfg.features, num_heads=cfg.heads, vocab_size=64,
-                                  max_len=cfg.length, causal=True)
+    config = nn.TransformerConfig.create(num_layers=depth, features=cfg.features, num_heads=cfg.heads, vocab_size=64,
+                                         max_len=cfg.length, causal=True)
     # Shapes only: building the parameters eagerly would cost more than compiling.
     graphdef, params = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.length), jnp.int32)

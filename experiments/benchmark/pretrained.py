@@ -62,8 +62,8 @@ def forward_flops(model, batch: int, length: int) -> float:
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
     weights = sum(v.size for path, v in flat if path[-1] == "kernel")
     if config.head == "tied":
-        weights += config.vocab_size * config.features
-    attention = 4 * length * length * config.features * config.num_layers * (0.5 if config.causal else 1.0)
+        weights += config.vocab_size * config.block.features
+    attention = 4 * length * length * config.block.features * config.num_layers * (0.5 if config.causal else 1.0)
     return batch * (2 * weights * length + attention)
 
 

@@ -5,7 +5,7 @@ user would write for the same network: `flax.nnx.MultiHeadAttention`,
 `nnx.LayerNorm` and a two-layer GELU MLP per block, pre-LN, MLP width 4 D,
 learned positions, a causal mask from `nnx.make_causal_mask`, the blocks
 called in a Python loop, a final LayerNorm and a linear head
-(`FlaxTransformer` below). attnjax's model is `TransformerConfig(num_layers,
+(`FlaxTransformer` below). attnjax's model is `TransformerConfig.create(num_layers,
 features, num_heads, vocab_size, max_len=T, causal=True)` with its defaults
 (the 'skip_mlp' preset). The two must have the same number of parameters
 (checked before any timing).
@@ -69,8 +69,8 @@ class FlaxTransformer(nnx.Module):
 
 
 def attnjax_model(num_layers, features, num_heads, vocab_size, max_len, *, rngs):
-    config = nn.TransformerConfig(num_layers=num_layers, features=features, num_heads=num_heads,
-                                  vocab_size=vocab_size, max_len=max_len, causal=True)
+    config = nn.TransformerConfig.create(num_layers=num_layers, features=features, num_heads=num_heads,
+                                         vocab_size=vocab_size, max_len=max_len, causal=True)
     return nn.Transformer(config, rngs=rngs)
 
 

@@ -1,8 +1,8 @@
 """Benchmark section 'training': train-step throughput, mixed precision, seeds in one program.
 
-Config: `configs/benchmark.py`, `training`. Models come from
-`configs/rank_collapse.py` (the train sweep's causal setting, softmax
-attention), built by `experiments.models.make_trainer`.
+Config: `configs/benchmark.py`, `training`. Models are the rank-collapse
+study's training setting (causal recall, softmax attention; written out in
+that config as `run` and `seeds_run`), built by `experiments.models.make_trainer`.
 
 * Train step of the default rank-collapse model (`architecture`, `depth`,
   its `num_seeds` seeds): seconds per step and tokens/s, float32 and bf16
@@ -32,7 +32,6 @@ import time
 import jax
 
 from attnjax import training
-from configs import rank_collapse as rank_collapse_config
 from experiments import models
 from experiments.benchmark.util import interleaved_median_times, ratio_row
 
@@ -42,13 +41,14 @@ SEQUENTIAL = "sequential runs, one device"
 BATCH_SHARDED = "sequential runs, batch sharded over devices"
 
 
-def make_trainer(variant: str, architecture: str, depth: int, dtype: str = "float32"):
-    """(trainer, study config) of one rank-collapse training run."""
-    config = rank_collapse_config.get_config(variant)
-    config.model.dtype = dtype
-    trainer = models.make_trainer(config.model, config.train, models.make_task(config.task), architecture=architecture,
-                                  depth=depth, causal=bool(config.train_sweep.causal))
-    return trainer, config
+def make_trainer(run, architecture: str, depth: int, dtype: str = "float32"):
+    """(trainer, `run`) of one training run: `run` holds seed, num_seeds, causal and the task, model
+    and train blocks; the model computes in `dtype`."""
+    run = run.copy_and_resolve_references()
+    run.model.dtype = dtype
+    trainer = models.make_trainer(run.model, run.train, models.make_task(run.task), architecture=architecture,
+                                  depth=depth, causal=bool(run.causal))
+    return trainer, run
 
 
 @functools.cache
@@ -71,7 +71,7 @@ def step_rows(cfg) -> list[dict]:
     """Seconds per train step and tokens/s of the default model for each of `cfg.dtypes` (float32 first)."""
     calls, shapes = {}, {}
     for dtype in cfg.dtypes:
-        trainer, config = make_trainer(cfg.model_config, cfg.architecture, cfg.depth, dtype)
+        trainer, config = make_trainer(cfg.run, cfg.architecture, cfg.depth, dtype)
         runner = runner_for(trainer, training.seeds_mesh(config.num_seeds, trainer.batch_size))
         init_keys, data_keys = _keys(config, config.num_seeds)
         holder = {"state": runner.init(init_keys)}
@@ -114,7 +114,7 @@ def _sequential_seconds(runner, init_keys, data_keys, steps, steps_per_call) -> 
 
 def seeds_rows(cfg) -> list[dict]:
     """Seeds in one program against sequential runs (see the module docstring)."""
-    trainer, config = make_trainer(cfg.seeds_model_config, cfg.seeds_architecture, cfg.seeds_depth)
+    trainer, config = make_trainer(cfg.seeds_run, cfg.seeds_architecture, cfg.seeds_depth)
     seeds, batch = cfg.num_seeds, trainer.batch_size
     init_keys, data_keys = _keys(config, seeds)
     devices = jax.local_devices()

@@ -68,7 +68,7 @@ import numpy as np
 from jax import lax
 
 import attnjax
-from attnjax import training
+from attnjax import checks, training
 from attnjax.analysis import (
     dobrushin,
     path_product,
@@ -77,7 +77,7 @@ from attnjax.analysis import (
     stationary_distribution,
 )
 from attnjax.workdir import RunDir
-from experiments import models
+from experiments import architectures, models
 from experiments.power_iteration.dynamics import self_attention_dynamics
 
 HIGHEST = lax.Precision.HIGHEST
@@ -123,11 +123,6 @@ def precision_context(config):
 # Config -> runs (all validation happens here, before anything compiles)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def _check_number(name: str, value, low: float, high: float = math.inf) -> None:
     """`low < value < high`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
@@ -160,28 +155,28 @@ def _grid(config) -> list[RunSpec]:
 def specs(config) -> list[RunSpec]:
     """Every run of the study; raises ValueError on a bad config, before any compilation."""
     f, p, c = config.fixed, config.products, config.clusters
-    _check_int("seed", config.seed, 0)
+    checks.integer("seed", config.seed, 0)
     if not isinstance(config.float64, bool):
         raise ValueError(f"float64 must be True or False, got {config.float64!r}")
     _check_temperatures("fixed.temperatures", f.temperatures)
-    _check_int("fixed.num_matrices", f.num_matrices, 1)
-    _check_int("fixed.seq_len", f.seq_len, 2)
-    _check_int("fixed.head_dim", f.head_dim, 1)
-    _check_int("fixed.steps", f.steps, 2)
+    checks.integer("fixed.num_matrices", f.num_matrices, 1)
+    checks.integer("fixed.seq_len", f.seq_len, 2)
+    checks.integer("fixed.head_dim", f.head_dim, 1)
+    checks.integer("fixed.steps", f.steps, 2)
     _check_number("fixed.tolerance", f.tolerance, 0.0, 1.0)
-    models.check_architectures("products.architectures", p.architectures)
+    architectures.check_architectures("products.architectures", p.architectures)
     if len(set(p.architectures)) != len(p.architectures):
         raise ValueError(f"products.architectures must be distinct, got {tuple(p.architectures)}")
-    _check_int("products.num_seeds", p.num_seeds, 1)
-    _check_int("products.measure_batch_size", p.measure_batch_size, 1)
-    _check_int("products.train.steps", p.train.steps, 1)
-    _check_int("products.train.log_every", p.train.log_every, 1)
-    _check_int("products.train.eval_batches", p.train.eval_batches, 1)
+    checks.integer("products.num_seeds", p.num_seeds, 1)
+    checks.integer("products.measure_batch_size", p.measure_batch_size, 1)
+    checks.integer("products.train.steps", p.train.steps, 1)
+    checks.integer("products.train.log_every", p.train.log_every, 1)
+    checks.integer("products.train.eval_batches", p.train.eval_batches, 1)
     _check_temperatures("clusters.temperatures", c.temperatures)
-    _check_int("clusters.num_tokens", c.num_tokens, 2)
-    _check_int("clusters.dim", c.dim, 1)
-    _check_int("clusters.steps", c.steps, 1)
-    _check_int("clusters.num_seeds", c.num_seeds, 1)
+    checks.integer("clusters.num_tokens", c.num_tokens, 2)
+    checks.integer("clusters.dim", c.dim, 1)
+    checks.integer("clusters.steps", c.steps, 1)
+    checks.integer("clusters.num_seeds", c.num_seeds, 1)
     _check_number("clusters.threshold", c.threshold, 0.0, 1.0)
     grid = _grid(config)
     task = models.make_task(p.task)

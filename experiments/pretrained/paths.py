@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax import lax
 
 from attnjax import nn
@@ -24,15 +25,12 @@ HIGHEST = lax.Precision.HIGHEST
 
 
 def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
-    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters."""
-    attention, c = model.blocks.attention, model.config
-    if c.attention.fused_qkv:
-        raise ValueError("paths need separate value projections (fused_qkv=False)")
-    heads, kv_heads = c.num_heads, c.attention.kv_heads(c.num_heads)
-    head_dim = c.features // heads
-    value = attention.value.kernel[...].reshape(c.num_layers, c.features, kv_heads, head_dim)
-    out = attention.out.kernel[...].reshape(c.num_layers, heads, head_dim, c.features)
-    return jnp.swapaxes(value, 1, 2).astype(jnp.float32), out.astype(jnp.float32)
+    """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters
+    (separate or fused W_qkv, through `attnjax.nn.params`)."""
+    block = model.config.block
+    kernels = nn.params.attention_kernels(nnx.state(model, nnx.Param), block.num_heads, block.attention.num_kv_heads)
+    value = jnp.swapaxes(kernels["value"], 1, 2)  # [L, D, K, Dh] -> [L, K, D, Dh]
+    return value.astype(jnp.float32), kernels["out"].astype(jnp.float32)
 
 
 def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int):
@@ -89,7 +87,7 @@ def paths_run(config, spec, run: RunDir) -> list[dict]:
     model, tokenizer = load(config)
     p, c = config.paths, model.config
     lengths = tuple(int(k) for k in p.lengths)
-    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.num_heads, length=k,
+    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.block.num_heads, length=k,
                                num_paths=p.num_paths, max_length=max(lengths)) for k in lengths}
     value, out = value_output_maps(model)
     groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),

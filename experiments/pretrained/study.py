@@ -58,7 +58,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from attnjax import nn
+from attnjax import checks, nn
 from attnjax.analysis import (
     PATTERN_NAMES,
     classify_pattern,
@@ -92,7 +92,7 @@ from experiments.pretrained.corpus import (
 from experiments.pretrained.paths import paths_run
 
 HIGHEST = lax.Precision.HIGHEST
-# Surgery variants: the TransformerConfig fields they change.
+# Surgery variants: the BlockConfig fields they change (every layer).
 VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
             "attention_only": {"skip": False, "mlp": False}}
 # Heatmaps of the last layer: (reason, metric, pick the largest?).
@@ -116,17 +116,12 @@ class RunSpec:
 # Config -> runs (every check before anything loads or compiles)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def _check_ints(name: str, values, minimum: int, *, allow_empty: bool = False) -> None:
     values = tuple(values)
     if not values and not allow_empty:
         raise ValueError(f"{name} must name at least one value")
     for v in values:
-        _check_int(f"{name}: every value", v, minimum)
+        checks.integer(f"{name}: every value", v, minimum)
     if len(set(values)) != len(values):
         raise ValueError(f"{name} must be distinct, got {values}")
 
@@ -141,7 +136,7 @@ def _check_path(name: str, path, kind: str) -> None:
 
 def specs(config) -> list[RunSpec]:
     """Every run of the study; raises ValueError on a bad config, before anything loads."""
-    _check_int("seed", config.seed, 0)
+    checks.integer("seed", config.seed, 0)
     if config.model.name not in MODELS:
         raise ValueError(f"model.name must be one of {tuple(MODELS)}, got {config.model.name!r}")
     _check_path("model.path", config.model.path, "path")
@@ -149,17 +144,17 @@ def specs(config) -> list[RunSpec]:
     c = config.corpus
     if not config.text_file and (isinstance(c.modules, str) or not tuple(c.modules)):
         raise ValueError(f"corpus.modules must name at least one module, got {c.modules!r}")
-    _check_int("corpus.min_words", c.min_words, 1)
-    _check_int("corpus.max_words", c.max_words, c.min_words)
+    checks.integer("corpus.min_words", c.min_words, 1)
+    checks.integer("corpus.max_words", c.max_words, c.min_words)
     _check_ints("corpus.lengths", c.lengths, 3, allow_empty=True)
-    _check_int("corpus.sentences_per_length", c.sentences_per_length, 1)
+    checks.integer("corpus.sentences_per_length", c.sentences_per_length, 1)
     variants = tuple(config.variants)
     unknown = [v for v in variants if v not in VARIANTS]
     if not variants or unknown or len(set(variants)) != len(variants):
         raise ValueError(f"variants must be distinct names from {tuple(VARIANTS)}, got {variants}")
     _check_ints("paths.lengths", config.paths.lengths, 1)
-    _check_int("paths.num_paths", config.paths.num_paths, 1)
-    _check_int("paths.num_sentences", config.paths.num_sentences, 1)
+    checks.integer("paths.num_paths", config.paths.num_paths, 1)
+    checks.integer("paths.num_sentences", config.paths.num_sentences, 1)
     return [RunSpec("depth", v) for v in variants] + [RunSpec("paths")]
 
 
@@ -177,7 +172,7 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     changes = VARIANTS[variant]
     if not changes:
         return model
-    config = dataclasses.replace(model.config, **changes)
+    config = dataclasses.replace(model.config, block=dataclasses.replace(model.config.block, **changes))
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     pretrained = dict(nnx.to_flat_state(nnx.state(model)))
     subset = nnx.from_flat_state({path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)})
@@ -319,8 +314,8 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)
     means = {k: v if k in WORST else v / count for k, v in totals.items()}
-    c = base.config
-    rows = [{"metric": "model", "num_layers": c.num_layers, "num_heads": c.num_heads,
+    c = base.config.block
+    rows = [{"metric": "model", "num_layers": base.config.num_layers, "num_heads": c.num_heads,
              "num_kv_heads": c.attention.kv_heads(c.num_heads), "causal": causal, "norm": c.norm, "family": kind},
             {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
              "counts": [len(g.ids) for g in groups]}]

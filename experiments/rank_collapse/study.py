@@ -33,29 +33,13 @@ from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
 from attnjax.analysis.rank import residual_ratio
 from attnjax.workdir import RunDir
-from experiments import models
+from experiments import architectures, models
 
 KINDS = ("softmax", "linear")
 SWEEPS = ("init", "scale", "mask", "grad", "train")
-# Architectures of this study beyond the presets of `nn.ARCHITECTURES`: a
-# preset and the `TransformerConfig` fields that change it. With norm='pre'
-# and no skip a block is X -> SA(LN(X)): attention only, with the LayerNorm of
-# Dong et al.'s own code.
-STUDY_ARCHITECTURES = {"attention_only_ln": ("attention_only", {"norm": "pre"})}
-
-
-def architecture_fields(name: str) -> dict:
-    """The `TransformerConfig` switches of a preset or of a `STUDY_ARCHITECTURES` entry."""
-    if name in STUDY_ARCHITECTURES:
-        preset, overrides = STUDY_ARCHITECTURES[name]
-        return {**nn.architecture(preset), **overrides}
-    return nn.architecture(name)
-
-
-def is_attention_only(name: str) -> bool:
-    """Each layer is exactly X -> MHA(X) (no skip, MLP or norm): Dong et al.'s bound applies."""
-    fields = architecture_fields(name)
-    return not fields["skip"] and not fields["mlp"] and fields["norm"] is None
+# The switches of an architecture by name (the reports read them as this study's).
+architecture_fields = architectures.architecture
+is_attention_only = architectures.is_attention_only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +71,7 @@ def _check_sweep(name: str, sweep) -> None:
     for depth in sweep.depths:
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"{name}.depths must be positive ints, got {tuple(sweep.depths)}")
-    valid = (*nn.ARCHITECTURES, *STUDY_ARCHITECTURES)
-    for arch in sweep.architectures:
-        if arch not in valid:
-            raise ValueError(f"{name}.architectures: unknown {arch!r}; valid: {valid}")
+    architectures.check_architectures(f"{name}.architectures", sweep.architectures)
     for kind in sweep.attention_kinds:
         if kind not in KINDS:
             raise ValueError(f"{name}.attention_kinds: unknown {kind!r}; valid: {KINDS}")
@@ -130,13 +111,12 @@ def _normal_init(std: float):
 
 
 def make_trainer(config, spec: RunSpec, task, *, float64: bool = False) -> training.Trainer:
-    preset, overrides = STUDY_ARCHITECTURES.get(spec.architecture, (spec.architecture, {}))
-    overrides = dict(overrides)
+    overrides = {}
     if spec.embedding_std is not None:
         overrides["embedding_init"] = _normal_init(spec.embedding_std)
     if float64:
         overrides.update(dtype=jnp.float64, param_dtype=jnp.float64)
-    return models.make_trainer(config.model, config.train, task, architecture=preset, depth=spec.depth,
+    return models.make_trainer(config.model, config.train, task, architecture=spec.architecture, depth=spec.depth,
                                causal=spec.causal, temperature=spec.temperature, kind=spec.kind,
                                overrides=overrides)
 
@@ -220,8 +200,8 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
     and `dong/residual` `[B, L + 1]` (absolute and relative composite-norm
     residuals, per example).
     """
-    attention = params["blocks"]["attention"]
-    kernel = lambda name: attention[name]["kernel"][...]  # noqa: E731  [L, ...]
+    kernels = nn.params.attention_params(params, num_heads)  # fused or separate W_qkv alike
+    kernel = lambda name: kernels[name]["kernel"]  # noqa: E731  [L, F, H Dh] ([L, H Dh, F] for 'out')
     w_qk, w_v = jax.vmap(functools.partial(collapse.head_matrices, num_heads=num_heads))(
         kernel("query"), kernel("key"), kernel("value"), kernel("out"))
     head_dim = kernel("query").shape[-1] // num_heads
@@ -239,13 +219,14 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
     One program per run; the gradient norms roughly double its compile time,
     so only sweeps with `grad_norms` compute them.
     """
-    config = trainer.model_config
+    block = trainer.model_config.block
 
     def probe(key, inputs, batch):
         state = trainer.init(key, with_optimizer=False)
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
-        norms = training.grad_norms(trainer.gradients(state, batch)[1]) if with_grads else {}
-        extra = (_dong_metrics(state.params, inter["hidden"], config.num_heads, config.attention.temperature)
+        grads = trainer.gradients(state, batch)[1]
+        norms = training.grad_norms(grads, block.num_heads, block.attention.num_kv_heads) if with_grads else {}
+        extra = (_dong_metrics(state.params, inter["hidden"], block.num_heads, block.attention.temperature)
                  if dong else {})
         return inter["hidden"], inter["attention"], norms, extra
 
@@ -296,7 +277,7 @@ def _paths_fn(trainer: training.Trainer, num_paths: int):
     num_layers = config.num_layers
 
     def one_length(key, attention, length):
-        paths = collapse.sample_paths(key, num_layers=num_layers, num_heads=config.num_heads, length=length,
+        paths = collapse.sample_paths(key, num_layers=num_layers, num_heads=config.block.num_heads, length=length,
                                       num_paths=num_paths, num_examples=attention.shape[1])
         products = collapse.path_products(attention, paths["layers"], paths["heads"], paths["examples"])
         return rank_one_residual(products).best

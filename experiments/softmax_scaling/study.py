@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attnjax
+from attnjax import checks
 from attnjax.workdir import RunDir
 
 Array = jax.Array
@@ -70,14 +71,6 @@ class RunSpec:
 # Config checks (before any compute)
 
 
-def _check_int(config, name: str, minimum: int) -> None:
-    value = config[name]
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise ValueError(f"config.{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"config.{name} must be >= {minimum}, got {value}")
-
-
 def _check_fraction(config, name: str, upper: float) -> None:
     value = config[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < upper:
@@ -94,12 +87,12 @@ def specs(config) -> list[RunSpec]:
             raise ValueError(f"config.dims: every d_k must be an int >= 1, got {d!r} in {tuple(dims)}")
     if len(set(dims)) != len(dims):
         raise ValueError(f"config.dims has repeated values: {tuple(dims)}")
-    _check_int(config, "seed", 0)
-    _check_int(config, "num_samples", 2)
-    _check_int(config, "num_keys", 2)
-    _check_int(config, "saturation_samples", 1)
-    _check_int(config, "decay_fit_min_dim", 1)
-    _check_int(config, "chunk_size", 1)
+    checks.integer("config.seed", config.seed, 0)
+    checks.integer("config.num_samples", config.num_samples, 2)
+    checks.integer("config.num_keys", config.num_keys, 2)
+    checks.integer("config.saturation_samples", config.saturation_samples, 1)
+    checks.integer("config.decay_fit_min_dim", config.decay_fit_min_dim, 1)
+    checks.integer("config.chunk_size", config.chunk_size, 1)
     _check_fraction(config, "variance_tolerance", 1.0)
     _check_fraction(config, "saturation_tolerance", math.inf)
     return [RunSpec(None)] + [RunSpec(int(d)) for d in sorted(dims)]

@@ -1,0 +1,69 @@
+"""Autoregressive generation of a causal `Transformer` as one jitted program.
+
+`Transformer.generate(prompt_tokens, max_new_tokens, key=, temperature=)`
+checks its arguments (`check_generate`) and calls `generate`: the prompt
+`[B, P]` is prefilled as one chunk into fresh caches of length
+P + max_new_tokens, then tokens are decoded one at a time in a `lax.scan`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnjax import checks
+
+Array = jax.Array
+
+
+def check_generate(config, prompt_tokens, max_new_tokens, key, temperature) -> None:
+    """`Transformer.generate`'s checks, before any compute: a causal token model whose head predicts
+    tokens, integer prompts `[B, P]`, a key to sample with, room in a learned position table."""
+    if (config.vocab_size is None or config.head is None or config.out_features != config.vocab_size
+            or not config.causal):
+        raise ValueError("generate needs a causal token model whose head predicts tokens "
+                         f"(causal={config.causal}, vocab_size={config.vocab_size}, "
+                         f"output_features={config.out_features})")
+    if not hasattr(prompt_tokens, "ndim") or prompt_tokens.ndim != 2 or not jnp.issubdtype(
+            prompt_tokens.dtype, jnp.integer):
+        raise ValueError(f"prompt_tokens must be integer tokens [B, P], got {type(prompt_tokens).__name__} "
+                         f"of dtype {getattr(prompt_tokens, 'dtype', None)}, shape {jnp.shape(prompt_tokens)}")
+    checks.positive_int("max_new_tokens", max_new_tokens)
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    if temperature > 0 and not isinstance(key, jax.Array):
+        raise ValueError(f"sampling (temperature={temperature}) needs key=, a PRNG key; got {key!r}")
+    total = prompt_tokens.shape[1] + max_new_tokens
+    if config.positions == "learned" and total > config.max_len:
+        raise ValueError(f"prompt_tokens of shape {prompt_tokens.shape} plus max_new_tokens={max_new_tokens} "
+                         f"exceed max_len {config.max_len}")
+
+
+def _next_token(logits: Array, key: Optional[Array], step, temperature: float) -> Array:
+    """logits `[B, V]` -> tokens `[B]`: argmax (temperature 0) or a sample with fold_in(key, step)."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1)
+    return jax.random.categorical(jax.random.fold_in(key, step), logits / temperature, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature"))
+def generate(graphdef, state, prompt, key, *, max_new_tokens: int, temperature: float) -> Array:
+    """`Transformer.generate` as one program: prefill, then a scan over steps carrying the model state."""
+    model = nnx.merge(graphdef, state)
+    model.init_cache(prompt.shape[0], prompt.shape[1] + max_new_tokens)
+    logits = model(prompt, decode=True, deterministic=True)
+    first = _next_token(logits[:, -1], key, 0, temperature).astype(prompt.dtype)
+    graphdef, state = nnx.split(model)
+
+    def step(carry, t):
+        state, token = carry
+        model = nnx.merge(graphdef, state)
+        logits = model(token[:, None], decode=True, deterministic=True)
+        token = _next_token(logits[:, -1], key, t, temperature).astype(prompt.dtype)
+        return (nnx.state(model), token), token
+
+    _, tokens = jax.lax.scan(step, (state, first), jnp.arange(1, max_new_tokens))
+    return jnp.concatenate([prompt, first[:, None], tokens.T], axis=1)
