@@ -142,7 +142,8 @@ def submit(study: study_lib.Study, config, workdir: str, *, launcher: str, jobs:
             try:
                 job.result()
             except Exception as error:  # noqa: BLE001 - a job's failure is reported, then the others waited for
-                failed.append(f"job {job.job_id} ({', '.join(share)}): {str(error).strip().splitlines()[-1]}")
+                last_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+                failed.append(f"job {job.job_id} ({', '.join(share)}): {last_line}")
         if failed:
             left = [spec.run_id for spec in specs if not wd.is_done(spec.run_id)]
             raise RuntimeError(f"{len(failed)} of {len(shares)} jobs failed: {'; '.join(failed)}. "
