@@ -35,7 +35,7 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
 import jax
 
@@ -157,12 +157,17 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
-def _run_missing(study: Study, config, specs: list, wd: Workdir, progress: Callable[[str], None]) -> None:
-    """Run every spec without a record, in order, recording each as it finishes."""
+def _run_missing(study: Study, config, specs: list, wd: Workdir, progress: Callable[[str], None],
+                 share: Optional[list] = None) -> None:
+    """Run every spec of `share` (default: all `specs`) without a record, in order, recording each as it finishes."""
     done = sum(wd.is_done(spec.run_id) for spec in specs)
     progress(f"{study.name}: {len(specs)} runs ({done} already done), jax backend {jax.default_backend()}")
-    clock = _Clock(len(specs), done, progress)
-    for spec in (s for s in specs if not wd.is_done(s.run_id)):
+    pool = specs if share is None else share
+    todo = [s for s in pool if not wd.is_done(s.run_id)]
+    if share is not None:
+        progress(f"this job's share: {len(share)} runs ({len(share) - len(todo)} already done)")
+    clock = _Clock(len(pool), len(pool) - len(todo), progress)
+    for spec in todo:
         clock.begin(spec.run_id)
         run_dir = wd.run_dir(spec.run_id, progress)
         rows = study.run_one(spec, config, run_dir)
@@ -200,8 +205,8 @@ def _write_outputs(study: Study, summary: dict, wd: Workdir, progress: Callable[
     progress(f"report: {path}")
 
 
-def run(study: Study, config, workdir: str, *, progress: Callable[[str], None] = print) -> dict:
-    """Run (or resume) `study` with `config` in `workdir`; returns the summary as written to summary.json.
+def prepare(study: Study, config, workdir: str) -> tuple[list, Workdir]:
+    """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
     touched or anything compiles.
@@ -210,7 +215,40 @@ def run(study: Study, config, workdir: str, *, progress: Callable[[str], None] =
     _check_specs(specs)
     wd = Workdir(workdir)
     wd.write_config(config.to_dict())
-    _run_missing(study, config, specs, wd, progress)
+    return specs, wd
+
+
+def write_outputs_if_done(study: Study, config, specs: list, wd: Workdir,
+                          progress: Callable[[str], None]) -> Optional[dict]:
+    """The summary, figures and report once every spec has a record (returns the summary); else None,
+    with a progress line naming the runs left."""
+    left = [spec.run_id for spec in specs if not wd.is_done(spec.run_id)]
+    if left:
+        progress(f"{study.name}: {len(left)} of {len(specs)} runs not done yet ({', '.join(left)}); "
+                 f"summary, report and figures are written when every run is done")
+        return None
+    wd.write_metrics()  # jobs finishing together may have raced on it; every record is in now
     summary = _summary(study, config, specs, wd)
     _write_outputs(study, summary, wd, progress)
     return summary
+
+
+def run(study: Study, config, workdir: str, *, progress: Callable[[str], None] = print,
+        run_ids: Optional[Collection[str]] = None, write_outputs: bool = True) -> Optional[dict]:
+    """Run (or resume) `study` with `config` in `workdir`; returns the summary as written to summary.json.
+
+    With `run_ids` (one job's share, `attnjax.launch`), only those runs are
+    done; the outputs are written, and the summary returned, only if every
+    run of the study then has a record (else None). `write_outputs=False`
+    leaves them to the caller (a job array's submitting process). Every check
+    of the config happens before the workdir is touched or anything compiles.
+    """
+    specs, wd = prepare(study, config, workdir)
+    share = None
+    if run_ids is not None:
+        unknown = set(run_ids) - {spec.run_id for spec in specs}
+        if unknown:
+            raise ValueError(f"run_ids {sorted(unknown)} are not runs of {study.name}")
+        share = [spec for spec in specs if spec.run_id in set(run_ids)]
+    _run_missing(study, config, specs, wd, progress, share)
+    return write_outputs_if_done(study, config, specs, wd, progress) if write_outputs else None

@@ -299,14 +299,16 @@ class SeedsRunner:
         def body(state, inputs):
             return jax.vmap(self.trainer.step)(state, *inputs)
 
-        return jax.lax.scan(body, state, (batches,) if keys is None else (batches, keys))
+        state, metrics = jax.lax.scan(body, state, (batches,) if keys is None else (batches, keys))
+        # Replicated, so every process can read them when the mesh spans several (they are small).
+        return state, jax.lax.with_sharding_constraint(metrics, NamedSharding(self.mesh, P()))
 
     def train(self, state: TrainState, data_keys: Array, num_steps: int) -> tuple[TrainState, dict]:
         """`num_steps` steps for every seed; returns the state and metrics `[K, S]`.
 
         A model with dropout drops with `dropout_keys` of the batch keys, so a
         resumed run draws the same masks as an uninterrupted one."""
-        start = int(np.asarray(state.step).reshape(-1)[0])
+        start = int(np.asarray(state.step.addressable_shards[0].data).reshape(-1)[0])  # the same for every seed
         keys = batch_keys(data_keys, start, num_steps)
         batches = self._batches(keys)
         return self._train(state, batches, dropout_keys(keys) if self.trainer.has_dropout else None)

@@ -24,6 +24,7 @@ import io
 import json
 import math
 import os
+import socket
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -59,7 +60,7 @@ def json_form(value: Any) -> Any:
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write `data` to `path` via a temporary file in the same directory and an atomic rename."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"  # jobs on several hosts may share the workdir
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -167,6 +168,10 @@ class Workdir:
         twice and a resumed sweep writes the same file as an uninterrupted one.
         """
         atomic_write_json(self.run_record_path(run_id), {**record, "metrics": list(metrics)})
+        self.write_metrics()
+
+    def write_metrics(self) -> None:
+        """Rebuild metrics.jsonl from every finished run's record, in run order."""
         lines = [dumps(row) for row in self.read_metrics()]
         atomic_write_text(self.file("metrics.jsonl"), "".join(line + "\n" for line in lines))
 
