@@ -39,7 +39,7 @@ def main(out: str, num_processes: int, process_id: int, port: int) -> None:
                                    initialization_timeout=60)
     from attnjax import nn, training
 
-    config = nn.TransformerConfig(num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8)
+    config = nn.TransformerConfig.create(num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8)
     optimizer = training.OptimizerConfig(learning_rate=3e-3, warmup_steps=2, total_steps=6)
     trainer = training.Trainer(config, optimizer, CopyTask(), batch_size=8)
     mesh = training.seeds_mesh(2, 8, jax.devices())  # every process's devices
