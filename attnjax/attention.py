@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+import einops
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -294,25 +295,24 @@ def _attention(query, key, value, mask=None, bias=None, keep=None, *, scale, tem
     (boolean) is the dropout draw: the output uses weights * keep / (1 -
     dropout_rate); the returned weights are the softmax's.
     """
-    *batch, t, num_heads, _ = query.shape
-    num_kv_heads = key.shape[-2]
+    group = query.shape[-2] // key.shape[-2]
     dtype = jnp.promote_types(query.dtype, jnp.float32)
-    q = jnp.swapaxes(query, -3, -2)
-    q = jnp.reshape(q, (*batch, num_kv_heads, num_heads // num_kv_heads) + q.shape[-2:])  # [..., K, G, T, D]
-    k, v = jnp.swapaxes(key, -3, -2), jnp.swapaxes(value, -3, -2)  # [..., K, S, D], [..., K, S, Dv]
+    # Swap, then split (and merge, then swap): one 5-D transpose compiles to another program.
+    q = einops.rearrange(jnp.swapaxes(query, -3, -2), "... (k g) t d -> ... k g t d", g=group)
+    k, v = (einops.rearrange(x, "... s k d -> ... k s d") for x in (key, value))
     logits = jnp.einsum("...kgtd,...ksd->...kgts", q, k, preferred_element_type=dtype)
-    logits = jnp.reshape(logits, (*batch, num_heads) + logits.shape[-2:]) * jnp.asarray(scale, dtype)
+    logits = einops.rearrange(logits, "... k g t s -> ... (k g) t s") * jnp.asarray(scale, dtype)
     mask, bias, keep = (None if x is None else jnp.reshape(x, (1,) * (logits.ndim - x.ndim) + x.shape)
                         for x in (mask, bias, keep))
     if bias is not None:
         logits = logits + bias.astype(dtype)
     weights = softmax_with_temperature(logits, temperature, mask=mask)  # [..., H, T, S]
     mixing = weights if keep is None else jnp.where(keep, weights, jnp.zeros_like(weights))
-    mixing = jnp.reshape(mixing.astype(v.dtype), q.shape[:-1] + mixing.shape[-1:])
+    mixing = einops.rearrange(mixing.astype(v.dtype), "... (k g) t s -> ... k g t s", g=group)
     out = jnp.einsum("...kgts,...ksd->...kgtd", mixing, v, preferred_element_type=dtype)  # [..., K, G, T, Dv]
     if keep is not None:
         out = out / jnp.asarray(1.0 - dropout_rate, dtype)  # on [T, Dv], not on the [T, S] weights
-    out = jnp.reshape(out, (*batch, num_heads, t, out.shape[-1]))
+    out = einops.rearrange(out, "... k g t e -> ... (k g) t e")
     return jnp.swapaxes(out, -3, -2).astype(value.dtype), weights
 
 

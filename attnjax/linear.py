@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
 
+import einops
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,7 +136,7 @@ def _features(q, k, feature_map, keep=None):
 
 def _group_queries(x: Array, num_kv_heads: int) -> Array:
     """`[..., H, X]` -> `[..., K, G, X]` (query head h = k * G + g)."""
-    return jnp.reshape(x, x.shape[:-2] + (num_kv_heads, x.shape[-2] // num_kv_heads, x.shape[-1]))
+    return einops.rearrange(x, "... (k g) x -> ... k g x", k=num_kv_heads)
 
 
 def _normalise(num: Array, den: Array, eps: float) -> Array:
@@ -164,7 +165,7 @@ def _linear_noncausal(q, k, v, feature_map, eps, valid):
     num = jnp.einsum("...tkgm,...kme->...tkge", phi_q, kv)
     den = jnp.einsum("...tkgm,...km->...tkg", phi_q, z)
     out = _normalise(num, den, eps)  # [..., T, K, G, Dv]
-    return jnp.reshape(out, out.shape[:-3] + (q.shape[-2], v.shape[-1]))
+    return einops.rearrange(out, "... k g e -> ... (k g) e")
 
 
 # --------------------------------------------------------------------------
@@ -177,21 +178,14 @@ def _linear_noncausal(q, k, v, feature_map, eps, valid):
 
 def _to_chunks(x: Array, chunk: int) -> Array:
     """`[..., T, h, X]` -> `[N, ..., h, C, X]`, zero-padding T up to N * C."""
-    batch_rank = x.ndim - 3
-    num_chunks = -(-x.shape[-3] // chunk)
-    x = jnp.pad(x, [(0, 0)] * batch_rank + [(0, num_chunks * chunk - x.shape[-3]), (0, 0), (0, 0)])
-    x = jnp.reshape(x, x.shape[:-3] + (num_chunks, chunk) + x.shape[-2:])
-    order = (batch_rank,) + tuple(range(batch_rank)) + (batch_rank + 2, batch_rank + 1, batch_rank + 3)
-    return jnp.transpose(x, order)
+    padding = -x.shape[-3] % chunk
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [(0, padding), (0, 0), (0, 0)])
+    return einops.rearrange(x, "... (n c) h x -> n ... h c x", c=chunk)
 
 
 def _from_chunks(x: Array, length: int) -> Array:
     """`[N, ..., h, C, X]` -> `[..., T, h, X]`, dropping padding beyond `length`."""
-    batch_rank = x.ndim - 4
-    order = tuple(range(1, batch_rank + 1)) + (0, batch_rank + 2, batch_rank + 1, batch_rank + 3)
-    x = jnp.transpose(x, order)
-    x = jnp.reshape(x, x.shape[:-4] + (-1,) + x.shape[-2:])
-    return x[..., :length, :, :]
+    return einops.rearrange(x, "n ... h c x -> ... (n c) h x")[..., :length, :, :]
 
 
 def _align_causal_keys(k: Array, v: Array, valid: Optional[Array], q_len: int):
@@ -236,7 +230,7 @@ def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
     k, v, valid = _align_causal_keys(k, v, valid, length)
     chunk = min(chunk_size, length)
     q = _to_chunks(q, chunk)  # [N, ..., H, C, D]
-    q = jnp.reshape(q, q.shape[:-3] + (num_kv_heads, group * chunk, q.shape[-1]))  # rows (g, c)
+    q = einops.rearrange(q, "... (k g) c d -> ... k (g c) d", k=num_kv_heads)  # rows (g, c)
     k, v = _to_chunks(k, chunk), _to_chunks(v, chunk)  # [N, ..., K, C, D|Dv]
     keep = _to_chunks(valid[..., None, None], chunk)  # [N, ..., 1, C, 1]; padding is invalid
     phi_q, phi_k = _features(q, k, feature_map, keep)
@@ -249,8 +243,7 @@ def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
     num = jnp.einsum("...rc,...ce->...re", scores, v) + num_carried
     den = jnp.sum(scores, axis=-1) + den_carried
     out = _normalise(num, den, eps)  # [N, ..., K, G*C, Dv]
-    out = jnp.reshape(out, out.shape[:-3] + (num_heads, chunk, out.shape[-1]))
-    return _from_chunks(out, length)
+    return _from_chunks(einops.rearrange(out, "... k (g c) e -> ... (k g) c e", g=group), length)
 
 
 # --------------------------------------------------------------------------
@@ -340,7 +333,7 @@ def linear_attention_weights(
         causal = _expand(masks_lib.causal_mask(query.shape[-3], key.shape[-3]), scores.ndim)
         scores = jnp.where(causal, scores, jnp.zeros_like(scores))
     weights = _normalise(scores, jnp.sum(scores, axis=-1), eps)  # rows over s
-    return jnp.reshape(weights, weights.shape[:-4] + (query.shape[-2],) + weights.shape[-2:])
+    return einops.rearrange(weights, "... k g t s -> ... (k g) t s")
 
 
 # --------------------------------------------------------------------------
@@ -437,7 +430,6 @@ def linear_attention_step(
     q = _group_queries(phi_q, k_t.shape[-2])  # [..., K, G, M]
     num = jnp.einsum("...kgm,...kme->...kge", q, kv)
     den = jnp.einsum("...kgm,...km->...kg", q, normalizer)
-    out = _normalise(num, den, eps)
-    out = jnp.reshape(out, out.shape[:-3] + (q_t.shape[-2], v_t.shape[-1]))
+    out = einops.rearrange(_normalise(num, den, eps), "... k g e -> ... (k g) e")
     new_state = LinearAttentionState(kv.astype(state.kv.dtype), normalizer.astype(state.normalizer.dtype))
     return new_state, out.astype(v_t.dtype)

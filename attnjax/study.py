@@ -7,8 +7,9 @@ and progress. A `Study` is six functions:
   values raise `ValueError` here, before anything compiles). A spec is a
   frozen dataclass with a `run_id` property (a file name).
 * `run_one(spec, config, run) -> rows`: measure one run. `run` is a
-  `workdir.RunDir` (scratch directory for checkpoints, `run.partial()` for
-  the rows saved with them, `run.log` for progress lines). Rows are flat
+  `workdir.RunDir` (scratch directory for checkpoints, where a
+  `training.Checkpointer` saves the rows with the state, `run.log` for
+  progress lines). Rows are flat
   dicts of structured fields (`{"phase": "train", "step": 20, "seed": 0,
   "metric": "loss", "value": 1.7}`), never keys to be split later; they must
   not repeat the spec's fields, which the runner adds.

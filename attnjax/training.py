@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attnjax import nn
+from attnjax.workdir import json_form
 
 Array = jax.Array
 
@@ -329,30 +330,57 @@ class SeedsRunner:
 
 
 class Checkpointer:
-    """Orbax checkpoints of a `TrainState` pytree in `directory` (the latest two kept)."""
+    """Orbax checkpoints of a run in `directory`: its `TrainState` and the rows measured so far.
+
+    Each `save(step, state)` is ONE orbax step holding two items, `state` (the
+    pytree, `StandardSave`) and `rows` (`self.rows` as JSON, `JsonSave`); the
+    latest two steps are kept. Rows and state are atomic together: orbax writes
+    a step's items into a temporary directory and renames it to its final name
+    only once every item is written (its step finalisation). A run killed
+    during a save leaves no step (the temporary one is never listed, and a
+    later save of that step replaces it), so every listed step holds the state of that
+    step and the rows measured up to it: a resumed run loses and repeats no row.
+
+    `rows` is the run's list of JSON-able row dicts: a study appends to it
+    before each save (`fit`'s `on_log`), and `restore` replaces it with the
+    rows of the step it restores.
+    """
 
     def __init__(self, directory: str):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
         options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False)
-        self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options)
+        self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options,
+                                             item_names=("state", "rows"))
+        self.rows: list[dict] = []
 
     def latest_step(self) -> Optional[int]:
         return self.manager.latest_step()
 
     def save(self, step: int, state: TrainState) -> None:
-        self.manager.save(step, args=self._ocp.args.StandardSave(state))
+        """Save `state` and `self.rows` as one orbax step `step` (synchronously)."""
+        args = self._ocp.args
+        self.manager.save(step, args=args.Composite(state=args.StandardSave(state),
+                                                    rows=args.JsonSave(json_form(self.rows))))
         self.manager.wait_until_finished()
 
     def all_steps(self) -> list[int]:
         return list(self.manager.all_steps())
 
     def restore(self, like: TrainState, step: Optional[int] = None) -> TrainState:
-        """Restore checkpoint `step` (default: the latest) into the structure and shardings of `like`."""
+        """State of checkpoint `step` (default: the latest), in the structure and shardings of `like`;
+        `self.rows` becomes the rows saved in the same step."""
         step = self.manager.latest_step() if step is None else step
+        if step is None or step not in self.manager.all_steps():
+            raise ValueError(f"no checkpoint of step={step} in {self.manager.directory}; "
+                             f"saved steps: {self.all_steps()}")
+        args = self._ocp.args
         abstract = jax.tree.map(self._ocp.utils.to_shape_dtype_struct, like)
-        return self.manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
+        restored = self.manager.restore(step, args=args.Composite(state=args.StandardRestore(abstract),
+                                                                  rows=args.JsonRestore()))
+        self.rows = list(restored.rows)
+        return restored.state
 
     def close(self) -> None:
         self.manager.close()
@@ -373,8 +401,9 @@ def fit(
 
     After each call: `on_log(step, state, metrics)` with metrics averaged over
     the K steps (arrays `[S]`), a progress line, and a checkpoint if a
-    checkpointer is given (so a killed run resumes from the last multiple of
-    `log_every`).
+    checkpointer is given: the state with the checkpointer's rows, which
+    `on_log` may have extended, in one step (so a killed run resumes from the
+    last multiple of `log_every` with the rows measured up to it).
     """
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")

@@ -88,37 +88,16 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
-class PartialRun:
-    """The rows an unfinished run has measured and the training step they reach.
-
-    Saved (atomically, to `path`) right after each training checkpoint, so a
-    resumed run restores the checkpoint of `step` and keeps these rows: no
-    measurement is lost or repeated. `step` is None before the first save.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        saved = read_json(path) if os.path.exists(path) else {"step": None, "rows": []}
-        self.step, self.rows = saved["step"], saved["rows"]
-
-    def save(self, step: int) -> None:
-        atomic_write_json(self.path, {"step": step, "rows": self.rows})
-        self.step = step
-
-
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     """What a study's `run_one` gets from the runner: its run id, a scratch
-    directory for checkpoints (kept until the run is recorded, then removed),
-    and the progress log."""
+    directory for checkpoints (kept until the run is recorded, then removed;
+    `training.Checkpointer(run.path)` saves the rows measured so far with each
+    state), and the progress log."""
 
     run_id: str
     path: str
     log: Callable[[str], None] = print
-
-    def partial(self) -> PartialRun:
-        """This run's saved rows and step (see `PartialRun`)."""
-        return PartialRun(os.path.join(self.path, "progress.json"))
 
 
 class Workdir:

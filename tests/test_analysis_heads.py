@@ -1,4 +1,5 @@
 """Per-head statistics: entropy, distance, redundancy, pattern classes."""
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -183,7 +184,7 @@ FUNCTIONS = {
 def test_vmap_agrees_with_batched_call(name):
     fn = FUNCTIONS[name]
     w = softmax_heads(6, (3, 2, 5, 5), dtype=np.float32)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6), jax.vmap(fn)(w), fn(w))
+    chex.assert_trees_all_close(jax.vmap(fn)(w), fn(w), rtol=1e-6)
 
 
 def test_float32_without_x64():

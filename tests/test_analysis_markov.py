@@ -1,5 +1,6 @@
 """Markov-chain view of attention: known answers, NumPy float64 references,
 hypothesis properties on random stochastic matrices, jit/vmap, errors."""
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -337,7 +338,7 @@ def test_vmap_agrees_with_batched_call(name):
     # the public functions are jax.jit-compiled themselves; vmap must see the same maths
     fn = FUNCTIONS[name]
     a = softmax_chain(12, (4, 5, 5), dtype=np.float32)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), jax.vmap(fn)(a), fn(a))
+    chex.assert_trees_all_close(jax.vmap(fn)(a), fn(a), rtol=1e-5, atol=1e-6)
 
 
 def test_path_product_under_jit_and_vmap():

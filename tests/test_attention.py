@@ -1,5 +1,6 @@
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,7 +105,7 @@ def test_matches_jax_nn_dot_product_attention(causal, num_kv, return_weights):
 def test_different_query_and_key_lengths_and_value_dim():
     q, k, v = qkv(8, (2,), 7, 11, 4, 2, 8, dv=5)
     out, w = attnjax.dot_product_attention(q, k, v, return_weights=True)
-    assert out.shape == (2, 7, 4, 5) and w.shape == (2, 4, 7, 11)
+    chex.assert_shape([out, w], [(2, 7, 4, 5), (2, 4, 7, 11)])
     ref_out, _ = softmax_attention(q, k, v)
     np.testing.assert_allclose(out, ref_out, atol=1e-5)
 
@@ -259,10 +260,21 @@ def test_public_function_gradients_match_finite_differences(return_weights):
 # ------------------------------------------------------------- composition
 
 
-def test_composes_with_jit_vmap_and_grad():
+class TestComposesWithJit(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_same_numbers_with_and_without_jit(self):
+        """GQA with a mask and causal, against the float64 reference."""
+        q, k, v = qkv(23, (4,), 8, 8, 4, 2, 4)
+        mask = random_mask(29, (4, 1, 8, 8))
+        fn = self.variant(functools.partial(attnjax.dot_product_attention, is_causal=True, return_weights=True))
+        causal = np.tril(np.ones((8, 8), bool))
+        chex.assert_trees_all_close(fn(q, k, v, mask=mask), softmax_attention(q, k, v, mask=np.asarray(mask) & causal),
+                                    atol=1e-5)
+
+
+def test_composes_with_vmap_and_grad():
     q, k, v = qkv(23, (4,), 8, 8, 2, 2, 4)
     fn = functools.partial(attnjax.dot_product_attention, is_causal=True)
-    np.testing.assert_allclose(jax.jit(fn)(q, k, v), fn(q, k, v), atol=1e-6)
     np.testing.assert_allclose(jax.vmap(fn)(q, k, v), fn(q, k, v), atol=1e-6)
     g = jax.jit(jax.grad(lambda q: jnp.sum(fn(q, k, v))))(q)
     assert g.shape == q.shape and np.all(np.isfinite(g))
@@ -305,7 +317,7 @@ def test_articles_example_runs_and_rows_sum_to_one():
     x = jax.random.normal(jax.random.key(26), (2, 10, 512), jnp.float32)
     heads = x.reshape(2, 10, 8, 64)
     out, w = attnjax.dot_product_attention(heads, heads, heads, return_weights=True)
-    assert out.shape == (2, 10, 8, 64) and w.shape == (2, 8, 10, 10)
+    chex.assert_shape([out, w], [(2, 10, 8, 64), (2, 8, 10, 10)])
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
 
 

@@ -7,6 +7,7 @@ op-by-op dispatch, which keeps this file fast.
 """
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -328,8 +329,9 @@ def test_recurrent_step_shapes_and_state():
     state = linear.init_state((3,), 2, 8, 5, jnp.float64)
     step = jax.jit(functools.partial(linear.linear_attention_step, feature_map=features.elu_plus_one))
     new_state, out = step(state, q[:, 0], k[:, 0], v[:, 0])
-    assert out.shape == (3, 4, 5) and out.dtype == jnp.float64
-    assert new_state.kv.shape == (3, 2, 8, 5) and new_state.normalizer.shape == (3, 2, 8)
+    chex.assert_shape(out, (3, 4, 5))
+    chex.assert_shape([new_state.kv, new_state.normalizer], [(3, 2, 8, 5), (3, 2, 8)])
+    chex.assert_type([out, new_state.kv, new_state.normalizer], jnp.float64)
     # After one step each head's output is exactly its value (the only key).
     np.testing.assert_allclose(out, np.repeat(v[:, 0], 2, axis=-2), rtol=1e-12)
 

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from attnjax import study as study_lib
-from attnjax import training, workdir
+from attnjax import training
 from configs import rank_collapse as config_lib
 from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
@@ -100,38 +100,22 @@ def _run(path, progress=lambda line: None):
 
 def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch):
     _with_finished_init_runs(run, tmp_path)
-    real_save = workdir.PartialRun.save
-
-    def save_then_die(self, step):
-        real_save(self, step)
-        if step == 2:
-            raise KeyboardInterrupt("simulated kill after the first checkpoint")
-
-    monkeypatch.setattr(workdir.PartialRun, "save", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path)
-    assert (tmp_path / "checkpoints" / TRAIN_RUN).exists()
-    monkeypatch.setattr(workdir.PartialRun, "save", real_save)
-    messages = []
-    assert _run(tmp_path, messages.append) == run.summary
-    assert any("resumed from step 2" in m for m in messages)
-    assert not (tmp_path / "checkpoints" / TRAIN_RUN).exists()
-
-
-def test_kill_between_checkpoint_and_progress_restarts_the_run_cleanly(run, tmp_path, monkeypatch):
-    _with_finished_init_runs(run, tmp_path)
     real_save = training.Checkpointer.save
 
     def save_then_die(self, step, state):
         real_save(self, step, state)
         if step == 2:
-            raise KeyboardInterrupt("simulated kill between the two saves")
+            raise KeyboardInterrupt("simulated kill after the first checkpoint")
 
     monkeypatch.setattr(training.Checkpointer, "save", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path)
+    assert (tmp_path / "checkpoints" / TRAIN_RUN).exists()
     monkeypatch.setattr(training.Checkpointer, "save", real_save)
-    assert _run(tmp_path) == run.summary
+    messages = []
+    assert _run(tmp_path, messages.append) == run.summary
+    assert any("resumed from step 2" in m for m in messages)
+    assert not (tmp_path / "checkpoints" / TRAIN_RUN).exists()
 
 
 def test_config_variants():

@@ -1,5 +1,6 @@
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,19 +24,14 @@ def _synthetic_tasks():
     return [RECALL, SORTING]
 
 
-def _assert_batches_equal(a, b):
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 @pytest.mark.parametrize("task", _synthetic_tasks(), ids=lambda t: type(t).__name__)
 def test_batches_are_deterministic_and_typed(task):
     a = task.batch(jax.random.key(3), B)
     b = task.batch(jax.random.key(3), B)
     c = task.batch(jax.random.key(4), B)
-    _assert_batches_equal(a, b)
+    chex.assert_trees_all_equal(a, b)
     assert not np.array_equal(np.asarray(a.inputs), np.asarray(c.inputs))
-    assert a.inputs.shape == a.targets.shape == a.weights.shape == (B, task.seq_len)
+    chex.assert_shape([a.inputs, a.targets, a.weights], (B, task.seq_len))
     assert (a.inputs.dtype, a.targets.dtype, a.weights.dtype) == (jnp.int32, jnp.int32, jnp.float32)
     assert 0 <= int(a.inputs.min()) and int(a.inputs.max()) < task.vocab_size
     assert 0 <= int(a.targets.min()) and int(a.targets.max()) < task.vocab_size
@@ -47,7 +43,7 @@ def test_batches_under_jit_and_vmap_match_eager(task):
     keys = jax.random.split(jax.random.key(7), 2)
     stacked = jax.jit(jax.vmap(lambda k: task.batch(k, B)))(keys)
     for i in range(2):
-        _assert_batches_equal([x[i] for x in stacked], task.batch(keys[i], B))
+        chex.assert_trees_all_equal(jax.tree.map(lambda x: x[i], stacked), task.batch(keys[i], B))
 
 
 def test_associative_recall_targets_are_the_paired_values():
@@ -96,7 +92,7 @@ def test_default_corpus_round_trip_split_and_determinism():
     assert len(corpus.split_ids("val")) == len(text) - round(0.9 * len(text))
     assert "def " in text and corpus.vocab_size == len(set(text)) + 1
     again = tasks.CharCorpus(seq_len=32)
-    _assert_batches_equal(corpus.batch(jax.random.key(5), 4, "val"), again.batch(jax.random.key(5), 4, "val"))
+    chex.assert_trees_all_equal(corpus.batch(jax.random.key(5), 4, "val"), again.batch(jax.random.key(5), 4, "val"))
     inputs, targets, weights = corpus.batch(jax.random.key(5), 4)
     np.testing.assert_array_equal(np.asarray(inputs)[:, 1:], np.asarray(targets)[:, :-1])
     assert np.all(np.asarray(weights) == 1)

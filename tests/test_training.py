@@ -1,6 +1,7 @@
 import dataclasses
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,10 +45,6 @@ def runner():
 @pytest.fixture(scope="module")
 def two_seed_losses(runner):
     return _losses(runner, 2)
-
-
-def _leaves(state):
-    return [np.asarray(x) for x in jax.tree.leaves((state.params, state.opt_state))]
 
 
 def _run(runner, seeds, steps, log_every, checkpointer=None, state=None):
@@ -116,7 +113,11 @@ def test_seed_count_must_fill_the_seed_axis(runner):
         sharded.init(jax.random.split(jax.random.key(0), 3))
 
 
-def test_resume_from_checkpoint_gives_identical_results(runner, tmp_path):
+def test_resume_from_checkpoint_gives_identical_results(tmp_path, monkeypatch):
+    """Bit for bit, and the step compiles once: a restored state has the structure, dtypes
+    and shardings of a fresh one, so resuming reuses the program."""
+    monkeypatch.setattr(training.Trainer, "step", chex.assert_max_traces(training.Trainer.step, n=1))
+    runner = training.SeedsRunner(_trainer(total_steps=20))
     uninterrupted = _run(runner, 2, 20, 5)
     ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
     _run(runner, 2, 10, 5, checkpointer=ckpt)  # "killed" after step 10
@@ -127,18 +128,68 @@ def test_resume_from_checkpoint_gives_identical_results(runner, tmp_path):
     assert int(restored.step[0]) == 10
     resumed = _run(runner, 2, 20, 5, checkpointer=ckpt, state=restored)
     ckpt.close()
-    for a, b in zip(_leaves(uninterrupted), _leaves(resumed)):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(uninterrupted, resumed)
+
+
+def _fit_with_rows(runner, ckpt, steps, state=None):
+    """Train to `steps` saving, with each checkpoint, one row per log step: the step and the state's step."""
+    def on_log(step, state, metrics):
+        ckpt.rows.append({"step": step, "state_step": int(state.step[0]), "loss": metrics["loss"]})
+
+    init_keys, data_keys = jax.random.split(jax.random.key(0), 2), jax.random.split(jax.random.key(1), 2)
+    state = runner.init(init_keys) if state is None else state
+    return training.fit(runner, state, data_keys, total_steps=steps, log_every=5, on_log=on_log,
+                        checkpointer=ckpt, progress=None)
+
+
+def test_checkpoint_restores_rows_and_state_of_the_same_step(runner, tmp_path):
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    _fit_with_rows(runner, ckpt, 15)
+    ckpt.close()
+    like = runner.init(jax.random.split(jax.random.key(0), 2))
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    assert ckpt.all_steps() == [10, 15]  # the latest two kept
+    for step in (10, 15):
+        state = ckpt.restore(like, step)
+        assert int(state.step[0]) == step
+        assert [row["step"] for row in ckpt.rows] == [5, 10, 15][: step // 5]
+        assert all(row["step"] == row["state_step"] for row in ckpt.rows)
+    with pytest.raises(ValueError, match=r"no checkpoint of step=5 .* saved steps: \[10, 15\]"):
+        ckpt.restore(like, 5)
+    ckpt.close()
+
+
+def test_a_kill_during_the_save_leaves_neither_rows_nor_state_of_that_step(runner, tmp_path, monkeypatch):
+    """A kill while the rows item is written (the state item maybe already written) leaves an unfinalised
+    step that is never listed: the run resumes from the step before, with its rows."""
+    import orbax.checkpoint as ocp
+
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    _fit_with_rows(runner, ckpt, 5)
+
+    def killed(self, *args, **kwargs):
+        raise KeyboardInterrupt("simulated kill while the rows are written")
+
+    monkeypatch.setattr(ocp.handlers.JsonCheckpointHandler, "async_save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _fit_with_rows(runner, ckpt, 10, state=ckpt.restore(runner.init(jax.random.split(jax.random.key(0), 2))))
+    monkeypatch.undo()
+    ckpt.close()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["10.orbax-checkpoint-tmp", "5"]
+    ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
+    assert ckpt.latest_step() == 5
+    assert int(ckpt.restore(runner.init(jax.random.split(jax.random.key(0), 2))).step[0]) == 5
+    assert [row["step"] for row in ckpt.rows] == [5]
+    ckpt.close()
 
 
 def test_non_finite_loss_marks_diverged_and_freezes_parameters():
     runner = training.SeedsRunner(_trainer(CopyTask(nan_weights=True)))
     init = runner.init(jax.random.split(jax.random.key(0), 2))
-    before = _leaves(init)
+    before = jax.tree.map(np.asarray, (init.params, init.opt_state))  # copied: the state is donated
     state = _run(runner, 2, 4, 2, state=init)
     assert np.all(np.asarray(state.diverged))
-    for a, b in zip(before, _leaves(state)):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal((state.params, state.opt_state), before)
 
 
 def test_grad_norms_per_group():

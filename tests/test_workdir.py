@@ -57,12 +57,6 @@ def test_figures_are_written_atomically(tmp_path):
     assert [p.name for p in (tmp_path / "plots").iterdir()] == ["line.png"]
 
 
-def test_partial_run_keeps_rows_and_step_across_restarts(tmp_path):
+def test_run_dir_is_the_runs_checkpoint_scratch(tmp_path):
     run = workdir_lib.Workdir(str(tmp_path)).run_dir("r1", log=lambda line: None)
-    assert run.path == str(tmp_path / "checkpoints" / "r1")
-    saved = run.partial()
-    assert saved.step is None and saved.rows == []
-    saved.rows.append({"step": 2, "metric": "loss", "value": 1.0})
-    saved.save(2)
-    again = run.partial()
-    assert again.step == 2 and again.rows == [{"step": 2, "metric": "loss", "value": 1.0}]
+    assert run.run_id == "r1" and run.path == str(tmp_path / "checkpoints" / "r1")

@@ -305,34 +305,26 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     profile = _profile_seeds[spec.causal]
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     checkpointer = training.Checkpointer(run.path)
-    saved = run.partial()
     state = runner.init(init_keys)
-    if saved.step is not None and saved.step in checkpointer.all_steps():
-        # The rows reach `saved.step`; a later checkpoint (a kill between the
-        # two saves) is ignored, so no measurement is lost or repeated.
-        state = checkpointer.restore(state, saved.step)
-        run.log(f"  resumed from step {saved.step}")
+    if checkpointer.latest_step() is not None:  # rows and state from the same step (one orbax save)
+        state = checkpointer.restore(state)
+        run.log(f"  resumed from step {checkpointer.latest_step()}")
     else:  # the initial profile with the forward pass that every log step uses (gradients: the grad sweep)
-        saved.rows = _seed_rows(profile(*forward(state, inputs)), 0, "init", "values")
+        checkpointer.rows = _seed_rows(profile(*forward(state, inputs)), 0, "init", "values")
 
     def on_log(step, state, metrics):
-        saved.rows += _seed_rows(metrics, step, "train", "value")
-        saved.rows += _seed_rows(profile(*forward(state, inputs)), step, "train", "values")
-
-    class _SavingCheckpointer:
-        def save(self, step, state):
-            checkpointer.save(step, state)
-            saved.save(step)
+        checkpointer.rows += _seed_rows(metrics, step, "train", "value")
+        checkpointer.rows += _seed_rows(profile(*forward(state, inputs)), step, "train", "values")
 
     state = training.fit(runner, state, data_keys, total_steps=config.train.steps, log_every=config.train.log_every,
-                         on_log=on_log, checkpointer=_SavingCheckpointer(), progress=run.log)
+                         on_log=on_log, checkpointer=checkpointer, progress=run.log)
     evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, config.train.eval_batches))
     final = {**evaluation, "diverged": np.asarray(state.diverged),
              "chance_accuracy": np.full(config.num_seeds, task.chance_accuracy)}
     checkpointer.close()
     with_skips = architecture_fields(spec.architecture)["skip"]
     paths = _path_rows(config, trainer, forward, state, inputs) if with_skips else []
-    return saved.rows + _seed_rows(final, config.train.steps, "final", "value") + paths
+    return checkpointer.rows + _seed_rows(final, config.train.steps, "final", "value") + paths
 
 
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
