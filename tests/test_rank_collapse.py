@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from attnjax import study as study_lib
-from attnjax import training
+from attnjax import training, workdir
 from configs import rank_collapse as config_lib
 from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
