@@ -100,7 +100,7 @@ def _streaming():
     return config_dict.ConfigDict(dict(
         # attnjax.analysis.attention_statistics against the forward pass of the same
         # causal attention at one SmolLM2-135M layer's shape (T=8192, H=9, K=3, D=64).
-        length=8192, heads=9, kv_heads=3, head_dim=64, repeats=3, chunk_size=512, target=2.0,
+        length=8192, heads=9, kv_heads=3, head_dim=64, repeats=3, chunk_size=256, target=2.0,
         sink_positions=(0,), window=128,
         # Compiled temp memory of the statistics program over T (H=8): growth per doubling.
         memory_lengths=(2048, 4096, 8192, 16384, 32768), memory_heads=8, memory_target=2.2,

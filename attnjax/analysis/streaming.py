@@ -234,6 +234,7 @@ def attention_statistics(
     temperature = jnp.asarray(temperature, dtype)
     fill = jnp.asarray(-jnp.finfo(dtype).max / 2, dtype)  # below every clipped logit (>= -max/4)
     online = lse is None
+    one_sided = is_causal or (local_window is not None and local_window[1] == 0)  # no visible key j > i
 
     def step(carry, start):
         ref, top, arg, total, u, count, sink, win, distance = carry
@@ -259,17 +260,21 @@ def attention_statistics(
         alpha = jnp.exp(ref - new_ref)
         shifted = x - new_ref[..., None]  # <= 0 on visible keys when online
         e = jnp.exp(jnp.where(visible, shifted, fill))  # exactly 0 on masked keys
-        weights = (jnp.abs(i - j).astype(dtype),)
-        weights += (jnp.any(j[..., None] == sinks[None, None, :], axis=-1).astype(dtype),)
-        if window is not None:
-            weights += ((jnp.abs(i - j) < window).astype(dtype),)
-        sums = [jnp.sum(e * _lift(w, rank), axis=-1) for w in weights]
+        chunk_total = jnp.sum(e, axis=-1)
+        # Weights of key j alone go through one matmul with e (fast); sum_j e |i - j| is
+        # (i - start) L - sum_j e (j - start), + 2 sum_{j > i} e (j - i) unless no key j > i is visible.
+        by_key = jnp.stack([jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1)
+        by_key = jnp.matmul(e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST)  # [..., H, T, 2]
+        chunk_distance = _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
+        if not one_sided:
+            chunk_distance = chunk_distance + 2 * jnp.sum(e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank), -1)
         u = alpha * u + (alpha * total) * (ref - new_ref) + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
-        total = alpha * total + jnp.sum(e, axis=-1)
+        total = alpha * total + chunk_total
         count = count + jnp.sum(visible, axis=-1, dtype=dtype)
-        distance = alpha * distance + sums[0]
-        sink = alpha * sink + sums[1]
-        win = None if window is None else alpha * win + sums[2]
+        distance = alpha * distance + chunk_distance
+        sink = alpha * sink + by_key[..., 0]
+        if window is not None:
+            win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
         return (new_ref, top, arg, total, u, count, sink, win, distance), None
 
     shape = batch_shape + (num_heads, q_len)
