@@ -375,6 +375,49 @@ def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperatu
 
 
 # --------------------------------------------------------------------------
+# Log-sum-exp per query row (return_residual; attnjax.analysis.streaming)
+
+
+MASKED_LSE = -0.7 * float(np.finfo(np.float32).max)
+"""The lse of a fully masked row: jax.nn's (its masked-logit fill, -0.7 x float32 max; + log S rounds away)."""
+
+
+def grouped_logits(query: Array, key: Array, *, scale: Scalar) -> Array:
+    """Q K^T * scale for all heads: query `[..., T, H, D]`, key `[..., S, K, D]` -> `[..., H, T, S]`.
+
+    In `promote_types(query.dtype, float32)`; query head h reads key head
+    h // (H // K) (grouped-query attention), without copying key heads.
+    """
+    *batch, t, num_heads, dim = query.shape
+    num_kv_heads = key.shape[-2]
+    dtype = jnp.promote_types(query.dtype, jnp.float32)
+    q = jnp.reshape(query, (*batch, t, num_kv_heads, num_heads // num_kv_heads, dim))
+    logits = jnp.einsum("...tkgd,...skd->...kgts", q, key, preferred_element_type=dtype)
+    return jnp.reshape(logits, (*batch, num_heads, t, key.shape[-3])) * jnp.asarray(scale, dtype)
+
+
+def _log_sum_exp(query, key, mask, bias, *, scale, temperature) -> Array:
+    """lse_ti = log sum_s exp(x_tis) over unmasked s, x = clip((Q K^T * scale + bias) / temperature).
+
+    Shapes as `dot_product_attention`; returns `[..., T, H]` (jax.nn's layout).
+    Its gradient in the logits is the softmax (the max is a stop-gradient
+    shift); a fully masked row gets `MASKED_LSE` and a zero gradient.
+    """
+    x = grouped_logits(query, key, scale=scale)
+    if bias is not None:
+        x = x + jnp.reshape(bias, (1,) * (x.ndim - bias.ndim) + bias.shape).astype(x.dtype)
+    x = _clip(x / jnp.asarray(temperature, x.dtype))
+    if mask is not None:
+        mask = jnp.reshape(mask, (1,) * (x.ndim - mask.ndim) + mask.shape)
+        x = jnp.where(mask, x, jnp.asarray(-jnp.finfo(x.dtype).max / 2, x.dtype))
+    top = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    lse = top[..., 0] + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1))
+    if mask is not None:
+        lse = jnp.where(jnp.any(mask, axis=-1), lse, jnp.asarray(MASKED_LSE, x.dtype))
+    return jnp.swapaxes(lse, -1, -2)
+
+
+# --------------------------------------------------------------------------
 # Public functions
 
 
@@ -398,12 +441,13 @@ def dot_product_attention(
     return_weights: bool = False,
     dropout_rate: float = 0.0,
     dropout_rng: Optional[Array] = None,
+    return_residual: bool = False,
 ):
     """Scaled dot-product attention, softmax((Q K^T * scale + bias) / temperature) V.
 
     A drop-in for `jax.nn.dot_product_attention` (same positional order
     `(query, key, value, bias, mask)` and keywords), plus `temperature`,
-    `return_weights` and dropout on the weights.
+    `return_weights` and dropout on the weights; `return_residual` as jax.nn.
 
     Args:
       query: `[..., T, H, D]`.
@@ -430,12 +474,20 @@ def dot_product_attention(
         probability (needs `dropout_rng`) and kept ones are scaled by
         1 / (1 - rate) in the output (inverted dropout).
       dropout_rng: PRNG key for the dropout draw.
+      return_residual: also return lse, the log-sum-exp over keys of the
+        scaled, biased, temperature-divided, masked logits, `[..., T, H]`
+        (jax.nn's layout and value; feed it to
+        `attnjax.analysis.attention_statistics`). Unlike jax.nn's it has a
+        gradient (the softmax) and is in `promote_types(dtype, float32)`. A
+        fully masked row gets jax.nn's finite value `MASKED_LSE` (-0.7 x
+        float32 max) and zero gradient. It costs a second Q K^T product.
 
     Returns:
       `out` `[..., T, H, Dv]` in value's dtype, or `(out, weights)` with weights
       `[..., H, T, S]` in `promote_types(dtype, float32)`; rows sum to 1, or to 0
       for fully masked rows (whose output is 0). The weights are the softmax's,
-      before dropout (the row-stochastic matrix the analysis reads).
+      before dropout (the row-stochastic matrix the analysis reads). With
+      `return_residual`, lse comes last: `(out, lse)` or `(out, weights, lse)`.
 
     Raises:
       ValueError / TypeError, naming the argument and shapes, for inputs of the
@@ -454,11 +506,16 @@ def dot_product_attention(
     causal, local, kv_valid, q_valid = _keyword_masks(
         query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
     )
+    residual = ()
+    if return_residual:
+        full_mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
+        residual = (_log_sum_exp(query, key, full_mask, bias, scale=scale, temperature=temperature),)
     if implementation == "cudnn" or (implementation is None and not (return_weights or use_dropout)
                                      and _can_use_cudnn(query, key, value, temperature)):
         cudnn_mask = masks_lib.combine_masks(mask, local, kv_valid, q_valid)
         try:
-            return _jax_nn_attention(query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn")
+            out = _jax_nn_attention(query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn")
+            return (out, *residual) if residual else out
         except (ValueError, NotImplementedError, RuntimeError, TypeError):
             if implementation == "cudnn":
                 raise
@@ -469,7 +526,8 @@ def dot_product_attention(
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, _logits_shape(query, key))
     out, weights = _attention(query, key, value, mask, bias, keep,
                               scale=scale, temperature=temperature, dropout_rate=dropout_rate)
-    return (out, weights) if return_weights else out
+    extras = ((weights,) if return_weights else ()) + residual
+    return (out, *extras) if extras else out
 
 
 def attention_weights(query: Array, key: Array, bias: Optional[Array] = None, mask: Optional[Array] = None,

@@ -427,8 +427,68 @@ def test_signature_is_a_superset_of_jax_nn():
     ours = inspect.signature(attnjax.dot_product_attention).parameters
     theirs = inspect.signature(jax.nn.dot_product_attention).parameters
     for name, p in theirs.items():
-        if name == "return_residual":
-            continue
         assert name in ours, name
         assert ours[name].kind == p.kind, name
     assert list(ours)[:5] == list(theirs)[:5]
+
+
+# ---------------------------------------------------------------- return_residual (the log-sum-exp per row)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal_gqa", "mask_bias", "lengths_window"])
+def test_residual_is_jax_nns_lse_including_fully_masked_rows(case):
+    """Same layout [..., T, H] and value (float32, 1e-6) as jax.nn's, MASKED_LSE in fully masked rows."""
+    q, k, v = qkv(41, (2,), 7, 11, 4, 2 if case == "causal_gqa" else 4, 8)
+    kwargs = {"is_causal": case == "causal_gqa"}
+    if case == "mask_bias":
+        kwargs["mask"] = random_mask(2, (2, 4, 7, 11)).at[1, :, 3].set(False)  # row 3 of batch 1: no keys
+        kwargs["bias"] = jax.random.normal(jax.random.key(3), (2, 4, 7, 11), jnp.float32)
+    if case == "lengths_window":
+        lengths = jnp.array([7, 4], jnp.int32), jnp.array([11, 0], jnp.int32)
+        kwargs.update(query_seq_lengths=lengths[0], key_value_seq_lengths=lengths[1], local_window_size=(2, 3))
+    with jax.default_matmul_precision("highest"):
+        out, lse = attnjax.dot_product_attention(q, k, v, return_residual=True, **kwargs)
+        want_out, want = jax.nn.dot_product_attention(q, k, v, return_residual=True, **kwargs)
+    assert lse.shape == want.shape == (2, 7, 4) and lse.dtype == jnp.float32
+    np.testing.assert_allclose(lse, want, rtol=1e-6, atol=1e-6)
+    masked = np.asarray(want) < -1e38
+    assert masked.any() == (case in ("mask_bias", "lengths_window"))
+    np.testing.assert_array_equal(np.asarray(lse)[masked], np.float32(attention.MASKED_LSE))
+    np.testing.assert_array_equal(out, attnjax.dot_product_attention(q, k, v, **kwargs))
+
+
+def test_residual_gradient_matches_a_float64_reference():
+    """d lse_th / d q_th = (scale / t) sum_s p_ths k_s, d / d k_s = (scale / t) sum_t p_ths q_th (GQA: summed
+    over the group), zero in a fully masked row; jax.nn's lse is a stop-gradient, so the reference is NumPy."""
+    q, k, v = qkv(42, (), 5, 6, 4, 2, 8, dtype=jnp.float64)
+    mask = np.ones((4, 5, 6), bool)
+    mask[:, 2] = False
+    mask[1, :, :3] = False
+    w = np.asarray(jax.random.normal(jax.random.key(4), (5, 4), jnp.float64))
+    scale, t = 0.3, 0.7
+
+    def loss(q, k):
+        _, lse = attnjax.dot_product_attention(q, k, v, mask=mask, scale=scale, temperature=t, return_residual=True)
+        return jnp.sum(lse * w)
+
+    dq, dk = jax.jit(jax.grad(loss, argnums=(0, 1)))(q, k)
+    _, p = softmax_attention(q, k, v, mask=mask, scale=scale, temperature=t)  # [H, T, S] float64
+    qn, kn = np.asarray(q), np.repeat(np.asarray(k), 2, axis=-2)  # key head per query head
+    c = scale / t * np.swapaxes(w, 0, 1)[..., None] * p  # [H, T, S]: weight of d x_hts
+    want_dq = np.einsum("hts,shd->thd", c, kn)
+    want_dk = np.einsum("hts,thd->shd", c, qn).reshape(6, 2, 2, 8).sum(axis=2)
+    np.testing.assert_allclose(dq, want_dq, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dk, want_dk, rtol=0, atol=1e-12)
+    assert np.all(np.asarray(dq)[2] == 0)
+
+
+def test_residual_comes_after_the_weights():
+    q, k, v = qkv(43, (2,), 6, 6, 2, 2, 4)
+    out, weights, lse = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True,
+                                                      return_residual=True)
+    out2, weights2 = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    np.testing.assert_array_equal(out, out2)
+    np.testing.assert_array_equal(weights, weights2)
+    # log of a visible weight is the logit minus the lse: lse_t = x_t0 - log p_t0 (key 0 is always visible).
+    x0 = jnp.einsum("bthd,bthd->bht", q, jnp.broadcast_to(k[:, :1], q.shape)) / 2.0
+    np.testing.assert_allclose(jnp.swapaxes(lse, -1, -2), x0 - jnp.log(weights[..., 0]), rtol=1e-5, atol=1e-5)

@@ -129,3 +129,7 @@ __all__ += [
     "residual_norm",
     "sample_paths",
 ]
+
+from attnjax.analysis.streaming import AttentionStatistics, attention_statistics  # noqa: E402
+
+__all__ += ["AttentionStatistics", "attention_statistics"]

@@ -5,7 +5,8 @@
     python -m experiments.benchmark --config configs/benchmark.py --config.sections='("attention","linear")'
 
 Sections (`configs/benchmark.py`): attention, compile, linear, analysis,
-training, train_step (attnjax against flax), pretrained (real checkpoints);
+training, train_step (attnjax against flax), pretrained (real checkpoints),
+streaming (attention statistics without the T x T matrix);
 each is a module `experiments/benchmark/<name>.py` with
 `run(section_config) -> list[dict]` (and optionally `figure(rows)`, written
 as `plots/<name>.png`). Every figure with a target is a ratio against a

@@ -1,0 +1,291 @@
+"""Per-row attention statistics at long context, without the `[T, S]` weight matrix.
+
+With logits x_ij = clip((q_i . k_j * scale + b_ij) / temperature) over the
+keys j visible to query i, p_ij = exp(x_ij - lse_i) and lse_i = log sum_j
+exp(x_ij), every statistic of a row is a sum over keys:
+
+    entropy        H_i = -sum_j p_ij log p_ij = lse_i - sum_j p_ij x_ij
+    max_weight         = exp(max_j x_ij - lse_i)
+    sink_mass          = sum_{j in sinks} p_ij
+    window_mass        = sum_{|i - j| < window} p_ij
+    mean_distance      = sum_j p_ij |i - j|
+
+`attention_statistics` accumulates them over chunks of keys (a
+`jax.lax.scan`) with the online rescaling of flash attention (Milakov and
+Gimelshein 2018; Dao et al. 2022): with a running reference m (the row max),
+running sums A = sum_j exp(x_ij - m) a_ij are multiplied by exp(m - m') when a
+chunk raises the max to m'. For the entropy it keeps U = sum_j exp(x_ij - m)
+(x_ij - m), which moves to U' = exp(m - m') (U + L (m - m')) (L the running
+total), so H_i = log L - U / L has no cancellation at large logits. Given the
+lse (e.g. from `jax.nn.dot_product_attention(..., return_residual=True)`),
+the reference is fixed at it: one pass, no rescaling, and the sums are still
+divided by L (1 up to rounding of the lse), so a bf16 lse costs no accuracy.
+
+No array larger than `[..., H, T, chunk]` exists (per step of the scan; the
+backward pass recomputes each step, `jax.checkpoint`), so memory grows like
+T x chunk, not T x S. Positions: query i and key j are indices (top-left
+aligned, as jax.nn's `is_causal`). Masks: causal, sliding window
+(`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
+from positions; a full `mask` or `bias` broadcastable to `[..., H, T, S]` is
+accepted but is itself a T x S array, which defeats the purpose at long
+context (give `[..., 1, 1, S]`-shaped ones, or the keywords).
+
+A fully masked row gets finite values: lse = `attnjax.attention.MASKED_LSE`
+(jax.nn's -0.7 x float32 max), argmax -1, every other statistic 0.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnjax import attention as attention_lib
+from attnjax import checks
+
+Array = jax.Array
+
+
+class AttentionStatistics(NamedTuple):
+    """Per batch, head and query row, `[..., H, T]` each (`attention_statistics`)."""
+
+    lse: Array  # log sum_j exp(x_ij); MASKED_LSE in fully masked rows
+    entropy: Array  # -sum_j p_ij log p_ij
+    normalized_entropy: Array  # entropy / log(visible keys); 0 where <= 1 key is visible
+    max_weight: Array  # max_j p_ij
+    argmax: Array  # int32 key position of the max weight (first of ties); -1 in fully masked rows
+    sink_mass: Array  # sum over sink_positions of p_ij
+    window_mass: Optional[Array]  # sum over |i - j| < window of p_ij; None without a window
+    mean_distance: Array  # sum_j p_ij |i - j|
+
+
+def _check_key_padding(key_padding, batch_shape, kv_len):
+    if key_padding is None:
+        return None
+    key_padding = jnp.asarray(key_padding)
+    if key_padding.dtype != jnp.bool_:
+        raise TypeError(f"key_padding must be boolean (True = a real key), got dtype {key_padding.dtype}")
+    fitted = attention_lib._fit_shape(key_padding, batch_shape + (kv_len,))
+    if fitted is None:
+        raise ValueError(f"key_padding of shape {tuple(key_padding.shape)} does not broadcast to "
+                         f"[..., S] = {batch_shape + (kv_len,)}")
+    return fitted
+
+
+def _check_sinks(sink_positions, kv_len) -> Array:
+    """Sink key positions as an int32 vector; checked against [0, S) when concrete."""
+    try:
+        concrete = np.asarray(sink_positions)
+    except (TypeError, jax.errors.TracerArrayConversionError):
+        concrete = None
+    if concrete is not None:
+        if concrete.size == 0:
+            return jnp.zeros((0,), jnp.int32)
+        if not np.issubdtype(concrete.dtype, np.integer) or concrete.ndim > 1:
+            raise ValueError(f"sink_positions must be a sequence of int key positions, got {sink_positions!r}")
+        if concrete.min() < 0 or concrete.max() >= kv_len:
+            raise ValueError(f"sink_positions {concrete.tolist()} out of range for key.shape[-3] = S = {kv_len}")
+    return jnp.reshape(jnp.asarray(sink_positions, jnp.int32), (-1,))
+
+
+def _check_lse(lse, query):
+    """A given lse must be `[..., T, H]` (jax.nn's and `dot_product_attention`'s layout)."""
+    if lse is None:
+        return None
+    lse = jnp.asarray(lse)
+    if lse.shape != query.shape[:-1]:
+        raise ValueError(f"lse must have shape [..., T, H] = {tuple(query.shape[:-1])} "
+                         f"(query.shape={tuple(query.shape)}), got lse.shape={tuple(lse.shape)}")
+    if not jnp.issubdtype(lse.dtype, jnp.floating):
+        raise TypeError(f"lse must be a floating-point array, got dtype {lse.dtype}")
+    return lse
+
+
+def _check_options(query, key, chunk_size, window):
+    attention_lib._check_qkv(query, key, key)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r} (key.shape={tuple(key.shape)})")
+    if window is not None:
+        checks.positive_int("window", window)
+
+
+def _pad_last(x: Optional[Array], length: int, axis: int, fill) -> Optional[Array]:
+    """`x` padded with `fill` to `length` along `axis`, if that axis is not a broadcast size-1 one."""
+    if x is None or x.shape[axis] == 1 or x.shape[axis] == length:
+        return x
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad, constant_values=fill)
+
+
+def _slice_last(x: Optional[Array], start, size: int, axis: int) -> Optional[Array]:
+    if x is None or x.shape[axis] == 1:
+        return x
+    return jax.lax.dynamic_slice_in_dim(x, start, size, axis=axis % x.ndim)
+
+
+def _lift(x: Optional[Array], rank: int) -> Optional[Array]:
+    return None if x is None else jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape)
+
+
+def _positions_mask(q_len, kv_len, start, size, is_causal, local_window):
+    """Query and key positions `[T, 1]`, `[1, C]` of a chunk, and its positional mask `[T, C]`."""
+    i = jnp.arange(q_len, dtype=jnp.int32)[:, None]
+    j = start + jnp.arange(size, dtype=jnp.int32)[None, :]
+    visible = jnp.broadcast_to(j < kv_len, (q_len, size))  # padding keys of the last chunk
+    if is_causal:
+        visible = visible & (j <= i)
+    if local_window is not None:
+        visible = visible & (j >= i - local_window[0]) & (j <= i + local_window[1])
+    return i, j, visible
+
+
+def _finish(carry, dtype) -> dict:
+    """The statistics from the accumulated sums (safe divisions: finite values in fully masked rows)."""
+    ref, top, arg, total, u, count, sink, window, distance = carry
+    has = total > 0
+    safe = jnp.where(has, total, jnp.ones_like(total))
+    lse = jnp.where(has, ref + jnp.log(safe), jnp.asarray(attention_lib.MASKED_LSE, dtype))
+    entropy = jnp.where(has, jnp.log(safe) - u / safe, jnp.zeros_like(total))
+    log_count = jnp.log(jnp.where(count > 1, count, jnp.full_like(count, 2)))
+    zero = jnp.zeros_like(total)
+    return dict(
+        lse=lse,
+        entropy=entropy,
+        normalized_entropy=jnp.where(count > 1, entropy / log_count, zero),
+        max_weight=jnp.where(has, jnp.exp(top - ref) / safe, zero),
+        argmax=jnp.where(has, arg, -1),
+        sink_mass=jnp.where(has, sink / safe, zero),
+        window_mass=None if window is None else jnp.where(has, window / safe, zero),
+        mean_distance=jnp.where(has, distance / safe, zero),
+    )
+
+
+def attention_statistics(
+    query: Array,
+    key: Array,
+    *,
+    mask: Optional[Array] = None,
+    bias: Optional[Array] = None,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    temperature: Union[float, Array] = 1.0,
+    key_padding: Optional[Array] = None,
+    local_window: Union[int, tuple[int, int], None] = None,
+    sink_positions: Sequence[int] = (),
+    window: Optional[int] = None,
+    lse: Optional[Array] = None,
+    chunk_size: int = 512,
+) -> AttentionStatistics:
+    """Per-row statistics of softmax((Q K^T * scale + bias) / temperature), chunked over keys.
+
+    Args:
+      query: `[..., T, H, D]`.
+      key: `[..., S, K, D]`, K dividing H (grouped-query attention).
+      mask: boolean (True = attend) or numeric 0/1, broadcastable to
+        `[..., H, T, S]`, as in `attnjax.dot_product_attention`. A full
+        `[T, S]` mask is a T x S array: prefer the keywords below.
+      bias: additive logits bias broadcastable to `[..., H, T, S]` (a full one
+        is a T x S array too).
+      is_causal: query i attends to keys j <= i.
+      scale: logits scale; default 1/sqrt(D).
+      temperature: positive scalar dividing the scaled, biased logits.
+      key_padding: boolean `[..., S]`, True for real keys (built per chunk).
+      local_window: w or (left, right): query i attends to keys
+        i - left <= j <= i + right (jax.nn's `local_window_size`).
+      sink_positions: key positions whose total weight is `sink_mass`.
+      window: int >= 1; `window_mass` is the weight on keys with |i - j| < window
+        (for causal attention, the last `window` keys).
+      lse: optional `[..., T, H]` log-sum-exp of the same logits (jax.nn's
+        `return_residual` layout): one pass with p = exp(x - lse) instead of
+        online rescaling.
+      chunk_size: keys per step (int >= 1; need not divide S).
+
+    Returns:
+      `AttentionStatistics`, each field `[..., H, T]`, float in
+      `promote_types(dtype, float32)` (argmax int32); see the module docstring
+      for fully masked rows. jit-, vmap- and grad-safe.
+
+    Raises:
+      ValueError / TypeError naming the argument and shapes, before any compute.
+    """
+    _check_options(query, key, chunk_size, window)
+    checks.temperature(temperature)
+    checks.boolean("is_causal", is_causal)
+    batch_shape, (q_len, num_heads), kv_len = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
+    target = batch_shape + (num_heads, q_len, kv_len)
+    mask = attention_lib._as_bool_mask(attention_lib._check_broadcastable("mask", mask, target))
+    bias = attention_lib._check_broadcastable("bias", bias, target)
+    key_padding = _check_key_padding(key_padding, batch_shape, kv_len)
+    local_window = attention_lib._check_window(local_window)
+    sinks = _check_sinks(sink_positions, kv_len)
+    lse = _check_lse(lse, query)
+    scale = attention_lib._default_scale(query, scale)
+    dtype = jnp.promote_types(query.dtype, jnp.float32)
+    rank = len(target)
+
+    size = min(chunk_size, kv_len)
+    num_chunks = -(-kv_len // size)
+    padded = num_chunks * size
+    key = _pad_last(key, padded, -3, 0)
+    mask, bias = _pad_last(_lift(mask, rank), padded, -1, False), _pad_last(_lift(bias, rank), padded, -1, 0)
+    key_padding = _pad_last(key_padding, padded, -1, False)
+    temperature = jnp.asarray(temperature, dtype)
+    fill = jnp.asarray(-jnp.finfo(dtype).max / 2, dtype)  # below every clipped logit (>= -max/4)
+    online = lse is None
+    one_sided = is_causal or (local_window is not None and local_window[1] == 0)  # no visible key j > i
+
+    def step(carry, start):
+        ref, top, arg, total, u, count, sink, win, distance = carry
+        x = attention_lib.grouped_logits(query, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3),
+                                         scale=scale)  # [..., H, T, C]
+        chunk_bias = _slice_last(bias, start, size, -1)
+        if chunk_bias is not None:
+            x = x + chunk_bias.astype(dtype)
+        x = attention_lib._clip(x / temperature)
+        i, j, visible = _positions_mask(q_len, kv_len, start, size, is_causal, local_window)
+        visible = _lift(visible, rank)
+        if mask is not None:
+            visible = visible & _slice_last(mask, start, size, -1)
+        if key_padding is not None:
+            visible = visible & _lift(_slice_last(key_padding, start, size, -1)[..., None, None, :], rank)
+        visible = jnp.broadcast_to(visible, x.shape)
+        x = jnp.where(visible, x, fill)
+        chunk_top = jnp.max(x, axis=-1)
+        better = chunk_top > top
+        arg = jnp.where(better, start + jnp.argmax(x, axis=-1).astype(jnp.int32), arg)
+        top = jnp.maximum(top, chunk_top)
+        new_ref = jax.lax.stop_gradient(jnp.maximum(ref, chunk_top)) if online else ref
+        alpha = jnp.exp(ref - new_ref)
+        shifted = x - new_ref[..., None]  # <= 0 on visible keys when online
+        e = jnp.exp(jnp.where(visible, shifted, fill))  # exactly 0 on masked keys
+        chunk_total = jnp.sum(e, axis=-1)
+        # Weights of key j alone go through one matmul with e (fast); sum_j e |i - j| is
+        # (i - start) L - sum_j e (j - start), + 2 sum_{j > i} e (j - i) unless no key j > i is visible.
+        by_key = jnp.stack([jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1)
+        by_key = jnp.matmul(e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST)  # [..., H, T, 2]
+        chunk_distance = _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
+        if not one_sided:
+            chunk_distance = chunk_distance + 2 * jnp.sum(e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank), -1)
+        u = alpha * u + (alpha * total) * (ref - new_ref) + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
+        total = alpha * total + chunk_total
+        count = count + jnp.sum(visible, axis=-1, dtype=dtype)
+        distance = alpha * distance + chunk_distance
+        sink = alpha * sink + by_key[..., 0]
+        if window is not None:
+            win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
+        return (new_ref, top, arg, total, u, count, sink, win, distance), None
+
+    shape = batch_shape + (num_heads, q_len)
+    zeros = jnp.zeros(shape, dtype)
+    if online:
+        ref = jnp.full(shape, fill, dtype)
+    else:
+        bound = jnp.finfo(dtype).max / 4
+        ref = jax.lax.stop_gradient(jnp.clip(jnp.swapaxes(lse, -1, -2).astype(dtype), -bound, bound))
+    init = (ref, jnp.full(shape, fill, dtype), jnp.full(shape, -1, jnp.int32), zeros, zeros, zeros, zeros,
+            None if window is None else zeros, zeros)
+    starts = jnp.arange(num_chunks, dtype=jnp.int32) * size
+    carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
+    return AttentionStatistics(**_finish(carry, dtype))

@@ -1,0 +1,217 @@
+"""attention_statistics: chunked per-row statistics against the dense weights (float64 NumPy reference)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import logsumexp, xlogy
+
+import attnjax
+from attnjax.analysis import AttentionStatistics, attention_statistics
+from attnjax.attention import MASKED_LSE
+
+B, T, S, H, D = 2, 12, 37, 4, 8
+SINKS = (0, 5)
+WINDOW = 4
+FIELDS = AttentionStatistics._fields
+
+
+def inputs(dtype, t=T, s=S, h=H, k=H, seed=0):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    q = 1.5 * jax.random.normal(k1, (B, t, h, D), dtype)
+    key = 1.5 * jax.random.normal(k2, (B, s, k, D), dtype)
+    bias = jax.random.normal(k3, (B, 1, 1, s), dtype)
+    return q, key, bias
+
+
+def visible_matrix(case, t=T, s=S):
+    """The case's mask as a dense `[B, H, T, S]` bool array, and the keywords that say the same."""
+    i, j = np.arange(t)[:, None], np.arange(s)[None, :]
+    visible = np.ones((B, H, t, s), bool)
+    kwargs = {}
+    if "causal" in case:
+        visible &= j <= i
+        kwargs["is_causal"] = True
+    if "window" in case:  # local window (2, 1); with causal some rows keep one key
+        visible &= (j >= i - 2) & (j <= i + 1)
+        kwargs["local_window"] = (2, 1)
+    if "padding" in case:  # batch 1 has no keys at all: every row of it is fully masked
+        padding = np.stack([np.arange(s) < s - 6, np.zeros(s, bool)])
+        visible &= padding[:, None, None, :]
+        kwargs["key_padding"] = jnp.asarray(padding)
+    if "mask" in case:  # a full mask, with some fully masked rows
+        full = np.array(jax.random.bernoulli(jax.random.key(7), 0.6, (B, H, t, s)))
+        full[:, :, 3] = False
+        visible &= full
+        kwargs["mask"] = jnp.asarray(full)
+    return visible, kwargs
+
+
+def numpy_logits(q, key, bias, scale, temperature):
+    q, key = np.asarray(q, np.float64), np.asarray(key, np.float64)
+    key = np.repeat(key, q.shape[-2] // key.shape[-2], axis=-2)
+    x = np.einsum("bthd,bshd->bhts", q, key) * scale
+    if bias is not None:
+        x = x + np.asarray(bias, np.float64)
+    return x / temperature
+
+
+@jax.jit
+def dense_weights(q, key, bias, mask, temperature):
+    return attnjax.attention_weights(q, key, bias, mask, temperature=temperature)
+
+
+def dense_statistics(q, key, visible, bias=None, temperature=1.0, sinks=SINKS, window=WINDOW):
+    """Reference: every statistic from the dense weights of `attnjax.attention_weights` (float64)."""
+    q64, k64 = (jnp.asarray(x, jnp.float64) for x in (q, key))
+    b64 = jnp.zeros((1, 1, 1, 1), jnp.float64) if bias is None else jnp.asarray(bias, jnp.float64)  # one compile
+    with jax.default_matmul_precision("highest"):
+        p = np.asarray(dense_weights(q64, k64, b64, jnp.asarray(visible), temperature))
+    x = numpy_logits(q, key, bias, 1 / np.sqrt(q.shape[-1]), temperature)
+    has, count = visible.any(-1), visible.sum(-1)
+    distance = np.abs(np.arange(p.shape[-2])[:, None] - np.arange(p.shape[-1])[None, :])
+    entropy = -xlogy(p, p).sum(-1)
+    return dict(
+        lse=np.where(has, logsumexp(np.where(visible, x, -1e300), axis=-1), MASKED_LSE),
+        entropy=entropy,
+        normalized_entropy=np.where(count > 1, entropy / np.log(np.maximum(count, 2)), 0),
+        max_weight=p.max(-1),
+        argmax=np.where(has, p.argmax(-1), -1),
+        sink_mass=p[..., list(sinks)].sum(-1),
+        window_mass=(p * (distance < window)).sum(-1),
+        mean_distance=(p * distance).sum(-1),
+    )
+
+
+def assert_statistics_equal(got, want, atol):
+    for name in FIELDS:
+        value = np.asarray(getattr(got, name))
+        assert value.shape == want[name].shape, name
+        assert np.all(np.isfinite(value)), name
+        if name == "argmax":
+            np.testing.assert_array_equal(value, want[name])
+        else:
+            scale = 1 + np.abs(want[name]) if name == "lse" else 1  # lse of masked rows is -2.4e38
+            np.testing.assert_array_less(np.abs(value - want[name]) / scale, atol, err_msg=name)
+
+
+def stats_fn(chunk_size, **kwargs):
+    """attention_statistics jitted in (q, k, bias), the case's masks and options fixed."""
+    return jax.jit(lambda q, k, bias: attention_statistics(
+        q, k, bias=bias, sink_positions=SINKS, window=WINDOW, chunk_size=chunk_size, **kwargs))
+
+
+CASES = [  # (mask case, key heads, bias, chunk size): 5 and 8 do not divide S = 37, 64 exceeds it
+    ("bidirectional", H, False, 5),
+    ("causal_window", 2, True, 8),
+    ("padding", 1, True, 37),
+    ("window_padding", H, False, 64),
+    ("causal_padding_mask", 2, True, 1),
+]
+
+
+@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-5), (jnp.float64, 1e-12)], ids=["f32", "f64"])
+@pytest.mark.parametrize("case, heads_kv, use_bias, chunk_size", CASES, ids=[c[0] for c in CASES])
+def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size, dtype, atol):
+    q, key, bias = inputs(dtype, k=heads_kv)
+    bias = bias if use_bias else None
+    visible, kwargs = visible_matrix(case)
+    with jax.default_matmul_precision("highest"):
+        got = stats_fn(chunk_size, **kwargs)(q, key, bias)
+    assert got.argmax.dtype == jnp.int32 and got.entropy.dtype == dtype
+    assert_statistics_equal(got, dense_statistics(q, key, visible, bias), atol)
+
+
+def test_fully_masked_rows_get_the_documented_values():
+    q, key, _ = inputs(jnp.float64)
+    visible, kwargs = visible_matrix("padding")
+    got = stats_fn(8, **kwargs)(q, key, None)
+    masked = ~visible.any(-1)
+    assert masked[1].all() and not masked[0].any()
+    for name in FIELDS:
+        want = {"lse": MASKED_LSE, "argmax": -1}.get(name, 0)
+        np.testing.assert_array_equal(np.asarray(getattr(got, name))[masked], want)
+
+
+def test_square_causal_with_temperature_and_a_full_bias():
+    """T = S (the diagonal, one visible key in row 0: normalized entropy 0), a full [H, T, S] bias, t = 0.7."""
+    q, key, _ = inputs(jnp.float64, t=16, s=16)
+    bias = jax.random.normal(jax.random.key(3), (H, 16, 16), jnp.float64)
+    visible, kwargs = visible_matrix("causal", t=16, s=16)
+    got = stats_fn(6, temperature=0.7, **kwargs)(q, key, bias)
+    assert_statistics_equal(got, dense_statistics(q, key, visible, bias[None], temperature=0.7), 1e-12)
+    assert np.all(np.asarray(got.normalized_entropy)[..., 0] == 0)
+
+
+@pytest.mark.parametrize("lse_dtype", [jnp.float32, jnp.bfloat16], ids=["lse_f32", "lse_bf16_rounded"])
+def test_lse_from_jax_nn_return_residual_gives_the_same_statistics(lse_dtype):
+    """One pass with p = exp(x - lse) from jax.nn; sums are renormalised, so even a bf16-rounded lse is exact."""
+    q, key, _ = inputs(jnp.float32, k=2)
+    visible, kwargs = visible_matrix("causal_padding")
+    _, lse = jax.jit(lambda q, k, m: jax.nn.dot_product_attention(q, k, k, mask=m, return_residual=True))(
+        q, key, jnp.asarray(visible))
+    assert lse.shape == (B, T, H)
+    with jax.default_matmul_precision("highest"):
+        got = given_lse(q, key, lse.astype(lse_dtype).astype(jnp.float32), kwargs["key_padding"])
+    assert_statistics_equal(got, dense_statistics(q, key, visible), 1e-5)
+
+
+@jax.jit
+def given_lse(q, key, lse, padding):
+    return attention_statistics(q, key, is_causal=True, key_padding=padding, lse=lse, sink_positions=SINKS,
+                                window=WINDOW, chunk_size=5)
+
+
+def test_bf16_inputs_accumulate_in_float32():
+    q, key, _ = inputs(jnp.bfloat16)
+    visible, kwargs = visible_matrix("causal")
+    got = stats_fn(8, **kwargs)(q, key, None)
+    assert got.entropy.dtype == jnp.float32 and got.lse.dtype == jnp.float32
+    # The reference reads the same bf16 numbers in float64: only accumulation rounding remains.
+    assert_statistics_equal(got, dense_statistics(q, key, visible), 1e-5)
+
+
+def test_vmap_over_batch_and_grad_of_entropy_are_finite_and_exact():
+    q, key, _ = inputs(jnp.float64)
+    visible, kwargs = visible_matrix("causal_padding")
+
+    def mean_entropy(q, key, padding, reduce=True):
+        entropy = attention_statistics(q, key, is_causal=True, key_padding=padding, chunk_size=8).entropy
+        return jnp.sum(entropy) if reduce else entropy
+
+    batched = jax.jit(lambda q, k, p: mean_entropy(q, k, p, reduce=False))(q, key, kwargs["key_padding"])
+    mapped = jax.jit(jax.vmap(lambda q, k, p: mean_entropy(q, k, p, reduce=False)))(q, key, kwargs["key_padding"])
+    np.testing.assert_allclose(mapped, batched, rtol=0, atol=1e-12)
+    grad = jax.jit(jax.grad(mean_entropy))(q, key, kwargs["key_padding"])
+    assert np.all(np.isfinite(grad)) and np.all(np.asarray(grad)[1] == 0)  # batch 1: every row fully masked
+
+    def dense_entropy(q):
+        p = attnjax.attention_weights(q, key, mask=jnp.asarray(visible))
+        return -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1)), 0))
+
+    np.testing.assert_allclose(grad, jax.jit(jax.grad(dense_entropy))(q), rtol=0, atol=1e-10)
+
+
+def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
+    """T = S = 4096, H = 8, D = 64, float32: the program never holds a [H, T, T] array."""
+    t, h, d = 4096, 8, 64
+    q = jax.ShapeDtypeStruct((1, t, h, d), jnp.float32)
+    f = jax.jit(lambda q, k: attention_statistics(q, k, is_causal=True, sink_positions=(0,), window=128))
+    temp = f.lower(q, q).compile().memory_analysis().temp_size_in_bytes
+    dense = h * t * t * 4
+    assert temp < dense, (temp, dense)
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    (((T, H, D), (S, H)), {}, r"key must have layout \[..., T, H, D\]"),
+    (((B, T, 3, D), (B, S, 2, D)), {}, r"key heads \(2\) must divide query heads \(3\)"),
+    (((B, T, H, D), (B, S, H, D)), {"chunk_size": 0}, r"chunk_size must be an int >= 1, got 0 \(key.shape"),
+    (((B, T, H, D), (B, S, H, D)), {"sink_positions": (0, S)}, r"sink_positions \[0, 37\] out of range .* S = 37"),
+    (((B, T, H, D), (B, S, H, D)), {"lse": np.zeros((B, H, T))}, r"lse must have shape \[..., T, H\]"),
+    (((B, T, H, D), (B, S, H, D)), {"key_padding": np.ones((B, T), bool)}, r"key_padding of shape \(2, 12\)"),
+    (((B, T, H, D), (B, S, H, D)), {"mask": np.ones((T, T), bool)}, r"mask of shape \(12, 12\)"),
+    (((B, T, H, D), (B, S, H, D)), {"window": 0}, r"window"),
+])
+def test_bad_input_raises_naming_the_argument_and_shapes(args, kwargs, message):
+    q, key = (jnp.zeros(shape, jnp.float32) for shape in args)
+    with pytest.raises(ValueError, match=message):
+        attention_statistics(q, key, **kwargs)
