@@ -54,3 +54,15 @@ def function(name: str, value, *, optional: bool = False) -> None:
     """`value` is callable (or None when `optional`)."""
     if not (callable(value) or (optional and value is None)):
         raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r:.60}")
+
+
+def nonempty_lengths(query, key) -> None:
+    """`query [..., T, H, D]` and `key [..., S, K, D]` hold at least one position each (T, S >= 1).
+
+    Softmax over zero keys has no value and zero queries no rows to fill, so
+    attention is undefined there; this says which length is zero before any compute.
+    """
+    for name, x, length in (("query", query, "T"), ("key", key, "S")):
+        if x.shape[-3] == 0:
+            raise ValueError(f"{name} must hold at least one position: its length {length} (axis -3) is 0; "
+                             f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}")
