@@ -66,3 +66,18 @@ def test_partial_run_keeps_rows_and_step_across_restarts(tmp_path):
     saved.save(2)
     again = run.partial()
     assert again.step == 2 and again.rows == [{"step": 2, "metric": "loss", "value": 1.0}]
+
+
+def test_corrupt_run_record_is_named_and_moved_aside(tmp_path):
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append)
+    wd.finish_run("r0", {"spec": {}}, [{"x": 1.0}])
+    record = tmp_path / "runs" / "r0.json"
+    text = record.read_text()
+    record.write_text(text[: len(text) // 2])  # a torn write
+    with pytest.raises(ValueError, match=rf"run record {record} is not valid JSON"):
+        wd.load_run("r0")
+    assert not wd.is_done("r0")
+    assert logged == [logged[0]] and str(record) in logged[0] and f"moved to {record}.corrupt" in logged[0]
+    assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text[: len(text) // 2]
+    assert wd.finished_runs() == [] and wd.read_metrics() == []
