@@ -173,6 +173,7 @@ def _check_qkv(query: Array, key: Array, value: Array) -> None:
         raise _shape_error(
             f"key heads ({num_kv_heads}) must divide query heads ({num_heads})", query=query, key=key
         )
+    checks.nonempty_lengths(query, key)
 
 
 def _logits_shape(query: Array, key: Array) -> tuple[int, ...]:

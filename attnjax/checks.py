@@ -68,3 +68,15 @@ def choice(name: str, value, choices) -> None:
     """`value` is one of `choices` (a tuple, or the keys of a dict)."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def nonempty_lengths(query, key) -> None:
+    """`query [..., T, H, D]` and `key [..., S, K, D]` hold at least one position each (T, S >= 1).
+
+    Softmax over zero keys has no value and zero queries no rows to fill, so
+    attention is undefined there; this says which length is zero before any compute.
+    """
+    for name, x, length in (("query", query, "T"), ("key", key, "S")):
+        if x.shape[-3] == 0:
+            raise ValueError(f"{name} must hold at least one position: its length {length} (axis -3) is 0; "
+                             f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}")

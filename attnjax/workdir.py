@@ -15,7 +15,9 @@ directory that is then renamed into place (`os.replace`), so a reader (or a
 run killed mid-write) never sees half a file. A run's record is written when
 the run finishes; `metrics.jsonl` is rebuilt from the records. A killed sweep,
 re-run, redoes exactly the runs that had no record, and ends with the same
-files as an uninterrupted one.
+files as an uninterrupted one. A record that is not valid JSON (a disk that
+filled up, a hand edit) counts as no record: `is_done` moves it aside to
+`runs/<id>.json.corrupt`, says so, and the run is redone.
 """
 from __future__ import annotations
 
@@ -103,8 +105,8 @@ class RunDir:
 class Workdir:
     """Files of one study; see the module docstring for the layout."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, log: Callable[[str], None] = print):
+        self.path, self.log = path, log
         os.makedirs(os.path.join(path, "runs"), exist_ok=True)
         os.makedirs(os.path.join(path, "plots"), exist_ok=True)
 
@@ -129,10 +131,26 @@ class Workdir:
         return RunDir(run_id, self.file("checkpoints", run_id), log)
 
     def is_done(self, run_id: str) -> bool:
-        return os.path.exists(self.run_record_path(run_id))
+        """Whether `run_id` has a valid record; a corrupt one is moved aside (and logged), so it is redone."""
+        path = self.run_record_path(run_id)
+        if not os.path.exists(path):
+            return False
+        try:
+            read_json(path)
+        except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            os.replace(path, f"{path}.corrupt")
+            self.log(f"{path} is not valid JSON ({error}); moved to {path}.corrupt, run {run_id} will be redone")
+            return False
+        return True
 
     def load_run(self, run_id: str) -> dict:
-        return read_json(self.run_record_path(run_id))
+        """The record of a finished run; ValueError naming the file if it is not valid JSON."""
+        path = self.run_record_path(run_id)
+        try:
+            return read_json(path)
+        except ValueError as error:
+            raise ValueError(f"run record {path} is not valid JSON ({error}); delete it to redo run {run_id}") \
+                from error
 
     def run_rows(self, run_id: str) -> list[dict]:
         """The metric rows of a finished run, each with its run id and spec fields."""

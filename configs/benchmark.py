@@ -55,7 +55,11 @@ def _linear():
 
 
 def _analysis():
-    return config_dict.ConfigDict(dict(batch=64, n=256, rounds=7, parts=True, target=6.0))
+    # All metrics (and, with `parts`, the main parts) against one batched SVD; every
+    # function under jit(vmap(f)) against jit(f) on the batch, `vmap_rounds` alternations
+    # (`vmap_functions`: the names of `experiments/benchmark/analysis.py:vmap_cases`, () for all).
+    return config_dict.ConfigDict(dict(batch=64, n=256, rounds=7, parts=True, target=6.0, vmap_rounds=5,
+                                       vmap_target=1.5, vmap_functions=()))
 
 
 def _recall_run(smoke: bool):
@@ -149,7 +153,8 @@ def get_config(arg: str | None = None):
         config.compile.update(depths=(1, 2), features=32, trials=1)
         config.linear.update(lengths=(128, 256), heads=2, head_dim=16, num_features=32, short=128, long=256,
                              gpu_length=1024, gpu_heads=4, gpu_num_features=32)
-        config.analysis.update(batch=8, n=64, rounds=3, parts=False)
+        config.analysis.update(batch=8, n=16, rounds=3, parts=False, vmap_rounds=1,
+                               vmap_functions=("stationary_distribution", "dobrushin"))
         # Smaller programs compile faster: one attention-only layer.
         # (bf16 training has its own test: tests/test_mixed_precision.py.)
         config.training.run = _recall_run(smoke=True)

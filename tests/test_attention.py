@@ -492,3 +492,20 @@ def test_residual_comes_after_the_weights():
     # log of a visible weight is the logit minus the lse: lse_t = x_t0 - log p_t0 (key 0 is always visible).
     x0 = jnp.einsum("bthd,bthd->bht", q, jnp.broadcast_to(k[:, :1], q.shape)) / 2.0
     np.testing.assert_allclose(jnp.swapaxes(lse, -1, -2), x0 - jnp.log(weights[..., 0]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("t, s, name, length", [(0, 4, "query", "T"), (4, 0, "key", "S"), (0, 0, "query", "T")])
+def test_zero_length_query_or_key_raises_naming_it(t, s, name, length):
+    q = jax.ShapeDtypeStruct((2, t, 4, 8), jnp.float32)
+    kv = jax.ShapeDtypeStruct((2, s, 2, 8), jnp.float32)
+    message = rf"{name} must hold at least one position: its length {length} \(axis -3\) is 0.*" \
+              rf"query.shape=\(2, {t}, 4, 8\), key.shape=\(2, {s}, 2, 8\)"
+    calls = {
+        "softmax": lambda q, k, v: attnjax.dot_product_attention(q, k, v, return_weights=True),
+        "linear": lambda q, k, v: attnjax.linear_attention(q, k, v, feature_map=attnjax.features.elu_plus_one),
+        "linear causal": lambda q, k, v: attnjax.linear_attention(q, k, v, feature_map=attnjax.features.relu,
+                                                                  is_causal=True),
+    }
+    for fn in calls.values():
+        with pytest.raises(ValueError, match=message):
+            jax.eval_shape(fn, q, kv, kv)  # tracing alone raises: no compute

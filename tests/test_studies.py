@@ -333,6 +333,27 @@ def test_runner_writes_outputs_and_shows_progress(tmp_path):
         "spec": {"x": 2}, "metrics": [{"metric": "square", "value": 4}]}
 
 
+def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
+    """A truncated record is moved aside with its file named, and only its run is redone."""
+    config = ConfigDict({"xs": (1, 2, 3)})
+    first = study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    record = tmp_path / "runs" / "x2.json"
+    text = record.read_text()
+    record.write_text(text[:-5])
+    capsys.readouterr()
+    redone, messages = [], []
+
+    def counted(spec, config, run):
+        redone.append(spec.run_id)
+        return [{"metric": "square", "value": spec.x ** 2}]
+
+    assert study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append) == first
+    assert redone == ["x2"] and messages[0].startswith("toy: 3 runs (2 already done)")
+    said = capsys.readouterr().out
+    assert f"{record} is not valid JSON" in said and f"moved to {record}.corrupt" in said
+    assert record.read_text() == text and (tmp_path / "runs" / "x2.json.corrupt").read_text() == text[:-5]
+
+
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
     study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):

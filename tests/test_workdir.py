@@ -60,3 +60,18 @@ def test_figures_are_written_atomically(tmp_path):
 def test_run_dir_is_the_runs_checkpoint_scratch(tmp_path):
     run = workdir_lib.Workdir(str(tmp_path)).run_dir("r1", log=lambda line: None)
     assert run.run_id == "r1" and run.path == str(tmp_path / "checkpoints" / "r1")
+
+
+def test_corrupt_run_record_is_named_and_moved_aside(tmp_path):
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append)
+    wd.finish_run("r0", {"spec": {}}, [{"x": 1.0}])
+    record = tmp_path / "runs" / "r0.json"
+    text = record.read_text()
+    record.write_text(text[: len(text) // 2])  # a torn write
+    with pytest.raises(ValueError, match=rf"run record {record} is not valid JSON"):
+        wd.load_run("r0")
+    assert not wd.is_done("r0")
+    assert logged == [logged[0]] and str(record) in logged[0] and f"moved to {record}.corrupt" in logged[0]
+    assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text[: len(text) // 2]
+    assert wd.finished_runs() == [] and wd.read_metrics() == []

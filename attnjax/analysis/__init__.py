@@ -5,7 +5,9 @@
   participation ratio, condition number, `rank_report`).
 * `markov`: the attention matrix `A [..., n, n]` as a Markov chain
   (stationary distribution, slem and spectral gap, Dobrushin coefficient,
-  products across depth, rank-one residuals, power iteration).
+  products across depth, rank-one residuals); `power`: power iteration.
+* `stochastic`: whether maps are row-stochastic (`is_row_stochastic`, jit-able)
+  and `check_stochastic`, which raises with the offending rows.
 * `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
   mean distance, redundancy between heads, pattern classes).
 * `collapse`: Dong et al. 2021's theory quantitatively (composite-norm
@@ -27,7 +29,6 @@ from attnjax.analysis.markov import (
     PowerIteration,
     RankOneResidual,
     dobrushin,
-    is_row_stochastic,
     markov_report,
     path_product,
     power_iteration,
@@ -49,6 +50,7 @@ from attnjax.analysis.rank import (
     stable_rank,
     token_cosine_similarity,
 )
+from attnjax.analysis.stochastic import check_stochastic, is_row_stochastic
 
 __all__ = [
     "PATTERN_NAMES",
@@ -58,6 +60,7 @@ __all__ = [
     "RankOneResidual",
     "RankReport",
     "attention_entropy",
+    "check_stochastic",
     "classify_pattern",
     "condition_number",
     "dobrushin",

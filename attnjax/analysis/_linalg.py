@@ -9,6 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 # Analysis favours accuracy over speed: on GPU/TPU the default float32 matmul
 # may run in TF32/bfloat16, which would swamp the quantities measured here.
@@ -52,6 +53,16 @@ def safe_divide(num: jax.Array, den: jax.Array, fill=0.0) -> jax.Array:
 def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
     """Batched matmul at HIGHEST precision."""
     return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def vecmat(v: jax.Array, a: jax.Array) -> jax.Array:
+    """`v A` for `v [..., n]`, `a [..., n, m]`."""
+    return jnp.einsum("...i,...ij->...j", v, a, precision=HIGHEST)
+
+
+def matvec(a: jax.Array, v: jax.Array) -> jax.Array:
+    """`A v` for `a [..., m, n]`, `v [..., n]`."""
+    return jnp.einsum("...ij,...j->...i", a, v, precision=HIGHEST)
 
 
 def frobenius(m: jax.Array) -> jax.Array:
@@ -103,6 +114,45 @@ def spectral_radius_by_squaring(b: jax.Array, num_squarings: int) -> jax.Array:
     (_, log_rho, last_log_c), _ = lax.scan(step, (m0, log0, jnp.zeros_like(log0)), weights)
     log_rho = log_rho + weights[-1] * last_log_c
     return jnp.exp(log_rho)
+
+
+def vmap_as_batch(fn):
+    """`fn(*arrays)` unchanged, except that `jax.vmap` of it calls `fn` once on the batch.
+
+    For functions that already broadcast over leading axes and whose arguments
+    share those axes (`a [..., n, n]` with `pi [..., n]`), vmapping the
+    function's body is never better than calling it on the stacked batch and
+    can be much worse: a `lax.cond` on a batched predicate becomes a `select`
+    that computes both branches for every lane, and a chunk size computed from
+    `x.size` sees one matrix instead of the batch, so memory grows with the
+    vmapped axis. The vmap rule moves nothing (vmapped arguments arrive with
+    the vmapped axis first), broadcasts unbatched arguments to that axis and
+    calls the function again, so nested vmaps stack their axes in front.
+
+    Differentiation goes through `fn` itself (a `custom_jvp` whose tangent
+    rule is `jax.jvp(fn, ...)`), so forward and reverse mode work wherever
+    `fn`'s own operations allow them; only the primal call is redirected.
+    """
+
+    @custom_vmap
+    def batched(*args):
+        return fn(*args)
+
+    @batched.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape) for x, b in zip(args, in_batched)]
+        out = call(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def call(*args):
+        return batched(*args)
+
+    @call.defjvp
+    def tangents(primals, tangents_in):
+        return jax.jvp(fn, primals, tangents_in)
+
+    return call
 
 
 def lift(m: jax.Array, ndim: int) -> jax.Array:

@@ -339,6 +339,9 @@ def logit_variance(weights) -> jax.Array:
     independent query and key entries it is 1 (the scaling argument of
     Vaswani et al. 2017). `weights [..., T, S]` -> `[...]`; rows with fewer
     than two positive weights are left out (0 if none is left).
+
+    Invalid input is not checked: negative entries count like zeros (no logit); NaN entries give
+    NaN.
     """
     weights = as_matrix(weights, "weights")
     positive = weights > 0

@@ -33,6 +33,11 @@ def attention_entropy(weights, *, normalize: bool = False) -> jax.Array:
 
     Returns:
       `[..., T]`.
+
+    Invalid input is not checked: a negative entry gives NaN for its row (`log` of a negative
+    number), rows not summing to 1 give `-Σ a log a` without the meaning of an entropy, NaN
+    entries give NaN. Validate with `check_stochastic` (raises, outside jit) or
+    `is_row_stochastic`.
     """
     weights = as_matrix(weights, "weights")
     h = -jnp.sum(xlogy(weights, weights), axis=-1)
@@ -57,6 +62,9 @@ def mean_attention_distance(weights, *, query_offset: int = 0) -> jax.Array:
 
     Returns:
       `[..., T]`.
+
+    Invalid input is not checked: the weighted sum is formed for any weights (an expected
+    distance only for distributions); NaN entries give NaN.
     """
     weights = as_matrix(weights, "weights")
     t, s = weights.shape[-2:]
@@ -86,6 +94,9 @@ def head_redundancy(weights, *, pooled: bool = False, centered: bool = False) ->
 
     Returns:
       `[..., H, H]` (or `[H, H]` when pooled), symmetric.
+
+    Invalid input is not checked: the cosine is defined for any maps (in `[0, 1]` only for
+    non-negative ones); NaN entries give NaN.
     """
     weights = as_matrix(weights, "weights")
     if weights.ndim < 3:
@@ -129,7 +140,11 @@ class PatternFeatures(NamedTuple):
 
 @partial(jax.jit, static_argnames=("key_fraction",))
 def pattern_features(weights, *, key_fraction: float = 0.1) -> PatternFeatures:
-    """The features `classify_pattern` thresholds; `weights [..., T, T]` -> each `[...]`."""
+    """The features `classify_pattern` thresholds; `weights [..., T, T]` -> each `[...]`.
+
+    Invalid input: as for `attention_entropy` (negative entries make `entropy` NaN); not
+    checked.
+    """
     weights = as_matrix(weights, "weights", square=True)
     if not 0 < key_fraction <= 1:
         raise ValueError(f"key_fraction must be in (0, 1]; got {key_fraction}")
@@ -183,6 +198,10 @@ def classify_pattern(
     classes become easier to reach. The seed's "global" rule (mean off-diagonal
     weight > 0.3) can never fire for `T >= 5`, since that mean is at most
     `1/(T-1)`.
+
+    Invalid input is not checked: NaN features (from NaN or negative entries) fail every
+    threshold, so such a map gets the first rule its other features meet, or `hierarchical`.
+    Validate with `check_stochastic` (raises, outside jit) or `is_row_stochastic`.
     """
     f = pattern_features(weights, key_fraction=key_fraction)
     return jnp.select(

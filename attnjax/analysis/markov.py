@@ -35,7 +35,6 @@ import numpy as np
 from jax import lax
 
 from attnjax.analysis._linalg import (
-    HIGHEST,
     as_matrix,
     eps,
     frobenius,
@@ -45,39 +44,19 @@ from attnjax.analysis._linalg import (
     safe_divide,
     singular_values,
     spectral_radius_by_squaring,
+    vecmat,
+    vmap_as_batch,
 )
+from attnjax.analysis.power import PowerIteration, power_iteration  # noqa: F401  (re-exported)
+from attnjax.analysis.stochastic import is_row_stochastic  # noqa: F401  (re-exported with the Markov metrics)
 
 SLEM_METHODS = ("iterative", "eig", "host")
-
-
-def _vecmat(v: jax.Array, a: jax.Array) -> jax.Array:
-    """`v A` for `v [..., n]`, `a [..., n, m]`."""
-    return jnp.einsum("...i,...ij->...j", v, a, precision=HIGHEST)
-
-
-def _matvec(a: jax.Array, v: jax.Array) -> jax.Array:
-    """`A v` for `a [..., m, n]`, `v [..., n]`."""
-    return jnp.einsum("...ij,...j->...i", a, v, precision=HIGHEST)
-
-
-@partial(jax.jit, static_argnames=("atol",))
-def is_row_stochastic(a, *, atol: float | None = None) -> jax.Array:
-    """Whether `a [..., T, S]` is row-stochastic up to rounding: `[...]` bool.
-
-    Checks `a_ij >= -atol` and `|Σ_j a_ij - 1| <= atol`. The default
-    `atol = S · eps(dtype)` is the worst-case rounding error of a sum of `S`
-    terms of size at most 1, so any correctly normalised softmax passes.
-    """
-    a = as_matrix(a, "a")
-    if atol is None:
-        atol = a.shape[-1] * eps(a.dtype)
-    nonneg = jnp.all(a >= -atol, axis=(-2, -1))
-    sums_to_one = jnp.all(jnp.abs(jnp.sum(a, axis=-1) - 1) <= atol, axis=-1)
-    return nonneg & sums_to_one
+# Elements of the `[chunk, ..., T, S]` difference tensor `dobrushin` builds at once (64 MiB in float32).
+PAIRWISE_BUDGET = 1 << 24
 
 
 def _stationary_residual_l1(pi: jax.Array, a: jax.Array) -> jax.Array:
-    return jnp.sum(jnp.abs(_vecmat(pi, a) - pi), axis=-1)
+    return jnp.sum(jnp.abs(vecmat(pi, a) - pi), axis=-1)
 
 
 def _stationary_by_solve(a: jax.Array) -> jax.Array:
@@ -102,7 +81,7 @@ def _stationary_by_squaring(pi: jax.Array, a: jax.Array, num_squarings: int = 64
         return m / jnp.sum(m, axis=-1, keepdims=True), None
 
     m, _ = lax.scan(square, lazy, None, length=num_squarings)
-    return _vecmat(pi, m)
+    return vecmat(pi, m)
 
 
 @partial(jax.jit, static_argnames=("tol", "max_iter"))
@@ -126,11 +105,21 @@ def stationary_distribution(a, *, tol: float | None = None, max_iter: int = 100)
     error of one product `π A`, the best residual any method can reach.
     The error of π itself is about the residual times the condition number
     of the chain, roughly `1/(1 - slem)`.
+
+    Invalid input is not checked (inside jit nothing can raise): for rows not summing to 1 or
+    negative entries the result is a normalised non-negative vector without meaning; NaN entries
+    give NaN. Validate with `check_stochastic` (raises, outside jit) or `is_row_stochastic`.
     """
     a = as_matrix(a, "a", square=True)
-    n = a.shape[-1]
     if tol is None:
-        tol = 4 * math.sqrt(n) * eps(a.dtype)
+        tol = 4 * math.sqrt(a.shape[-1]) * eps(a.dtype)
+    # Under vmap the fallbacks' `lax.cond` would become a `select` running both for every lane.
+    return vmap_as_batch(partial(_stationary, tol=tol, max_iter=max_iter))(a)
+
+
+def _stationary(a: jax.Array, *, tol: float, max_iter: int) -> jax.Array:
+    """The body of `stationary_distribution` for `a [..., n, n]`, batched over leading axes."""
+    n = a.shape[-1]
     pi0 = jnp.full(a.shape[:-1], 1 / n, a.dtype)
     res0 = _stationary_residual_l1(pi0, a)
 
@@ -140,7 +129,7 @@ def stationary_distribution(a, *, tol: float | None = None, max_iter: int = 100)
 
     def step(carry):
         pi, _, it = carry
-        pi_a = _vecmat(pi, a)
+        pi_a = vecmat(pi, a)
         res = jnp.sum(jnp.abs(pi_a - pi), axis=-1)
         pi = 0.5 * (pi + pi_a)
         return pi / jnp.sum(pi, axis=-1, keepdims=True), res, it + 1
@@ -227,6 +216,10 @@ def slem(a, *, method: str = "iterative", pi=None, num_squarings: int | None = N
 
     Returns:
       `[...]` in `[0, 1]`; 0 for `n = 1`.
+
+    Invalid input is not checked: for rows not summing to 1 or negative entries the result has
+    no meaning and can be NaN; NaN entries give NaN. Validate with `check_stochastic` (raises,
+    outside jit) or `is_row_stochastic`.
     """
     a = as_matrix(a, "a", square=True)
     if method not in SLEM_METHODS:
@@ -265,6 +258,9 @@ def triangular_slem(a) -> jax.Array:
     for a stochastic one; one of them is the Perron root 1 (`a_11 = 1` in a
     causal map, whose first query sees only itself). Removing that copy
     leaves `|λ_2|`: `max_(i>=2) a_ii` for a causal map. 0 for `n = 1`.
+
+    Invalid input is not checked: for any triangular `a` the result is its second-largest
+    diagonal entry; NaN on the diagonal gives NaN.
     """
     a = as_matrix(a, "a", square=True)
     if a.shape[-1] == 1:
@@ -287,6 +283,8 @@ def spectral_gap(a, *, method: str = "iterative", pi=None, num_squarings: int | 
 
     Arguments as for `slem`. 0 for periodic or reducible chains, 1 for the
     uniform chain `1 1ᵀ / n`.
+
+    Invalid input: as for `slem`.
     """
     return 1 - slem(a, method=method, pi=pi, num_squarings=num_squarings)
 
@@ -298,7 +296,7 @@ def _pairwise_l1_max(a: jax.Array) -> jax.Array:
     def farthest(row):  # [..., S] -> [...]
         return jnp.max(jnp.sum(jnp.abs(a - row[..., None, :]), axis=-1), axis=-1)
 
-    chunk = max(1, min(a.shape[-2], (1 << 24) // max(1, a.size)))
+    chunk = max(1, min(a.shape[-2], PAIRWISE_BUDGET // max(1, a.size)))
     return jnp.max(lax.map(farthest, rows, batch_size=chunk), axis=0)
 
 
@@ -312,9 +310,14 @@ def dobrushin(a) -> jax.Array:
     and `τ(A) = 0` exactly when all rows are equal (rank one `1 πᵀ`).
     Dobrushin (1956); Seneta (2006), §3.1. Exact `O(T² S)` pairwise
     computation, chunked over rows to bound memory. Returns `[...]` in `[0, 1]`.
+
+    Invalid input is not checked: the formula applies to any `a`, but the bounds above and the
+    range `[0, 1]` need stochastic rows; NaN entries give NaN. Validate with `check_stochastic`
+    (raises, outside jit) or `is_row_stochastic`.
     """
     a = as_matrix(a, "a")
-    return 0.5 * _pairwise_l1_max(a)
+    # Under vmap `a.size` would be one matrix's: each lane would build its own full chunk.
+    return 0.5 * vmap_as_batch(_pairwise_l1_max)(a)
 
 
 @jax.jit
@@ -329,6 +332,9 @@ def path_product(mats) -> jax.Array:
       `lax.scan` over depth. For attention maps, `P_L` maps the value inputs
       of layer 1 to the outputs of a pure-attention stack (no residuals, no
       MLPs), the object whose rank collapse Dong et al. (2021) study.
+
+    Invalid input is not checked: the products are formed for any matrices (row-stochastic only
+    if every factor is); NaN entries propagate.
     """
     mats = as_matrix(mats, "mats", square=True)
     if mats.ndim < 3:
@@ -350,6 +356,9 @@ def stationary_residual(p, pi=None) -> jax.Array:
     `p`: `[..., n, n]` row-stochastic; `pi`: `[..., n]`, by default
     `stationary_distribution(p)` (pass it to share one solve). 0 exactly when
     every row of P equals π, the limit of `A^k` for an ergodic chain.
+
+    Invalid input is not checked: for any `p` the ratio is computed against `pi`; see
+    `stationary_distribution` for a computed `pi`; NaN entries give NaN.
     """
     p = as_matrix(p, "p", square=True)
     return _distance_to_rows(p, _as_distribution(pi, p))
@@ -377,6 +386,9 @@ def rank_one_residual(p, pi=None) -> RankOneResidual:
 
     `best <= stationary`. For the products `P_l` of `path_product`, both
     decaying to 0 with depth is rank collapse (Dong et al., 2021).
+
+    Invalid input is not checked: `best` is defined for any matrix, `stationary` as in
+    `stationary_residual`; NaN entries give NaN.
     """
     p = as_matrix(p, "p", square=True)
     return RankOneResidual(best=_best_rank_one_residual(p), stationary=stationary_residual(p, pi))
@@ -385,74 +397,6 @@ def rank_one_residual(p, pi=None) -> RankOneResidual:
 @jax.jit
 def _best_rank_one_residual(p: jax.Array) -> jax.Array:
     return rank_one_residual_from_singular_values(singular_values(p))
-
-
-class PowerIteration(NamedTuple):
-    """`iterates [..., steps + 1, n]` (`v_0` first) and measured `rate [...]`."""
-
-    iterates: jax.Array
-    rate: jax.Array
-
-
-@partial(jax.jit, static_argnames=("steps", "side"))
-def power_iteration(a, v0, steps: int, *, side: str = "right") -> PowerIteration:
-    """Iterate a row-stochastic `a [..., n, n]`: `v_{t+1} = A v_t` (or `v_t A`).
-
-    `side='right'` is the seed's `v ← A v`: every layer averages values, and
-    `v_t → (π·v_0) 1` (consensus). `side='left'` propagates a distribution,
-    `v_t → π` for `v_0` a distribution. No normalisation: for stochastic A
-    the right iterates stay bounded and the left ones keep their sum.
-
-    The measured rate is the geometric-mean contraction of the increments
-    `r_t = ‖v_{t+1} - v_t‖_2` over the second half of the informative run:
-    with `t_1` the last step whose increment is above rounding level
-    (`n · eps · max_t ‖v_t‖`) and `t_0 = ⌊t_1/2⌋`, `rate = (r_{t_1}/r_{t_0})^(1/(t_1 - t_0))`
-    (0 if fewer than two increments are informative, i.e. converged at
-    once). The increments are `(A - I) A^t v_0`, so the rate tends to `|λ_2|`
-    (`slem`) for a generic `v_0`, exactly so for a two-state chain; a complex
-    `λ_2` makes them oscillate, with an error that shrinks like `1/t_1`.
-
-    Args:
-      a: `[..., n, n]`.
-      v0: `[..., n]`, broadcast against `a.shape[:-1]`.
-      steps: number of products, `>= 2`.
-      side: `'right'` or `'left'`.
-    """
-    a = as_matrix(a, "a", square=True)
-    if side not in ("right", "left"):
-        raise ValueError(f"side must be 'right' or 'left'; got {side!r}")
-    if int(steps) < 2:
-        raise ValueError(f"steps must be >= 2 to measure a rate; got {steps}")
-    v0 = jnp.asarray(v0, a.dtype)
-    if v0.ndim < 1 or v0.shape[-1] != a.shape[-1]:
-        raise ValueError(f"v0 must have shape [..., {a.shape[-1]}]; got {v0.shape} for a shape {a.shape}")
-    batch = jnp.broadcast_shapes(a.shape[:-2], v0.shape[:-1])
-    v0 = jnp.broadcast_to(v0, batch + a.shape[-1:])
-    a = jnp.broadcast_to(a, batch + a.shape[-2:])
-    apply = (lambda v: _matvec(a, v)) if side == "right" else (lambda v: _vecmat(v, a))
-
-    def step(v, _):
-        v = apply(v)
-        return v, v
-
-    _, vs = lax.scan(step, v0, None, length=int(steps))
-    iterates = jnp.concatenate([v0[None], vs], axis=0)  # [K+1, ..., n]
-    return PowerIteration(iterates=jnp.moveaxis(iterates, 0, -2), rate=_contraction_rate(iterates))
-
-
-def _contraction_rate(iterates: jax.Array) -> jax.Array:
-    """Rate of `power_iteration` from `iterates [K+1, ..., n]` -> `[...]`."""
-    n = iterates.shape[-1]
-    norms = jnp.sqrt(jnp.sum(jnp.square(iterates), axis=-1))  # [K+1, ...]
-    incr = jnp.sqrt(jnp.sum(jnp.square(jnp.diff(iterates, axis=0)), axis=-1))  # [K, ...]
-    floor = n * eps(iterates.dtype) * jnp.max(norms, axis=0)
-    steps = lax.broadcasted_iota(jnp.int32, incr.shape, 0)
-    t1 = jnp.max(jnp.where(incr > floor[None], steps, -1), axis=0)  # last informative step
-    t0 = t1 // 2
-    r1 = jnp.take_along_axis(incr, jnp.maximum(t1, 0)[None], axis=0)[0]
-    r0 = jnp.take_along_axis(incr, jnp.maximum(t0, 0)[None], axis=0)[0]
-    span = jnp.maximum(t1 - t0, 1).astype(iterates.dtype)
-    return jnp.where(t1 >= 1, safe_divide(r1, r0) ** (1 / span), 0)
 
 
 class MarkovReport(NamedTuple):
@@ -468,7 +412,10 @@ class MarkovReport(NamedTuple):
 def markov_report(a, *, method: str = "iterative") -> MarkovReport:
     """`stationary_distribution`, `slem`, `spectral_gap`, `dobrushin` and
     `stationary_residual` of `a [..., n, n]`, with π computed once and shared
-    by the deflation in `slem` and the residual. `method` goes to `slem`."""
+    by the deflation in `slem` and the residual. `method` goes to `slem`.
+
+    Invalid input: as for each of those functions (not checked; NaN propagates).
+    """
     a = as_matrix(a, "a", square=True)
     pi = stationary_distribution(a)
     lam2 = slem(a, method=method, pi=pi)

@@ -9,7 +9,8 @@ The spectral metrics all derive from the singular values
 derives every metric from the same decomposition. Conventions for degenerate
 input (documented per function): the all-zero matrix has stable rank, effective
 rank, participation ratio, numerical rank and spectral entropy 0, and condition
-number `inf`.
+number `inf`. Any finite `X` is valid input (no stochastic rows needed); NaN or
+inf entries are not checked and give NaN.
 
 Corrections to the seed's `analyze_attention_rank`: the rank count uses a
 tolerance relative to `σ_1` (an absolute `1e-6` counts every singular value of

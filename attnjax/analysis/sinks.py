@@ -53,6 +53,8 @@ def normalized_entropy(weights, visible=None) -> jax.Array:
     (1: uniform over them). Queries with `k_i <= 1` have no choice and get 0;
     leave them out of means (`k_i > 1`). For causal attention `k_i = i + 1`,
     so each query is compared with its own maximum, not with `log T`.
+
+    Invalid input: as for `attention_entropy` (negative entries give NaN; not checked).
     """
     weights = as_matrix(weights, "weights")
     keys = jnp.sum(jnp.broadcast_to(_visible(visible, weights), weights.shape), axis=-1)
@@ -67,6 +69,8 @@ def sink_mass(weights, sink) -> jax.Array:
 
     The leading axes of `weights` and `sink` broadcast against each other
     (e.g. one causal `[T, S]` pattern against sinks `[B, S]` gives `[B, T]`).
+
+    Invalid input is not checked: the sum is formed for any weights; NaN entries give NaN.
     """
     weights = as_matrix(weights, "weights")
     sink = jnp.asarray(sink)
@@ -100,6 +104,9 @@ def distance_to_first(p) -> jax.Array:
     causal (lower-triangular) attention matrices converge to `1 e_1ᵀ` when
     the first token is the only absorbing one (Wu et al. 2024, "On the role
     of attention masks and LayerNorm in transformers").
+
+    Invalid input is not checked: `1 - p_i1` is returned for any `p` (a distance only for
+    distributions); NaN gives NaN.
     """
     p = as_matrix(p, "p")
     return 1 - p[..., 0]
