@@ -131,7 +131,8 @@ def _lambda_check(run, phase: str, factor: float) -> dict:
     closer = sum(abs(math.log(a)) < abs(math.log(b)) for a, b in zip(r["lambda"], r["tau"]))
     note = (f"max |log10 ratio| over {len(r['lambda'])} resolved (seed, layer) of {r['seeds'] * r['layers']}; "
             f"ratio to prod |lambda_2| {min(r['lambda']):.3g}..{max(r['lambda']):.3g}, to prod tau "
-            f"{min(r['tau']):.3g}..{max(r['tau']):.3g}; closer to prod |lambda_2| at {closer}")
+            f"{min(r['tau']):.3g}..{max(r['tau']):.3g}; closer (in log) to prod |lambda_2| than to prod tau "
+            f"at {closer}")
     return prediction(name, source, claim, worst, bool(worst <= math.log10(factor)), note)
 
 

@@ -1,4 +1,4 @@
-r"""Attention as power iteration, and the dynamics of parameter-free self-attention.
+r"""Attention as power iteration, and self-attention dynamics on the sphere.
 
     python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi
     python -m experiments.power_iteration --config configs/power_iteration.py:smoke --workdir runs/pi_smoke
