@@ -12,8 +12,9 @@ Three parts, each a set of resumable runs:
 * `products`: inhomogeneous products A_l ... A_1 across the layers of
   untrained (bidirectional) and trained (causal) models, against the product
   of per-layer Dobrushin coefficients (one run per architecture and setting).
-* `clusters`: parameter-free self-attention X <- softmax(X X^T / (sqrt(d) tau)) X
-  iterated, token clusters counted per temperature (one run per temperature).
+* `clusters`: Geshkovski et al. 2023's self-attention dynamics of tokens on the
+  unit sphere, the number of clusters over time and the time to reach one
+  cluster (one run per inverse temperature beta).
 """
 from ml_collections import config_dict
 
@@ -44,6 +45,9 @@ def get_config(arg: str | None = None):
         num_layers=6,
         num_seeds=2,
         measure_batch_size=8,
+        # Prediction threshold, written before the run: delta(P_l) within this factor
+        # of prod_(i<=l) |lambda_2(A_i)| at every resolved layer l >= 2.
+        lambda_factor=10.0,
     ))
     config.products.model = config_dict.ConfigDict(dict(features=64, num_heads=4, mlp_ratio=2, positions="learned"))
     config.products.task = config_dict.ConfigDict(
@@ -53,16 +57,19 @@ def get_config(arg: str | None = None):
         eval_batches=2,
     ))
 
-    # (c) X <- softmax(X X^T / (sqrt(d) tau)) X from X_0 [T, d] with iid N(0, 1) entries.
+    # (c) Geshkovski et al. 2023: tokens on the unit sphere S^(d-1), Q = K = V = I,
+    # dx_i/dt = P_(x_i)((1/Z_i) sum_j exp(beta <x_i, x_j>) x_j), projected Euler.
     config.clusters = config_dict.ConfigDict(dict(
-        temperatures=(0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0),
-        num_tokens=32,  # T
-        dim=8,  # d
-        steps=1000,
-        num_seeds=4,  # random X_0 per temperature
-        # Tokens closer than threshold x (RMS token norm of X_0) are linked;
-        # clusters are the connected components (single linkage).
-        threshold=1e-3,
+        variant="SA",  # "SA" (softmax, Z_i = sum_k exp(beta <x_i, x_k>)) or "USA" (Z_i = n)
+        betas=(1.0, 2.0, 4.0, 8.0),  # inverse temperatures, increasing
+        num_tokens=32,  # n
+        dim=3,  # d (the sphere S^(d-1)); d >= 3, where the paper expects one cluster at every beta
+        dt=0.1,  # Euler step; SA moves a token by at most dt per step
+        steps=100_000,  # horizon t = steps * dt = 10^4
+        measure_every=10,  # count clusters every 10 steps (time 1)
+        num_seeds=4,  # random starts per beta (the same ones at every beta)
+        radius=1e-2,  # tokens closer than this (Euclidean, on the unit sphere) are linked
+        probe_time=30.0,  # the time at which the cluster counts are compared across beta
     ))
 
     if arg == "smoke":
@@ -72,7 +79,7 @@ def get_config(arg: str | None = None):
         config.products.model.update(features=16, num_heads=2)
         config.products.task.update(num_pairs=4, num_queries=4, vocab_size=16)
         config.products.train.update(steps=20, batch_size=8, warmup_steps=2, log_every=10, eval_batches=1)
-        config.clusters.update(temperatures=(0.05, 0.5, 4.0), num_tokens=16, steps=200, num_seeds=2)
+        config.clusters.update(betas=(1.0, 8.0), num_tokens=16, steps=2000, num_seeds=2, probe_time=20.0)
     elif arg not in (None, ""):
         raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
     return config

@@ -1,6 +1,6 @@
 """The repository's promises about itself: CI runs the README's test command, and the committed
-pretrained-model reports and the README's pretrained-model section are the committed summaries rendered
-(no model needed)."""
+pretrained-model and power-iteration reports and their README sections are the committed summaries
+rendered (no model needed)."""
 import json
 import re
 from pathlib import Path
@@ -51,3 +51,22 @@ def test_readme_pretrained_section_is_the_committed_summaries_rendered():
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Results: pretrained models"):]
     assert section.startswith(report.readme_section(results, times) + "\n")
+
+
+POWER_ITERATION_RESULTS = REPO / "experiments/results/power_iteration"
+
+
+def test_committed_power_iteration_results_are_their_summary_rendered():
+    """The checks give the committed verdicts again; the template gives report.md byte for byte, and the
+    README's power-iteration section starts where its heading is and ends where the next section starts."""
+    from attnjax.workdir import json_form
+    from experiments.power_iteration import checks, report
+
+    summary = json.loads((POWER_ITERATION_RESULTS / "summary.json").read_text())
+    assert json_form(checks.predictions(summary)) == summary["predictions"]
+    assert report.markdown(summary) == (POWER_ITERATION_RESULTS / "report.md").read_text()
+    assert sorted(p.name for p in (POWER_ITERATION_RESULTS / "plots").iterdir()) == summary["plots"]
+    times = json.loads((POWER_ITERATION_RESULTS / "timing.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Results: power iteration"):]
+    assert section.startswith(report.readme_section(summary, times) + "\n## ")

@@ -60,7 +60,8 @@ def power_iteration_test_config():
     config.products.model.update(features=8, num_heads=2)
     config.products.task.update(num_pairs=2, num_queries=2, vocab_size=8)
     config.products.train.update(steps=2, batch_size=4, warmup_steps=1, log_every=2, eval_batches=1)
-    config.clusters.update(temperatures=(0.05, 4.0), num_tokens=8, dim=4, steps=30, num_seeds=2)
+    config.clusters.update(betas=(1.0, 8.0), num_tokens=8, dim=3, steps=500, measure_every=10, num_seeds=2,
+                           probe_time=20.0)
     return config
 
 
@@ -240,8 +241,10 @@ BAD_CONFIGS = [
     ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),
      r"fixed.temperatures must be a number in \(0, inf\)"),
     ("power_iteration", lambda c: setattr(c.fixed, "steps", 1), r"fixed.steps must be an int >= 2"),
-    ("power_iteration", lambda c: setattr(c.clusters, "threshold", 2.0),
-     r"clusters.threshold must be a number in \(0, 1\)"),
+    ("power_iteration", lambda c: setattr(c.clusters, "radius", 3.0),
+     r"clusters.radius must be a number in \(0, 2\)"),
+    ("power_iteration", lambda c: setattr(c.clusters, "betas", (4.0, 1.0)),
+     r"clusters.betas must be distinct and increasing"),
     ("power_iteration", lambda c: setattr(c.products, "architectures", ("attention",)), r"unknown 'attention'; valid"),
     ("power_iteration", lambda c: setattr(c.products.model, "features", 9),
      r"features \(9\) must be divisible by num_heads \(2\)"),

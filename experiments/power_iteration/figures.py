@@ -55,32 +55,31 @@ def _products_figure(summary):
                 bound = np.asarray(p["mean"]["bound"], dtype=np.float64)
                 ax.semilogy(layers, np.where(bound > 0, bound, np.nan), "--", color=line.get_color(),
                             label=f"prod tau, {PHASE_LABELS[phase]}")
+                lam = np.asarray(p["mean"]["slem_bound"], dtype=np.float64)
+                ax.semilogy(layers, np.where(lam > 0, lam, np.nan), ":", color=line.get_color(),
+                            label=f"prod |lambda_2|, {PHASE_LABELS[phase]}")
         ax.set_title(f"{arch} (head-averaged attention)")
         ax.set_xlabel("layer l")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("Dobrushin coefficient")
+    axes[0].set_ylabel("delta(P_l) (solid), prod tau (dashed), prod |lambda_2| (dotted)")
     return fig
 
 
-def _clusters_figure(clusters):
-    fig, axes = _figure(10.0, 3.8, 1, 2)
-    for run in sorted(clusters, key=lambda r: r["temperature"]):
+def _clusters_figure(summary):
+    c = summary["config"]["clusters"]
+    fig, axes = _figure(6.0, 3.8, 1, 1)
+    for run in sorted(summary["clusters"], key=lambda r: r["beta"]):
         counts = np.asarray(run["clusters_curve"], dtype=np.float64)
-        residual = np.asarray(run["residual_curve"], dtype=np.float64)
-        t = np.arange(len(counts))
-        axes[0].plot(t + 1, counts, label=f"tau = {run['temperature']:g}")
-        axes[1].plot(t + 1, np.where(residual > 0, residual, np.nan), label=f"tau = {run['temperature']:g}")
+        t = np.arange(len(counts)) * c["measure_every"] * c["dt"]
+        axes[0].plot(t[1:], counts[1:], label=f"beta = {run['beta']:g}")
     axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("time t")
     axes[0].set_ylabel("number of clusters (mean over seeds)")
-    axes[1].set_xscale("log")
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("||X - 1 x_bar^T||_F / ||X||_F")
-    for ax in axes:
-        ax.set_xlabel("iteration t + 1")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("X <- softmax(X X^T / (sqrt(d) tau)) X")
+    axes[0].grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Tokens on S^{c['dim'] - 1}, {c['variant']} dynamics (Geshkovski et al. 2023), n = {c['num_tokens']}")
     return fig
 
 
@@ -91,5 +90,5 @@ def figures(summary: dict) -> dict:
     if summary["products"]:
         out["products_dobrushin"] = _products_figure(summary)
     if summary["clusters"]:
-        out["clusters"] = _clusters_figure(summary["clusters"])
+        out["clusters"] = _clusters_figure(summary)
     return out

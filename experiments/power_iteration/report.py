@@ -1,4 +1,5 @@
-"""The power-iteration study's report: `templates/report.md.j2` over `context`."""
+"""The power-iteration study's report and README section: `templates/report.md.j2` and
+`templates/readme.md.j2` over `context`."""
 from __future__ import annotations
 
 from experiments.power_iteration import context
@@ -8,3 +9,8 @@ from experiments.report_util import render
 def markdown(summary: dict) -> str:
     """The Markdown report of one run (`summary.json`, with its predictions and plots)."""
     return render("power_iteration", "report.md.j2", **context.report(summary))
+
+
+def readme_section(summary: dict, times: dict) -> str:
+    """The README's "Results: power iteration" section, from the committed `summary.json` and `timing.json`."""
+    return render("power_iteration", "readme.md.j2", **context.readme(summary, times))

@@ -1,4 +1,4 @@
-r"""Attention as power iteration, and the dynamics of parameter-free self-attention.
+r"""Attention as power iteration, and self-attention dynamics on the sphere.
 
     python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi
     python -m experiments.power_iteration --config configs/power_iteration.py:smoke --workdir runs/pi_smoke
@@ -31,19 +31,24 @@ consequences (Seneta 2006, "Non-negative Matrices and Markov Chains"):
     next-token prediction). A causal A is lower-triangular with a_11 = 1, so
     its only stationary distribution is e_1 and the products converge to
     the first token. Dong, Cordonnier & Loukas (2021) for the link with rank
-    collapse.
-(c) `clusters`: parameter-free self-attention X <- softmax(X X^T / (sqrt(d) tau)) X
-    (q = k = v = X, one head), from X_0 [T, d] with iid N(0, 1) entries.
-    Each token moves to a convex combination of the tokens, so the convex
-    hull shrinks and the tokens cluster (Geshkovski, Letrouit, Polyanskiy &
-    Rigollet 2023, "A mathematical perspective on Transformers"): at high
-    temperature A is near uniform and all tokens merge at once; at low
-    temperature each token attends mostly to itself and its near neighbours,
-    and several clusters live long. Cluster rule (see `dynamics.count_clusters`):
-    tokens closer than `clusters.threshold` x the RMS token norm of X_0 are
-    linked, and clusters are the connected components.
+    collapse. These are theorems (sanity checks); the prediction is that
+    delta(P_l) follows prod_{i<=l} |lambda_2(A_i)|, the rate of a homogeneous
+    chain, within `products.lambda_factor` (see `products.py`), reported
+    beside each layer's attention entropy and tau.
+(c) `clusters`: Geshkovski, Letrouit, Polyanskiy & Rigollet 2023 ("A
+    mathematical perspective on Transformers"), as they state it: n tokens on
+    the unit sphere S^{d-1}, Q = K = V = I, inverse temperature beta,
+        dx_i/dt = P_{x_i}( (1/Z_i) sum_j exp(beta <x_i, x_j>) x_j )      (SA)
+    (or Z_i = n: USA), P_x y = y - <x, y> x, integrated by projected Euler
+    with step `clusters.dt` (see `dynamics.py`) from tokens uniform on the
+    sphere. Clusters: tokens closer than `clusters.radius` are linked, and
+    clusters are the connected components (`dynamics.count_clusters`). The
+    paper proves convergence to a single cluster for almost every start in
+    several regimes of beta and d and describes long-lived (metastable)
+    multi-cluster states at large beta; the study measures the number of
+    clusters over time and the time to reach one cluster per beta.
 
-Each temperature of (a) and (c) and each model of (b) is one run; a killed
+Each temperature of (a), each beta of (c) and each model of (b) is one run; a killed
 study, re-run with the same command, skips finished runs (an unfinished
 training run restarts from step 0 and, being deterministic, gives the same
 numbers) and ends with the same `summary.json`.
@@ -53,7 +58,8 @@ Rows: (a) `{"matrix", "metric", "value"}` per matrix (`slem`, the fitted
 "values": d(0..steps)}`; (b) `{"phase", "seed", "chain": "mean" | "head",
 "metric", "values"}` (see `product_metrics`), and for the trained model
 `{"phase": "trained", "seed", "metric", "value"}` (held-out accuracy and loss,
-chance accuracy, divergence); (c) `{"seed", "metric", "values": [steps + 1]}`.
+chance accuracy, divergence); (c) `{"seed", "metric", "values": [measures + 1]}`
+(`clusters`, `min_cosine` every `clusters.measure_every` steps).
 """
 from __future__ import annotations
 
@@ -70,15 +76,14 @@ from jax import lax
 import attnjax
 from attnjax import checks, training
 from attnjax.analysis import (
-    dobrushin,
-    path_product,
     power_iteration,
     slem,
     stationary_distribution,
 )
 from attnjax.workdir import RunDir
 from experiments import architectures, models
-from experiments.power_iteration.dynamics import self_attention_dynamics
+from experiments.power_iteration import dynamics
+from experiments.power_iteration.products import attention_products, worst_cases
 
 HIGHEST = lax.Precision.HIGHEST
 PARTS = ("fixed", "products", "clusters")
@@ -90,19 +95,22 @@ FLOOR_FACTOR = 100.0
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run: a temperature of `fixed` or `clusters`, or a model of `products`."""
+    """One run: a temperature of `fixed`, a model of `products` or an inverse temperature of `clusters`."""
 
     part: str
     temperature: float = 1.0
     architecture: str = ""
     trained: bool = False
+    beta: float = 0.0
 
     @property
     def run_id(self) -> str:
         if self.part == "products":
             setting = "trained-causal" if self.trained else "untrained-bidirectional"
             return f"products-{setting}-{self.architecture}"
-        return f"{self.part}-t{self.temperature:g}"
+        if self.part == "clusters":
+            return f"clusters-b{self.beta:g}"
+        return f"fixed-t{self.temperature:g}"
 
 
 def dtype_of(config):
@@ -139,6 +147,16 @@ def _check_temperatures(name: str, temperatures) -> None:
         raise ValueError(f"{name} must be distinct, got {temperatures}")
 
 
+def _check_betas(betas) -> None:
+    betas = tuple(betas)
+    if not betas:
+        raise ValueError("clusters.betas must name at least one beta")
+    for b in betas:
+        _check_number("clusters.betas", b, 0.0)
+    if list(betas) != sorted(set(betas)):
+        raise ValueError(f"clusters.betas must be distinct and increasing, got {betas}")
+
+
 def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
     p = config.products
     return models.make_trainer(p.model, p.train, task, architecture=spec.architecture, depth=p.num_layers,
@@ -149,7 +167,7 @@ def _grid(config) -> list[RunSpec]:
     grid = [RunSpec("fixed", temperature=float(t)) for t in config.fixed.temperatures]
     for arch in config.products.architectures:
         grid += [RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)]
-    return grid + [RunSpec("clusters", temperature=float(t)) for t in config.clusters.temperatures]
+    return grid + [RunSpec("clusters", beta=float(b)) for b in config.clusters.betas]
 
 
 def specs(config) -> list[RunSpec]:
@@ -172,12 +190,20 @@ def specs(config) -> list[RunSpec]:
     checks.integer("products.train.steps", p.train.steps, 1)
     checks.integer("products.train.log_every", p.train.log_every, 1)
     checks.integer("products.train.eval_batches", p.train.eval_batches, 1)
-    _check_temperatures("clusters.temperatures", c.temperatures)
+    if c.variant not in dynamics.VARIANTS:
+        raise ValueError(f"clusters.variant must be one of {dynamics.VARIANTS}, got {c.variant!r}")
+    _check_betas(c.betas)
     checks.integer("clusters.num_tokens", c.num_tokens, 2)
-    checks.integer("clusters.dim", c.dim, 1)
-    checks.integer("clusters.steps", c.steps, 1)
+    checks.integer("clusters.dim", c.dim, 2)
+    _check_number("clusters.dt", c.dt, 0.0, 1.0)
+    checks.integer("clusters.measure_every", c.measure_every, 1)
+    checks.integer("clusters.steps", c.steps, c.measure_every)
+    if c.steps % c.measure_every:
+        raise ValueError(f"clusters.steps ({c.steps}) must be a multiple of clusters.measure_every ({c.measure_every})")
     checks.integer("clusters.num_seeds", c.num_seeds, 1)
-    _check_number("clusters.threshold", c.threshold, 0.0, 1.0)
+    _check_number("clusters.radius", c.radius, 0.0, 2.0)
+    _check_number("clusters.probe_time", c.probe_time, 0.0, c.steps * c.dt + 1e-9)
+    _check_number("products.lambda_factor", p.lambda_factor, 1.0)
     grid = _grid(config)
     task = models.make_task(p.task)
     for spec in grid:
@@ -280,64 +306,6 @@ def fixed_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
 # (b) Inhomogeneous products across depth
 
 
-def product_metrics(mats: jax.Array) -> dict[str, jax.Array]:
-    """One chain per leading index: `mats [..., L, T, T]` (layer l at l-1) -> `[..., L]` each.
-
-    * `tau`: τ(A_l), Dobrushin's coefficient of each layer;
-    * `delta`: δ(P_l) = τ(A_l ⋯ A_1), of the product;
-    * `bound`: ∏_{i<=l} τ(A_i), which bounds δ(P_l) (sub-multiplicativity);
-    * `tv_to_pi`: ½ ‖p_l − π_l‖₁, p_l the mean row of P_l and π_l the
-      stationary distribution of A_l;
-    * `pi_first`: π_l of the first token;
-    * `absorbing`: the number of absorbing tokens, a_tt = 1 (to rounding).
-
-    A causal A is lower-triangular: every token t either is absorbing or
-    moves to an earlier one with positive probability, so the closed classes
-    are the absorbing tokens. The first always is (a_11 = 1); if it is the
-    only one, π_l = e_1 is the unique stationary distribution. A trained
-    float32 softmax can saturate (a_tt = 1, every other weight underflows),
-    and then π_l is not unique.
-    """
-    prods = path_product(mats)
-    tau = dobrushin(mats)
-    pi = stationary_distribution(mats)
-    row = jnp.mean(prods, axis=-2)
-    return {
-        "tau": tau,
-        "delta": dobrushin(prods),
-        "bound": jnp.cumprod(tau, axis=-1),
-        "tv_to_pi": 0.5 * jnp.sum(jnp.abs(row - pi), axis=-1),
-        "pi_first": pi[..., 0],
-        "absorbing": jnp.sum(jnp.diagonal(mats, axis1=-2, axis2=-1) >= 1, axis=-1).astype(mats.dtype),
-    }
-
-
-@functools.partial(jax.jit, static_argnames=("dtype",))
-def attention_products(attention: jax.Array, dtype) -> dict[str, dict[str, jax.Array]]:
-    """`attention [L, B, H, T, T]` -> `{"mean": head-averaged metrics [B, L], "head": per-head metrics [B, H, L]}`.
-
-    Cast to `dtype` and rows renormalised there, so every matrix is
-    stochastic to the rounding of `dtype` and the bound is exact up to it.
-    """
-    a = attention.astype(dtype)
-    a = a / jnp.sum(a, axis=-1, keepdims=True)
-    per_head = jnp.transpose(a, (1, 2, 0, 3, 4))  # [B, H, L, T, T]
-    head_mean = jnp.mean(per_head, axis=1)  # [B, L, T, T], still stochastic
-    return {"mean": product_metrics(head_mean), "head": product_metrics(per_head)}
-
-
-def _worst(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Worst cases over all but the layer axis (last): the largest violations of
-    δ(P_l) <= ∏τ and δ(P_l) <= δ(P_{l-1}), and the largest 1 − π_l(first token)
-    among chains whose only absorbing token is the first (0 if there are none)."""
-    axes = tuple(range(m["delta"].ndim - 1))
-    monotone = np.diff(m["delta"], axis=-1)
-    gap = np.where(m["absorbing"] == 1, 1 - m["pi_first"], 0.0)
-    return {"bound_excess": np.max(m["delta"] - m["bound"], axis=axes),
-            "monotone_excess": np.max(monotone, axis=axes) if monotone.shape[-1] else np.zeros((0,)),
-            "pi_first_gap": np.max(gap, axis=axes)}
-
-
 def _product_rows(metrics: dict, phase: str) -> list[dict]:
     """Per seed and chain: batch-mean values (`[L]` head-averaged, `[H, L]` per head) and
     the worst cases over the batch (and heads) of `_worst`."""
@@ -348,7 +316,7 @@ def _product_rows(metrics: dict, phase: str) -> list[dict]:
             base = {"phase": phase, "seed": seed, "chain": chain}
             for name, values in m.items():
                 rows.append({**base, "metric": name, "values": values.mean(axis=0)})
-            for name, values in _worst(m).items():
+            for name, values in worst_cases(m).items():
                 rows.append({**base, "metric": name, "values": values})
     return rows
 
@@ -405,17 +373,19 @@ def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
 
 
 # --------------------------------------------------------------------------
-# (c) Parameter-free self-attention dynamics
+# (c) Self-attention dynamics on the sphere (Geshkovski et al. 2023)
 
 
 def clusters_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     c = config.clusters
     dtype = dtype_of(config)
-    keys = jax.random.split(_key(config, "clusters"), c.num_seeds)  # the same X_0 at every temperature
+    keys = jax.random.split(_key(config, "clusters"), c.num_seeds)  # the same x(0) at every beta
     with precision_context(config):
-        x0 = jax.vmap(lambda key: jax.random.normal(key, (c.num_tokens, c.dim), dtype))(keys)
-        dynamics = functools.partial(self_attention_dynamics, temperature=spec.temperature, steps=c.steps)
-        out = jax.tree.map(np.asarray, jax.vmap(dynamics, in_axes=(0, None))(x0, jnp.asarray(c.threshold, dtype)))
+        x0 = jax.vmap(lambda key: dynamics.unit_tokens(key, c.num_tokens, c.dim, dtype))(keys)
+        integrate = functools.partial(dynamics.sphere_dynamics, variant=c.variant,
+                                      num_measures=c.steps // c.measure_every, measure_every=c.measure_every)
+        scalars = [jnp.asarray(v, dtype) for v in (spec.beta, c.dt, c.radius)]
+        out = jax.tree.map(np.asarray, jax.vmap(integrate, in_axes=(0, None, None, None))(x0, *scalars))
     return [{"seed": s, "metric": name, "values": values[s]}
             for name, values in out.items() for s in range(c.num_seeds)]
 

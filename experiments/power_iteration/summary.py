@@ -5,8 +5,10 @@
 * `products`: per model and phase, the head-averaged (`mean`) and per-head
   (`head`) chains' metrics per layer (means over seeds; excesses and gaps:
   their worst over seeds), and the trained model's accuracy;
-* `clusters`: per temperature, the cluster count on `CLUSTER_GRID` (mean,
-  min, max over seeds), the final residual and effective rank, and the curves.
+* `clusters`: per beta, the cluster count at the times of `CLUSTER_GRID`
+  (mean, min, max over seeds), each seed's count at `probe_time` and at the
+  horizon, its time to reach one cluster (None: not within the horizon), and
+  the mean count over time.
 
 The readers below (`config_of`, `phases`, `product_tolerance`) are the one
 definition of what the checks, the report and the figures share.
@@ -22,8 +24,8 @@ from attnjax.study import by_metric, distinct, select
 from experiments import models
 from experiments.power_iteration.study import dtype_of, rounding_floor
 
-# Iterations at which the report tabulates the cluster count.
-CLUSTER_GRID = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+# Times at which the report tabulates the cluster count.
+CLUSTER_GRID = (0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
 PHASE_LABELS = {"untrained": "untrained, bidirectional", "init": "causal, at initialisation",
                 "trained": "causal, trained"}
 # Steps past the last fitted one shown in the fixed-matrix figure.
@@ -75,8 +77,13 @@ def _fixed_summary(config, rows) -> dict:
             "floor": rounding_floor(config), "matrices": matrices, "worst_rel_error": max(errors), "distance": curves}
 
 
+# The head-averaged chain's metrics that the summary also keeps per seed (`[seeds][L]`).
+PER_SEED = ("delta", "bound", "slem_bound")
+
+
 def _phase_summary(rows, phase: str) -> dict:
-    """Head-averaged and per-head metrics of one phase: means over seeds, worst excesses over seeds."""
+    """Head-averaged and per-head metrics of one phase: means over seeds, worst excesses over seeds;
+    `seeds`: the head-averaged chain's `PER_SEED` metrics of each seed."""
     out = {}
     for chain in ("mean", "head"):
         metrics = by_metric(rows, phase=phase, chain=chain)
@@ -86,6 +93,8 @@ def _phase_summary(rows, phase: str) -> dict:
             worst = name.endswith("excess") or name.endswith("gap")
             summary[name] = (np.max(values, axis=0) if worst else np.mean(values, axis=0)).tolist()
         out[chain] = summary
+    mean = by_metric(rows, phase=phase, chain="mean")
+    out["seeds"] = {name: np.asarray(mean[name], dtype=np.float64).tolist() for name in PER_SEED}
     return out
 
 
@@ -100,24 +109,30 @@ def _products_summary(config, rows) -> dict:
     return out
 
 
-def _grid(steps: int) -> list[int]:
-    return sorted({t for t in CLUSTER_GRID if t <= steps} | {steps})
+def time_to_one(counts, times) -> float | None:
+    """The first of `times [M]` at which `counts [M]` is 1 and stays 1 after; None if the last count is not 1."""
+    counts = np.asarray(counts)
+    if counts[-1] != 1:
+        return None
+    above = np.nonzero(counts != 1)[0]
+    return float(times[above[-1] + 1]) if above.size else float(times[0])
 
 
 def _clusters_summary(config, rows) -> dict:
-    metrics = by_metric(rows)
-    counts = np.asarray(metrics["clusters"], dtype=np.float64)  # [seeds, steps + 1]
-    residual = np.asarray(metrics["residual"], dtype=np.float64)
-    grid = _grid(config.clusters.steps)
+    c = config.clusters
+    counts = np.asarray(by_metric(rows)["clusters"], dtype=np.float64)  # [seeds, measures + 1]
+    times = np.arange(counts.shape[1]) * c.measure_every * c.dt
+    grid = sorted({int(np.argmin(np.abs(times - t))) for t in CLUSTER_GRID if t <= times[-1]} | {len(times) - 1})
+    probe = int(np.argmin(np.abs(times - c.probe_time)))
     return {
-        "run": rows[0]["run"], "temperature": rows[0]["temperature"], "iterations": grid,
+        "run": rows[0]["run"], "beta": rows[0]["beta"], "times": times[grid].tolist(),
         "clusters_mean": counts[:, grid].mean(axis=0).tolist(),
         "clusters_min": counts[:, grid].min(axis=0).tolist(),
         "clusters_max": counts[:, grid].max(axis=0).tolist(),
-        "final_clusters": counts[:, -1].tolist(),
-        "final_residual": float(np.mean(residual[:, -1])),
-        "final_effective_rank": float(np.mean(np.asarray(metrics["effective_rank"], dtype=np.float64)[:, -1])),
-        "clusters_curve": counts.mean(axis=0), "residual_curve": residual.mean(axis=0),  # [steps + 1]
+        "probe_time": float(times[probe]), "probe_clusters": counts[:, probe].tolist(),
+        "final_clusters": counts[:, -1].tolist(), "horizon": float(times[-1]),
+        "time_to_one": [time_to_one(row, times) for row in counts],
+        "clusters_curve": counts.mean(axis=0),  # [measures + 1]
     }
 
 
