@@ -15,6 +15,7 @@
   of log(1/r) and of geometric rates, logit variance, single-head paths).
 * `depth`: all of the above per layer of one forward pass.
 """
+from attnjax.analysis._linalg import spectral_radius_by_squaring
 from attnjax.analysis.heads import (
     PATTERN_NAMES,
     PatternFeatures,
@@ -28,6 +29,7 @@ from attnjax.analysis.markov import (
     MarkovReport,
     PowerIteration,
     RankOneResidual,
+    default_squarings,
     dobrushin,
     markov_report,
     path_product,
@@ -53,6 +55,8 @@ from attnjax.analysis.rank import (
 from attnjax.analysis.stochastic import check_stochastic, is_row_stochastic
 
 __all__ = [
+    "default_squarings",
+    "spectral_radius_by_squaring",
     "PATTERN_NAMES",
     "MarkovReport",
     "PatternFeatures",

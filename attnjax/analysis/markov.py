@@ -160,7 +160,8 @@ def _host_spectral_radius(b: jax.Array) -> jax.Array:
     return jax.pure_callback(callback, out, b, vmap_method="broadcast_all")
 
 
-def _default_squarings(dtype) -> int:
+def default_squarings(dtype) -> int:
+    """Squarings `slem` uses by default: 24 in float32, 50 in float64 (enough for |lambda_2| to settle)."""
     return 24 if jnp.dtype(dtype) == jnp.float32 else 50
 
 
@@ -224,7 +225,7 @@ def slem(a, *, method: str = "iterative", pi=None, num_squarings: int | None = N
     a = as_matrix(a, "a", square=True)
     if method not in SLEM_METHODS:
         raise ValueError(f"method must be one of {SLEM_METHODS}; got {method!r} (a shape {a.shape})")
-    s = _default_squarings(a.dtype) if num_squarings is None else int(num_squarings)
+    s = default_squarings(a.dtype) if num_squarings is None else int(num_squarings)
     if s < 1:
         raise ValueError(f"num_squarings must be >= 1; got {num_squarings}")
     return _deflated_radius(a, _as_distribution(pi, a), method=method, num_squarings=s)

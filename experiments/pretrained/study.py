@@ -62,6 +62,7 @@ from attnjax import checks, nn
 from attnjax.analysis import (
     PATTERN_NAMES,
     classify_pattern,
+    default_squarings,
     distance_to_first,
     dobrushin,
     head_redundancy,
@@ -71,12 +72,11 @@ from attnjax.analysis import (
     residual_norms,
     sink_mass,
     slem,
+    spectral_radius_by_squaring,
     stationary_distribution,
     triangular_slem,
     uniform_sink_mass,
 )
-from attnjax.analysis._linalg import spectral_radius_by_squaring  # private until attnjax.analysis exports it
-from attnjax.analysis.markov import _default_squarings  # private until attnjax.analysis exports it
 from attnjax.workdir import RunDir
 from experiments.pretrained.corpus import (
     MODELS,
@@ -220,7 +220,7 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     pi = stationary_distribution(a)  # [L, B, H, n]
     lam2 = slem(a, pi=pi)  # read off the diagonal of a causal map, exactly
     # The general iterative estimate (what slem gives a map that is not triangular) against it:
-    squaring = spectral_radius_by_squaring(a - pi[..., None, :], _default_squarings(a.dtype))
+    squaring = spectral_radius_by_squaring(a - pi[..., None, :], default_squarings(a.dtype))
     error = jnp.abs(squaring - triangular_slem(a)) if causal else jnp.zeros_like(lam2)
     tau = dobrushin(a)
     s = sinks.astype(a.dtype)  # [C, B, n]
