@@ -127,7 +127,7 @@ def submit(study: study_lib.Study, config, workdir: str, *, launcher: str, jobs:
     Raises RuntimeError (after writing nothing but the finished runs' records)
     if a job failed; calling again submits only the runs still missing.
     """
-    specs, wd = study_lib.prepare(study, config, workdir)
+    specs, wd = study_lib.prepare(study, config, workdir, progress)
     executor_parameters(launcher, study.name, slurm)  # bad options fail before anything is submitted
     shares = deal([spec.run_id for spec in specs if not wd.is_done(spec.run_id)], jobs)
     if shares:

@@ -206,15 +206,16 @@ def _write_outputs(study: Study, summary: dict, wd: Workdir, progress: Callable[
     progress(f"report: {path}")
 
 
-def prepare(study: Study, config, workdir: str) -> tuple[list, Workdir]:
+def prepare(study: Study, config, workdir: str, progress: Callable[[str], None] = print) -> tuple[list, Workdir]:
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
-    touched or anything compiles.
+    touched or anything compiles. The workdir reports on `progress` (e.g. a
+    corrupt run record moved aside).
     """
     specs = study.specs(config)
     _check_specs(specs)
-    wd = Workdir(workdir)
+    wd = Workdir(workdir, log=progress)
     wd.write_config(config.to_dict())
     return specs, wd
 
@@ -244,7 +245,7 @@ def run(study: Study, config, workdir: str, *, progress: Callable[[str], None] =
     leaves them to the caller (a job array's submitting process). Every check
     of the config happens before the workdir is touched or anything compiles.
     """
-    specs, wd = prepare(study, config, workdir)
+    specs, wd = prepare(study, config, workdir, progress)
     share = None
     if run_ids is not None:
         unknown = set(run_ids) - {spec.run_id for spec in specs}
