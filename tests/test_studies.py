@@ -351,9 +351,10 @@ def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
         return [{"metric": "square", "value": spec.x ** 2}]
 
     assert study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append) == first
-    assert redone == ["x2"] and messages[0].startswith("toy: 3 runs (2 already done)")
-    said = capsys.readouterr().out
-    assert f"{record} is not valid JSON" in said and f"moved to {record}.corrupt" in said
+    assert redone == ["x2"] and capsys.readouterr().out == ""  # every line goes to the progress callback
+    corrupt = [m for m in messages if "is not valid JSON" in m]
+    assert len(corrupt) == 1 and str(record) in corrupt[0] and f"moved to {record}.corrupt" in corrupt[0]
+    assert messages[messages.index(corrupt[0]) + 1].startswith("toy: 3 runs (2 already done)")
     assert record.read_text() == text and (tmp_path / "runs" / "x2.json.corrupt").read_text() == text[:-5]
 
 
