@@ -16,17 +16,15 @@ Layout follows `jax.nn.dot_product_attention`: query `[..., T, H, D]`, key
 multi-query attention): query head h reads key/value head h // (H // K).
 
 The core (`_attention`) computes all heads at once: queries grouped as
-`[..., K, G, T, D]` (G = H // K), two einsums over `[..., K, G, T, S]`, and a
-masked softmax with the softmax's own JVP (`_softmax`).
+`[..., K, G, T, D]` (G = H // K), two einsums over `[..., K, G, T, S]`, and
+the masked softmax of `attnjax.softmax` (its own JVPs; its numerics: no NaN
+for fully masked rows, extreme temperatures or large logits). Inputs are
+checked by `attnjax.checks` before any compute.
 
 Numerics: logits and softmax run in at least float32 (bf16/fp16 inputs are
 promoted), outputs come back in the input dtype. Masked entries get exactly
 zero weight; a query row with every key masked gets zero weights and a zero
-output (not the NaN of `0/0`, nor the uniform average a large negative fill
-gives), with zero gradients. Logits are clipped to +-finfo.max/4 so that
-extreme temperatures or logits cannot overflow to inf and produce inf - inf.
-An array (traced) temperature has its own JVP (`_tempered_softmax`), so its
-gradient stays finite down to t ~ 1e-38 (0 for one-hot rows).
+output, with zero gradients.
 """
 from __future__ import annotations
 
@@ -39,225 +37,23 @@ import numpy as np
 
 from attnjax import checks
 from attnjax import masks as masks_lib
+from attnjax.softmax import clip_logits, softmax_with_temperature
 
 Array = jax.Array
 Scalar = Union[float, Array]
 
 
 # --------------------------------------------------------------------------
-# Softmax with temperature
-
-
-def softmax_with_temperature(
-    logits: Array, temperature: Scalar = 1.0, *, mask: Optional[Array] = None
-) -> Array:
-    """Masked softmax over the last axis: softmax(logits / temperature).
-
-    Args:
-      logits: `[..., S]` scores; computed in at least float32.
-      temperature: positive scalar dividing the logits (softmax(x / t)).
-      mask: optional boolean array broadcastable to `logits`, True = keep.
-
-    Returns:
-      `[..., S]` probabilities in `promote_types(logits.dtype, float32)`. Masked
-      entries are exactly 0; rows with nothing unmasked are all zeros. Never NaN
-      for finite inputs, however large the logits or small the temperature.
-    """
-    dtype = jnp.promote_types(logits.dtype, jnp.float32)
-    logits = logits.astype(dtype)
-    if isinstance(temperature, (int, float, np.number)):  # a constant: nothing to differentiate
-        return _softmax(logits / jnp.asarray(temperature, dtype), mask)
-    return _tempered_softmax(logits, jnp.asarray(temperature, dtype), mask)
-
-
-def _clip(x: Array) -> Array:
-    """x clipped to +-finfo.max/4 (`_softmax`'s guard against overflow)."""
-    bound = jnp.asarray(jnp.finfo(x.dtype).max / 4, x.dtype)
-    return jax.lax.clamp(-bound, x, bound)
-
-
-def _centred(probs: Array, x: Array) -> Array:
-    """p * (x - sum_s p_s x_s) over the last axis: the softmax's JVP applied to x."""
-    return probs * (x - jnp.sum(probs * x, axis=-1, keepdims=True))
-
-
-@jax.custom_jvp
-def _tempered_softmax(logits: Array, temperature: Array, mask: Optional[Array]) -> Array:
-    """`_softmax(logits / temperature, mask)` for an array temperature t, differentiable in t.
-
-    With z = clip(logits / t) and p its softmax,
-
-        dp = p (dlogits - E_p dlogits) / t  -  p (z - E_p z) dt / t
-
-    (the derivative of z in t is -z / t). Written this way, not as the JVP of
-    logits / t (whose -logits / t^2 overflows for t < ~1e-19 in float32 and
-    meets a zero p as inf * 0 = NaN), a near one-hot row gets the vanishing
-    derivative it has: p (z - E_p z) is exactly 0 there.
-    """
-    return _softmax(logits / temperature, mask)
-
-
-@_tempered_softmax.defjvp
-def _tempered_softmax_jvp(primals, tangents):
-    logits, temperature, mask = primals
-    dlogits, dtemperature, _ = tangents
-    z = _clip(logits / temperature)
-    probs = _softmax(z, mask)
-    return probs, (_centred(probs, dlogits) / temperature - _centred(probs, z) * (dtemperature / temperature))
-
-
-@jax.custom_jvp
-def _softmax(logits: Array, mask: Optional[Array]) -> Array:
-    """Masked softmax over the last axis of float `logits` `[..., S]`; `mask` None or broadcastable.
-
-    With x = clip(logits, -c, c), c = finfo.max/4, masked entries set to -2c,
-    and m = max_s x_s (>= -c in a row with an unmasked entry):
-
-        p_s = exp(x_s - m) / sum_s' exp(x_s' - m)
-
-    has no inf - inf, a sum >= 1 (the max term is exp(0)), and exactly 0 at
-    masked entries (exp(<= -c) underflows). A row with every entry masked is
-    multiplied by 0 (it would be uniform). The JVP is the softmax's,
-    dp = p * (dlogits - sum_s p_s dlogits_s) (as in `jax.nn.softmax`): the
-    backward pass needs only p, which is 0 at masked entries and in fully
-    masked rows, so those get zero gradients without a select. (It is the
-    exact derivative inside the clip; the clip itself, a guard against
-    overflow at |logits| > finfo.max/4, is treated as the identity.)
-    """
-    bound = jnp.finfo(logits.dtype).max / 4
-    x = _clip(logits)
-    if mask is not None:
-        x = jnp.where(mask, x, jnp.asarray(-2 * bound, logits.dtype))
-    unnormalised = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
-    inv_total = 1 / jnp.sum(unnormalised, axis=-1, keepdims=True)
-    if mask is not None:
-        inv_total = jnp.where(jnp.any(mask, axis=-1, keepdims=True), inv_total, jnp.zeros_like(inv_total))
-    return unnormalised * inv_total
-
-
-@_softmax.defjvp
-def _softmax_jvp(primals, tangents):
-    logits, mask = primals
-    dlogits, _ = tangents
-    probs = _softmax(logits, mask)
-    return probs, _centred(probs, dlogits)
-
-
-# --------------------------------------------------------------------------
-# Input checks (all static: shapes and dtypes only, before any compute)
-
-
-def _shape_error(message: str, **arrays) -> ValueError:
-    shapes = ", ".join(f"{name}.shape={tuple(a.shape)}" for name, a in arrays.items())
-    return ValueError(f"{message} (got {shapes})")
-
-
-def _check_qkv(query: Array, key: Array, value: Array) -> None:
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
-        if x.ndim < 3:
-            raise _shape_error(f"{name} must have layout [..., T, H, D] (rank >= 3)", **{name: x})
-    if not query.ndim == key.ndim == value.ndim:
-        raise _shape_error("query, key and value must have the same rank", query=query, key=key, value=value)
-    if key.shape[:-1] != value.shape[:-1]:
-        raise _shape_error("key and value must agree on [..., S, K]", key=key, value=value)
-    if query.shape[:-3] != key.shape[:-3]:
-        raise _shape_error("query and key must have the same batch dims", query=query, key=key)
-    if query.shape[-1] != key.shape[-1]:
-        raise _shape_error("query and key must have the same head dim D", query=query, key=key)
-    num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
-    if num_heads % num_kv_heads:
-        raise _shape_error(
-            f"key heads ({num_kv_heads}) must divide query heads ({num_heads})", query=query, key=key
-        )
-    checks.nonempty_lengths(query, key)
-
-
-def _logits_shape(query: Array, key: Array) -> tuple[int, ...]:
-    return query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
-
-
-def _fit_shape(x: Array, target: tuple[int, ...]) -> Optional[Array]:
-    """`x` without extra leading size-1 axes if it then broadcasts to exactly `target`, else None."""
-    extra = max(x.ndim - len(target), 0)
-    try:
-        fits = all(d == 1 for d in x.shape[:extra]) and np.broadcast_shapes(x.shape[extra:], target) == target
-    except ValueError:
-        fits = False
-    return jnp.reshape(x, x.shape[extra:]) if fits else None
-
-
-def _check_broadcastable(name: str, x: Optional[Array], target: tuple[int, ...]) -> Optional[Array]:
-    """`x` must broadcast to exactly `target` (it may not enlarge the logits).
-
-    Leading axes beyond `target`'s rank are allowed when they have size 1 (an
-    unbatched query `[T, H, D]` with a mask `[1, H, T, S]`, as jax.nn accepts).
-    """
-    if x is None:
-        return None
-    x = jnp.asarray(x)
-    fitted = _fit_shape(x, target)
-    if fitted is None:
-        raise ValueError(
-            f"{name} of shape {tuple(x.shape)} does not broadcast to the logits shape "
-            f"[..., H, T, S] = {target}"
-        )
-    return fitted
-
-
-def _as_bool_mask(mask: Optional[Array]) -> Optional[Array]:
-    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`."""
-    if mask is None or mask.dtype == jnp.bool_:
-        return mask
-    if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
-        raise TypeError(f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}")
-    return mask != 0
-
-
-def _check_lengths(name: str, lengths: Optional[Array], batch_shape: tuple[int, ...]) -> Optional[Array]:
-    """Sequence lengths: an integer array broadcastable to the batch dims `[...]` (jax.nn: `[B]`)."""
-    if lengths is None:
-        return None
-    lengths = jnp.asarray(lengths)
-    if not jnp.issubdtype(lengths.dtype, jnp.integer):
-        raise TypeError(f"{name} must be an integer array, got dtype {lengths.dtype}")
-    fitted = _fit_shape(lengths, batch_shape)
-    if fitted is None:
-        raise ValueError(f"{name} of shape {tuple(lengths.shape)} does not broadcast to the batch dims {batch_shape}")
-    return fitted
-
-
-def _check_window(local_window_size) -> Optional[tuple[int, int]]:
-    """jax.nn's `local_window_size`: an int w (meaning (w, w)) or (left, right), non-negative ints."""
-    if local_window_size is None:
-        return None
-    window = (local_window_size,) * 2 if isinstance(local_window_size, (int, np.integer)) else local_window_size
-    ok = isinstance(window, (tuple, list)) and len(window) == 2
-    ok = ok and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0 for w in window)
-    if not ok:
-        raise ValueError(
-            f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
-    return int(window[0]), int(window[1])
-
-
-def _check_dropout(dropout_rate, dropout_rng) -> bool:
-    """True when dropout is to be applied (rate > 0)."""
-    checks.rate("dropout_rate", dropout_rate)
-    if dropout_rate > 0 and dropout_rng is None:
-        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng (a PRNG key)")
-    return dropout_rate > 0
+# Inputs: checks (attnjax.checks), the keyword masks, the default scale
 
 
 def _prepare(query, key, value, mask, bias, temperature):
     """Validates all inputs (shapes and dtypes only); returns mask (boolean) and bias as arrays."""
-    _check_qkv(query, key, value)
+    checks.qkv(query, key, value)
     checks.temperature(temperature)
-    target = _logits_shape(query, key)
-    mask = _as_bool_mask(_check_broadcastable("mask", mask, target))
-    bias = _check_broadcastable("bias", bias, target)
+    target = checks.logits_shape(query, key)
+    mask = checks.bool_mask(checks.broadcastable("mask", mask, target))
+    bias = checks.broadcastable("bias", bias, target)
     return mask, bias
 
 
@@ -275,7 +71,8 @@ def _keyword_masks(query, key, is_causal, query_seq_lengths, key_value_seq_lengt
     return causal, local, kv_valid, q_valid
 
 
-def _default_scale(query: Array, scale: Optional[float]) -> Scalar:
+def default_scale(query: Array, scale: Optional[float]) -> Scalar:
+    """`scale`, or 1/sqrt(D) for None (query `[..., T, H, D]`; Vaswani et al. 2017, §3.2.1)."""
     return 1.0 / np.sqrt(query.shape[-1]) if scale is None else scale
 
 
@@ -407,7 +204,7 @@ def _log_sum_exp(query, key, mask, bias, *, scale, temperature) -> Array:
     x = grouped_logits(query, key, scale=scale)
     if bias is not None:
         x = x + jnp.reshape(bias, (1,) * (x.ndim - bias.ndim) + bias.shape).astype(x.dtype)
-    x = _clip(x / jnp.asarray(temperature, x.dtype))
+    x = clip_logits(x / jnp.asarray(temperature, x.dtype))
     if mask is not None:
         mask = jnp.reshape(mask, (1,) * (x.ndim - mask.ndim) + mask.shape)
         x = jnp.where(mask, x, jnp.asarray(-jnp.finfo(x.dtype).max / 2, x.dtype))
@@ -497,13 +294,12 @@ def dot_product_attention(
     """
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
     batch_shape = query.shape[:-3]
-    query_seq_lengths = _check_lengths("query_seq_lengths", query_seq_lengths, batch_shape)
-    key_value_seq_lengths = _check_lengths("key_value_seq_lengths", key_value_seq_lengths, batch_shape)
-    window = _check_window(local_window_size)
-    use_dropout = _check_dropout(dropout_rate, dropout_rng)
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-    scale = _default_scale(query, scale)
+    query_seq_lengths = checks.lengths("query_seq_lengths", query_seq_lengths, batch_shape)
+    key_value_seq_lengths = checks.lengths("key_value_seq_lengths", key_value_seq_lengths, batch_shape)
+    window = checks.window(local_window_size)
+    use_dropout = checks.dropout(dropout_rate, dropout_rng)
+    checks.choice("implementation", implementation, IMPLEMENTATIONS)
+    scale = default_scale(query, scale)
     causal, local, kv_valid, q_valid = _keyword_masks(
         query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
     )
@@ -524,7 +320,7 @@ def dot_product_attention(
     mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
     keep = None
     if use_dropout:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, _logits_shape(query, key))
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, checks.logits_shape(query, key))
     out, weights = _attention(query, key, value, mask, bias, keep,
                               scale=scale, temperature=temperature, dropout_rate=dropout_rate)
     extras = ((weights,) if return_weights else ()) + residual

@@ -1,12 +1,23 @@
 """Argument checks shared by the library's functions, modules and configs.
 
 Each raises a `ValueError` (a bad value) or `TypeError` (a bad type) whose
-message names the argument and what it got, before any compute.
+message names the argument and what it got, before any compute. All are
+static: they read shapes, dtypes and Python values only, so they run while
+tracing and never on traced values.
+
+Attention's inputs follow `jax.nn.dot_product_attention`: query
+`[..., T, H, D]`, key `[..., S, K, D]`, value `[..., S, K, Dv]`, logits (and
+masks, biases) `[..., H, T, S]`; `qkv`, `logits_shape`, `broadcastable`,
+`bool_mask`, `lengths`, `window` and `dropout` check them.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 _INTS = (int, np.integer)
 _NUMBERS = (int, float, np.number)
@@ -80,3 +91,128 @@ def nonempty_lengths(query, key) -> None:
         if x.shape[-3] == 0:
             raise ValueError(f"{name} must hold at least one position: its length {length} (axis -3) is 0; "
                              f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}")
+
+
+def rngs(value) -> None:
+    """Per-call randomness: an `nnx.Rngs`, an `nnx.RngStream`, a PRNG key or None (TypeError otherwise)."""
+    if not (value is None or isinstance(value, (jax.Array, nnx.Rngs, nnx.RngStream))):
+        raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream, a PRNG key or None, got {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------
+# Attention inputs: query [..., T, H, D], key [..., S, K, D], value [..., S, K, Dv]
+
+
+def _shape_error(message: str, **arrays) -> ValueError:
+    """A ValueError: `message`, then the shapes of the named `arrays`."""
+    shapes = ", ".join(f"{name}.shape={tuple(a.shape)}" for name, a in arrays.items())
+    return ValueError(f"{message} (got {shapes})")
+
+
+def qkv(query, key, value) -> None:
+    """query `[..., T, H, D]`, key `[..., S, K, D]`, value `[..., S, K, Dv]`: float
+    arrays of one rank >= 3, the same batch dims, K dividing H, T, S >= 1."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+        if x.ndim < 3:
+            raise _shape_error(f"{name} must have layout [..., T, H, D] (rank >= 3)", **{name: x})
+    if not query.ndim == key.ndim == value.ndim:
+        raise _shape_error("query, key and value must have the same rank", query=query, key=key, value=value)
+    if key.shape[:-1] != value.shape[:-1]:
+        raise _shape_error("key and value must agree on [..., S, K]", key=key, value=value)
+    if query.shape[:-3] != key.shape[:-3]:
+        raise _shape_error("query and key must have the same batch dims", query=query, key=key)
+    if query.shape[-1] != key.shape[-1]:
+        raise _shape_error("query and key must have the same head dim D", query=query, key=key)
+    num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
+    if num_heads % num_kv_heads:
+        raise _shape_error(
+            f"key heads ({num_kv_heads}) must divide query heads ({num_heads})", query=query, key=key
+        )
+    nonempty_lengths(query, key)
+
+
+def logits_shape(query, key) -> tuple[int, ...]:
+    """The logits' shape `[..., H, T, S]` for query `[..., T, H, D]` and key `[..., S, K, D]`."""
+    return query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
+
+
+def fit_shape(x, target: tuple[int, ...]):
+    """`x` without extra leading size-1 axes if it then broadcasts to exactly `target`, else None."""
+    extra = max(x.ndim - len(target), 0)
+    try:
+        fits = all(d == 1 for d in x.shape[:extra]) and np.broadcast_shapes(x.shape[extra:], target) == target
+    except ValueError:
+        fits = False
+    return jnp.reshape(x, x.shape[extra:]) if fits else None
+
+
+def broadcastable(name: str, x, target: tuple[int, ...]):
+    """`x` (None passes) must broadcast to exactly `target` (it may not enlarge the logits); returns it fitted.
+
+    Leading axes beyond `target`'s rank are allowed when they have size 1 (an
+    unbatched query `[T, H, D]` with a mask `[1, H, T, S]`, as jax.nn accepts)
+    and are dropped (`fit_shape`).
+    """
+    if x is None:
+        return None
+    x = jnp.asarray(x)
+    fitted = fit_shape(x, target)
+    if fitted is None:
+        raise ValueError(
+            f"{name} of shape {tuple(x.shape)} does not broadcast to the logits shape "
+            f"[..., H, T, S] = {target}"
+        )
+    return fitted
+
+
+def bool_mask(mask):
+    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`."""
+    if mask is None or mask.dtype == jnp.bool_:
+        return mask
+    if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
+        raise TypeError(f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}")
+    return mask != 0
+
+
+def lengths(name: str, value, batch_shape: tuple[int, ...]):
+    """Sequence lengths (None passes): an integer array broadcastable to the batch dims `[...]` (jax.nn: `[B]`).
+
+    Returns it fitted to `batch_shape` (`fit_shape`).
+    """
+    if value is None:
+        return None
+    value = jnp.asarray(value)
+    if not jnp.issubdtype(value.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {value.dtype}")
+    fitted = fit_shape(value, batch_shape)
+    if fitted is None:
+        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the batch dims {batch_shape}")
+    return fitted
+
+
+def window(local_window_size) -> Optional[tuple[int, int]]:
+    """jax.nn's `local_window_size`: an int w (meaning (w, w)) or (left, right), non-negative ints.
+
+    Returns (left, right) as ints, or None for None.
+    """
+    if local_window_size is None:
+        return None
+    pair = (local_window_size,) * 2 if isinstance(local_window_size, _INTS) else local_window_size
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+    ok = ok and all(isinstance(w, _INTS) and not isinstance(w, bool) and w >= 0 for w in pair)
+    if not ok:
+        raise ValueError(
+            f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def dropout(dropout_rate, dropout_rng) -> bool:
+    """A dropout rate in [0, 1), with a PRNG key when it is > 0; returns True when dropout is to be applied."""
+    rate("dropout_rate", dropout_rate)
+    if dropout_rate > 0 and dropout_rng is None:
+        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng (a PRNG key)")
+    return dropout_rate > 0

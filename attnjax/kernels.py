@@ -47,7 +47,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from attnjax.attention import _check_window
+from attnjax import checks
 
 Array = jax.Array
 SPLASH_BLOCK = 128  # the smallest block the splash kernel accepts (a TPU lane width)
@@ -146,7 +146,7 @@ def _splash_kernel(heads: int, kv_heads: int, q_len: int, kv_len: int, window: O
 
 def _mask_window(is_causal: bool, local_window_size) -> Optional[tuple]:
     """(left, right) of the band to keep (None: unbounded), or None for no mask."""
-    window = _check_window(local_window_size)
+    window = checks.window(local_window_size)
     if window is None:
         return (None, 0) if is_causal else None
     left, right = window

@@ -48,7 +48,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax import attention as attention_lib
 from attnjax import checks
 from attnjax import features as features_lib
 from attnjax import masks as masks_lib
@@ -78,8 +77,8 @@ def _key_valid(mask: Optional[Array], query: Array, key: Array) -> Optional[Arra
     """Key mask broadcastable to `[..., H, T, S]` with H = T = 1 -> valid keys `[*batch, S]`."""
     if mask is None:
         return None
-    target = attention_lib._logits_shape(query, key)
-    mask = attention_lib._check_broadcastable("mask", mask, target)
+    target = checks.logits_shape(query, key)
+    mask = checks.broadcastable("mask", mask, target)
     if mask.dtype != jnp.bool_:
         raise TypeError(f"mask must be boolean (True = attend), got dtype {mask.dtype}")
     if any(d != 1 for d in mask.shape[-3:-1]):
@@ -96,7 +95,7 @@ def _key_valid(mask: Optional[Array], query: Array, key: Array) -> Optional[Arra
 
 
 def _prepare(query, key, value, mask, feature_map, eps, chunk_size=None):
-    attention_lib._check_qkv(query, key, value)
+    checks.qkv(query, key, value)
     _check_options(feature_map, eps, chunk_size)
     return _key_valid(mask, query, key)
 
@@ -384,7 +383,7 @@ def _check_step(state, q_t, k_t, v_t) -> None:
         if x.ndim < 2:
             raise ValueError(f"{name} must have layout [..., heads, dim] (rank >= 2), got shape {tuple(x.shape)}")
     # Reuse the sequence checks on a length-1 sequence [..., 1, H, D].
-    attention_lib._check_qkv(q_t[..., None, :, :], k_t[..., None, :, :], v_t[..., None, :, :])
+    checks.qkv(q_t[..., None, :, :], k_t[..., None, :, :], v_t[..., None, :, :])
     expected_kv = k_t.shape[:-1] + state.kv.shape[-2:]
     if state.kv.shape != expected_kv or state.normalizer.shape != state.kv.shape[:-1]:
         raise ValueError(

@@ -9,6 +9,7 @@ from jax.test_util import check_grads
 
 import attnjax
 from attnjax import attention
+from attnjax import softmax as softmax_lib
 from tests.reference import softmax_attention
 
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -308,8 +309,14 @@ def test_tiny_traced_temperature_has_the_vanishing_gradient_of_a_hard_max(temper
     softmax_loss = lambda t: jnp.sum(attnjax.softmax_with_temperature(q[..., 0], t) ** 2)  # noqa: E731
     for fn in (loss, softmax_loss):
         assert float(jax.grad(fn)(jnp.float32(temperature))) == 0.0
-    naive = jax.grad(lambda t: jnp.sum(attention._softmax(q[..., 0] / t, None) ** 2))(jnp.float32(temperature))
+    naive = jax.grad(lambda t: jnp.sum(softmax_lib._softmax(q[..., 0] / t, None) ** 2))(jnp.float32(temperature))
     assert not np.isfinite(naive)
+
+
+def test_softmax_with_temperature_is_one_function_in_three_places():
+    """Defined in attnjax.softmax, re-exported by attnjax.attention and attnjax."""
+    defined = softmax_lib.softmax_with_temperature
+    assert attnjax.softmax_with_temperature is defined and attention.softmax_with_temperature is defined
 
 
 def test_articles_example_runs_and_rows_sum_to_one():

@@ -187,3 +187,10 @@ def test_sentence_arguments_are_checked():
         tasks.docstring_sentences("heapq")
     with pytest.raises(ValueError, match="max_sentences must be"):
         tasks.docstring_sentences(max_sentences=0)
+
+
+def test_sentences_are_defined_once_and_importable_from_tasks():
+    from attnjax import sentences
+
+    for name in ("DEFAULT_DOCSTRING_MODULES", "docstring_sentences", "split_sentences"):
+        assert getattr(tasks, name) is getattr(sentences, name)

@@ -43,6 +43,7 @@ import numpy as np
 
 from attnjax import attention as attention_lib
 from attnjax import checks
+from attnjax.softmax import clip_logits
 
 Array = jax.Array
 
@@ -66,7 +67,7 @@ def _check_key_padding(key_padding, batch_shape, kv_len):
     key_padding = jnp.asarray(key_padding)
     if key_padding.dtype != jnp.bool_:
         raise TypeError(f"key_padding must be boolean (True = a real key), got dtype {key_padding.dtype}")
-    fitted = attention_lib._fit_shape(key_padding, batch_shape + (kv_len,))
+    fitted = checks.fit_shape(key_padding, batch_shape + (kv_len,))
     if fitted is None:
         raise ValueError(f"key_padding of shape {tuple(key_padding.shape)} does not broadcast to "
                          f"[..., S] = {batch_shape + (kv_len,)}")
@@ -103,7 +104,7 @@ def _check_lse(lse, query):
 
 
 def _check_options(query, key, chunk_size, window):
-    attention_lib._check_qkv(query, key, key)
+    checks.qkv(query, key, key)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r} (key.shape={tuple(key.shape)})")
     if window is not None:
@@ -215,13 +216,13 @@ def attention_statistics(
     checks.boolean("is_causal", is_causal)
     batch_shape, (q_len, num_heads), kv_len = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
     target = batch_shape + (num_heads, q_len, kv_len)
-    mask = attention_lib._as_bool_mask(attention_lib._check_broadcastable("mask", mask, target))
-    bias = attention_lib._check_broadcastable("bias", bias, target)
+    mask = checks.bool_mask(checks.broadcastable("mask", mask, target))
+    bias = checks.broadcastable("bias", bias, target)
     key_padding = _check_key_padding(key_padding, batch_shape, kv_len)
-    local_window = attention_lib._check_window(local_window)
+    local_window = checks.window(local_window)
     sinks = _check_sinks(sink_positions, kv_len)
     lse = _check_lse(lse, query)
-    scale = attention_lib._default_scale(query, scale)
+    scale = attention_lib.default_scale(query, scale)
     dtype = jnp.promote_types(query.dtype, jnp.float32)
     rank = len(target)
 
@@ -243,7 +244,7 @@ def attention_statistics(
         chunk_bias = _slice_last(bias, start, size, -1)
         if chunk_bias is not None:
             x = x + chunk_bias.astype(dtype)
-        x = attention_lib._clip(x / temperature)
+        x = clip_logits(x / temperature)
         i, j, visible = _positions_mask(q_len, kv_len, start, size, is_causal, local_window)
         visible = _lift(visible, rank)
         if mask is not None:

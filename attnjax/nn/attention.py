@@ -37,14 +37,9 @@ class RandomProjection(nnx.Variable):
     """Non-trainable random feature projection `[M, Dh]` of linear attention."""
 
 
-def _check_rngs(rngs) -> None:
-    if not (rngs is None or isinstance(rngs, (jax.Array, nnx.Rngs, nnx.RngStream))):
-        raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream, a PRNG key or None, got {type(rngs).__name__}")
-
-
-def _as_key(rngs) -> Optional[Array]:
+def as_key(rngs) -> Optional[Array]:
     """Per-call randomness (`nnx.Rngs`, `nnx.RngStream`, a PRNG key or None) -> a key or None."""
-    _check_rngs(rngs)
+    checks.rngs(rngs)
     if isinstance(rngs, nnx.Rngs):
         return rngs.dropout()
     if isinstance(rngs, nnx.RngStream):
@@ -228,7 +223,7 @@ class MultiHeadAttention(nnx.Module):
         deterministic = self.deterministic if deterministic is None else deterministic
         if self.config.dropout_rate == 0 or deterministic:
             return None
-        key = _as_key(rngs)
+        key = as_key(rngs)
         return self.rngs() if key is None else key
 
     def _attend(self, q, k, v, mask, is_causal, need_weights, dropout_rng=None):
@@ -318,7 +313,7 @@ class MultiHeadAttention(nnx.Module):
         self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
         self.cache_shape = (batch_size, max_len)
 
-    def _check_decode(self, batch: int, chunk: int, shape: tuple[int, ...]) -> None:
+    def check_decode(self, batch: int, chunk: int, shape: tuple[int, ...]) -> None:
         """The cache exists, has this batch size and room for `chunk` more positions.
 
         Room is checked exactly when the cache index is concrete (eager calls);
@@ -427,7 +422,7 @@ class MultiHeadAttention(nnx.Module):
             )
         checks.boolean("decode", decode)
         checks.boolean("deterministic", deterministic, optional=True)
-        _check_rngs(rngs)
+        checks.rngs(rngs)
         if need_weights:
             check_weights_available(self.config)
         if decode:
@@ -442,4 +437,4 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError("decoding linear attention takes no mask and gives no weights "
                              f"(got mask={None if mask is None else tuple(jnp.shape(mask))}, "
                              f"weights requested={need_weights})")
-        self._check_decode(x.shape[0], x.shape[1], x.shape)
+        self.check_decode(x.shape[0], x.shape[1], x.shape)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnjax import checks
-from attnjax.nn.attention import MultiHeadAttention, _as_key
+from attnjax.nn.attention import MultiHeadAttention, as_key
 from attnjax.nn.configs import MLP_ACTIVATIONS, BlockConfig
 
 Array = jax.Array
@@ -128,7 +128,7 @@ class Block(nnx.Module):
         `MultiHeadAttention.__call__` (one key from `rngs` is split between
         the attention and the two residual dropouts).
         """
-        key = _as_key(rngs)
+        key = as_key(rngs)
         keys = [None] * 3 if key is None else [jax.random.fold_in(key, i) for i in range(3)]
         weights = []
 

@@ -24,7 +24,7 @@ from flax import nnx
 from attnjax import checks
 from attnjax import features as features_lib
 from attnjax.nn import generate as generate_lib
-from attnjax.nn.attention import _as_key
+from attnjax.nn.attention import as_key
 from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.block import Block, make_norm
 from attnjax.nn.configs import TransformerConfig
@@ -170,7 +170,7 @@ class Transformer(nnx.Module):
         if not self.config.causal:
             raise ValueError("decode=True needs a causal model (TransformerConfig.causal=True)")
         attention = self.blocks.attention
-        attention._check_decode(inputs.shape[0], inputs.shape[1], inputs.shape)
+        attention.check_decode(inputs.shape[0], inputs.shape[1], inputs.shape)
         return attention.cache_index[...][0]
 
     def __call__(
@@ -215,7 +215,7 @@ class Transformer(nnx.Module):
         if return_intermediates:
             check_weights_available(self.config.block.attention)
         offset = self._decode_offset(inputs) if decode else 0
-        key = _as_key(rngs)
+        key = as_key(rngs)
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
         x = self._embed(inputs, offset, token_type_ids)
         causal = self.config.causal
