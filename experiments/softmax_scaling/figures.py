@@ -54,20 +54,42 @@ def saturation(summary: dict):
 
 
 def jacobian(summary: dict):
-    """E||J||_2 of both scalings, with the d_k^(-1/2) law over the fit range."""
+    """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed, with d_k^(-1/2)."""
     d = dims(summary)
-    fig = plotting.figure(6, 4.5)
-    ax = fig.subplots()
-    unscaled = series(summary, "unscaled", "jacobian_spectral")
-    ax.loglog(d, unscaled, "o-", color=UNSCALED, label="unscaled")
+    fig = plotting.figure(10, 4)
+    ax, rate = fig.subplots(1, 2)
+    ax.loglog(d, series(summary, "unscaled", "jacobian_spectral"), "o-", color=UNSCALED, label="unscaled")
     ax.loglog(d, series(summary, "scaled", "jacobian_spectral"), "s-", color=SCALED, label="scaled by 1/√d_k")
     ax.axhline(summary["limit"]["jacobian_spectral"], color=SCALED, ls=":", label="scaled, d_k → ∞ limit")
-    fit = d >= summary["checks"]["unscaled_jacobian_vanishes"]["fit_min_dim"]
-    ax.loglog(d[fit], unscaled[-1] * np.sqrt(d[-1] / d[fit]), "k--", lw=1, label="∝ d_k^(−1/2) (fit range)")
-    ax.set(xlabel="d_k", ylabel="E ||J||₂", title="Spectral norm of the softmax Jacobian diag(p) − ppᵀ")
-    ax.legend()
+    ax.set(xlabel="d_k", ylabel="E ||J||₂", title="Softmax Jacobian diag(p) − ppᵀ")
+    ax.legend(fontsize=8)
+    widths = np.array(summary["rate"]["dims"], float)
+    values = np.array(summary["rate"]["values"])
+    for seed, v in enumerate(values):
+        rate.loglog(widths, v, "o-", color=UNSCALED, alpha=0.6, label="one line per seed" if seed == 0 else None)
+    rate.loglog(widths, values[:, 0].mean() * np.sqrt(widths[0] / widths), "k--", lw=1, label="∝ d_k^(−1/2)")
+    rate.set(xlabel="d_k", ylabel="E ||J||₂", title="Unscaled, logits = |q| u (rate run)")
+    rate.legend(fontsize=8)
+    return fig
+
+
+def gradient(summary: dict):
+    """Median ||dL/dq|| per input family against d_k, both scalings, min-max band over seeds."""
+    d = dims(summary)
+    families = list(summary["gradients"])
+    fig = plotting.figure(4 * len(families), 4)
+    for ax, family in zip(np.atleast_1d(fig.subplots(1, len(families))), families):
+        for scaling, color in (("unscaled", UNSCALED), ("scaled", SCALED)):
+            m = np.array(summary["gradients"][family][scaling]["grad_query"])  # [d_k, seed]
+            m = np.maximum(m, np.finfo(float).tiny)  # an underflowed median drawn at the axis floor
+            ax.fill_between(d, m.min(axis=1), m.max(axis=1), color=color, alpha=0.25)
+            ax.loglog(d, np.median(m, axis=1), "o-", color=color, label=f"{scaling}")
+        ax.set(xlabel="d_k", ylabel="median ||∂L/∂q||", title=family)
+        ax.set_ylim(bottom=max(ax.get_ylim()[0], 1e-8))
+        ax.legend(fontsize=8)
     return fig
 
 
 def figures(summary: dict) -> dict:
-    return {"variance": variance(summary), "saturation": saturation(summary), "jacobian": jacobian(summary)}
+    return {"variance": variance(summary), "saturation": saturation(summary), "jacobian": jacobian(summary),
+            "gradient": gradient(summary)}

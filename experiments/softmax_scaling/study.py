@@ -2,39 +2,33 @@ r"""Why attention logits are scaled by 1/sqrt(d_k) (Vaswani et al. 2017, "Attent
 
     python -m experiments.softmax_scaling --config configs/softmax_scaling.py --workdir runs/softmax_scaling
 
-For q, k in R^{d_k} with iid N(0, 1) components, q.k = sum_i q_i k_i has mean
-0 and variance d_k (each product has variance 1), so the scaled logit
-q.k / sqrt(d_k) has variance 1. Unscaled logits, of standard deviation sqrt(d_k), drive
-the softmax towards a one-hot vector, whose Jacobian
+What Vaswani et al. state (§3.2.1 and its footnote): "We suspect that for large
+values of d_k, the dot products grow large in magnitude, pushing the softmax
+function into regions where it has extremely small gradients. To counteract
+this effect, we scale the dot products by 1/sqrt(d_k)", and "To illustrate why
+the dot products get large, assume that the components of q and k are
+independent random variables with mean 0 and variance 1. Then their dot
+product, q.k = sum_i q_i k_i, has mean 0 and variance d_k."
 
-    J = d softmax(z) / dz = diag(p) - p p^T          ([T, T], symmetric PSD)
+Runs (each resumable): one per d_k in `config.dims`, one for the d_k -> infinity
+limit of the scaled softmax (logits iid N(0, 1)), one for the Jacobian rate.
+A d_k run measures
 
-vanishes: gradients stop flowing through the attention weights. This study
-measures, for each d_k in `config.dims` (one resumable run each, plus one
-for the d_k -> infinity limit of the scaled case):
+1. Var(q.k) and Var(q.k / sqrt(d_k)) over `num_samples` pairs (iid N(0, 1));
+   sanity: the footnote's identity, and the same samples divided by d_k;
+2. for one query against T = `num_keys` keys, both softmaxes' mean max
+   weight, entropy and Jacobian norms (`jacobian.py`); sanity: the scaled
+   ones tend to the limit by construction, the unscaled ones saturate;
+3. the gradient that reaches q and K through the softmax (`gradients.py`),
+   median over `gradient_samples` samples, per seed and input family:
+   Vaswani's suspicion, tested where it is meant.
 
-1. Var(q.k) and Var(q.k / sqrt(d_k)) against the predictions d_k and 1;
-2. for one query against T = `config.num_keys` keys, the softmax of the
-   logits with and without the scale: mean max weight, mean entropy (nats,
-   at most log T), and the mean spectral norm ||J||_2 (its largest
-   eigenvalue) and Frobenius norm ||J||_F of the softmax Jacobian.
+The rate run samples E||J||_2 of the unscaled softmax over `rate_dims`
+(`rate.py`), per seed: the exponent -1/2, derived here.
 
-Predictions checked (`report.py`; report.md states each as pass/fail):
-* the measured variances are within `variance_tolerance` of d_k and of 1;
-* with the scale, saturation statistics do not depend on d_k: they stay within
-  `saturation_tolerance` of their d_k -> infinity limit, where the scaled
-  logits are iid N(0, 1) (simulated directly);
-* without it the softmax saturates: the max weight rises and the entropy
-  falls as d_k grows;
-* and the Jacobian vanishes: for large d_k, E||J||_2 ~ d_k^(-1/2) (the top
-  two logits differ by less than a constant with probability ~ 1/sigma,
-  sigma = |q| ~ sqrt(d_k); otherwise J is exponentially small), checked as a
-  fitted log-log slope within 0.25 of -1/2 over d_k >= `decay_fit_min_dim`.
-
-Rows: `{"quantity": "variance" | "max_weight" | "entropy" | "jacobian_spectral"
-| "jacobian_frobenius", "scaling": "unscaled" | "scaled", "value", "dtype"}`
-(variance rows also carry `predicted`); the limit run (`d_k` None) has the
-scaled statistics only.
+Rows: `{"quantity", "scaling", "value", "dtype"}` with `quantity` "variance"
+(and `predicted`), a statistic of `STATS`, "grad_query" / "grad_key" (and
+`inputs`, `seed`) or "rate_jacobian_spectral" (and `width`, `seed`).
 """
 from __future__ import annotations
 
@@ -47,9 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import attnjax
 from attnjax import checks
 from attnjax.workdir import RunDir
+from experiments.softmax_scaling import gradients, rate
+from experiments.softmax_scaling.jacobian import jacobian_norms, softmax_jacobian, softmax_stats  # noqa: F401
+from experiments.softmax_scaling.sampling import _dot, float_dtype, map_samples
 
 Array = jax.Array
 SCALINGS = ("unscaled", "scaled")
@@ -58,13 +54,15 @@ STATS = ("max_weight", "entropy", "jacobian_spectral", "jacobian_frobenius")
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run: the statistics at key width `d_k`, or (`d_k` None) the d_k -> infinity limit of the scaled case."""
+    """One run: `part` "dim" (the measurements at key width `d_k`), "limit" (the
+    d_k -> infinity limit of the scaled case) or "rate" (the Jacobian rate); `d_k` None but for "dim"."""
 
-    d_k: Optional[int]
+    part: str
+    d_k: Optional[int] = None
 
     @property
     def run_id(self) -> str:
-        return "limit" if self.d_k is None else f"d_k={self.d_k:05d}"
+        return f"d_k={self.d_k:05d}" if self.part == "dim" else self.part
 
 
 # --------------------------------------------------------------------------
@@ -77,58 +75,47 @@ def _check_fraction(config, name: str, upper: float) -> None:
         raise ValueError(f"config.{name} must be a number in (0, {upper}), got {value!r}")
 
 
-def specs(config) -> list[RunSpec]:
-    """The limit run, then one run per d_k (ascending); raises ValueError naming the key of a bad value."""
-    dims = config.dims
-    if not isinstance(dims, (tuple, list)) or not dims:
-        raise ValueError(f"config.dims must be a non-empty tuple of ints, got {dims!r}")
+def _check_dims(config, name: str, minimum_count: int) -> None:
+    dims = config[name]
+    if not isinstance(dims, (tuple, list)) or len(dims) < minimum_count:
+        kind = "a non-empty" if minimum_count == 1 else f"at least {minimum_count} values in a"
+        raise ValueError(f"config.{name} must be {kind} tuple of ints, got {dims!r}")
     for d in dims:
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-            raise ValueError(f"config.dims: every d_k must be an int >= 1, got {d!r} in {tuple(dims)}")
+            raise ValueError(f"config.{name}: every d_k must be an int >= 1, got {d!r} in {tuple(dims)}")
     if len(set(dims)) != len(dims):
-        raise ValueError(f"config.dims has repeated values: {tuple(dims)}")
+        raise ValueError(f"config.{name} has repeated values: {tuple(dims)}")
+
+
+def specs(config) -> list[RunSpec]:
+    """The limit run, then one run per d_k (ascending); raises ValueError naming the key of a bad value."""
+    _check_dims(config, "dims", minimum_count=1)
+    dims = config.dims
     checks.integer("config.seed", config.seed, 0)
     checks.integer("config.num_samples", config.num_samples, 2)
     checks.integer("config.num_keys", config.num_keys, 2)
     checks.integer("config.saturation_samples", config.saturation_samples, 1)
-    checks.integer("config.decay_fit_min_dim", config.decay_fit_min_dim, 1)
     checks.integer("config.chunk_size", config.chunk_size, 1)
+    checks.integer("config.num_seeds", config.num_seeds, 1)
+    checks.integer("config.gradient_samples", config.gradient_samples, 1)
+    checks.integer("config.value_dim", config.value_dim, 1)
+    checks.integer("config.low_rank", config.low_rank, 1)
+    checks.integer("config.flat_min_dim", config.flat_min_dim, 1)
+    checks.integer("config.rate_samples", config.rate_samples, 1)
     _check_fraction(config, "variance_tolerance", 1.0)
     _check_fraction(config, "saturation_tolerance", math.inf)
-    return [RunSpec(None)] + [RunSpec(int(d)) for d in sorted(dims)]
+    _check_fraction(config, "vanish_ratio", 1.0)
+    _check_fraction(config, "flat_tolerance", 1.0)
+    _check_fraction(config, "rate_tolerance", 0.5)
+    _check_dims(config, "rate_dims", minimum_count=2)
+
+    if not any(d >= config.flat_min_dim for d in dims):
+        raise ValueError(f"config.flat_min_dim ({config.flat_min_dim}) must be <= max(config.dims) = {max(dims)}")
+    return ([RunSpec("limit")] + [RunSpec("dim", int(d)) for d in sorted(dims)] + [RunSpec("rate")])
 
 
 # --------------------------------------------------------------------------
 # Measurements (pure, vectorised, jitted)
-
-
-def float_dtype():
-    """float64 when jax_enable_x64 is on, else float32."""
-    return jax.dtypes.canonicalize_dtype(jnp.float64)
-
-
-def _dot(a: Array, b: Array) -> Array:
-    """a `[..., d]` . b `[d]` -> `[...]`, as an elementwise product and a sum.
-
-    Not a matmul, so the sum is in full precision on every backend (TPU
-    matmuls default to reduced-precision passes for float32).
-    """
-    return jnp.sum(a * jnp.reshape(b, (1,) * (a.ndim - 1) + b.shape), axis=-1)
-
-
-def map_samples(fn, key: Array, num_samples: int, chunk_size: int):
-    """[fn(fold_in(key, i)) for i < num_samples], stacked; `chunk_size` samples
-    at a time (vmapped), the chunks in sequence (`lax.map`).
-
-    Sample i's key depends only on i, so results do not depend on `chunk_size`
-    (the last chunk is padded with extra samples, then cut).
-    """
-    chunk_size = min(chunk_size, num_samples)
-    num_chunks = -(-num_samples // chunk_size)
-    index = jnp.arange(num_chunks * chunk_size, dtype=jnp.uint32).reshape(num_chunks, chunk_size)
-    sample = lambda i: fn(jax.random.fold_in(key, i))  # noqa: E731
-    out = jax.lax.map(jax.vmap(sample), index)
-    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_samples], out)
 
 
 @functools.partial(jax.jit, static_argnames=("dim", "num_samples", "chunk_size"))
@@ -139,45 +126,6 @@ def dot_products(key: Array, *, dim: int, num_samples: int, chunk_size: int) -> 
         return _dot(jax.random.normal(kq, (dim,), float_dtype()), jax.random.normal(kk, (dim,), float_dtype()))
 
     return map_samples(one, key, num_samples, chunk_size)
-
-
-def softmax_jacobian(p: Array) -> Array:
-    """J = diag(p) - p p^T, `[T] -> [T, T]`.
-
-    The diagonal p_i (1 - p_i) is computed as p_i * sum_{j != i} p_j, which
-    stays accurate when p_i rounds to 1 (a saturated softmax).
-    """
-    off_diagonal = ~jnp.eye(p.shape[-1], dtype=bool)
-    rest = jnp.sum(jnp.where(off_diagonal, p[None, :], jnp.zeros_like(p)[None, :]), axis=-1)
-    return jnp.where(off_diagonal, -p[:, None] * p[None, :], jnp.diag(p * rest))
-
-
-def jacobian_norms(p: Array) -> tuple[Array, Array]:
-    """(||J||_2, ||J||_F) of the softmax Jacobian at probabilities p `[T]`.
-
-    J is symmetric positive semi-definite, so ||J||_2 is its largest
-    eigenvalue. J is divided by its largest entry first, and a J whose largest
-    entry is below the smallest normal float counts as 0: CPUs may flush
-    denormals to zero, and 0/0 = NaN would stall the eigensolver.
-    """
-    jac = softmax_jacobian(p)
-    size = jnp.max(jnp.abs(jac))
-    nonzero = size > jnp.finfo(jac.dtype).tiny
-    unit = jac / jnp.where(nonzero, size, jnp.ones_like(size))
-    size = jnp.where(nonzero, size, jnp.zeros_like(size))
-    spectral = size * jnp.linalg.eigvalsh(unit)[-1]
-    frobenius = size * jnp.sqrt(jnp.sum(unit * unit))
-    return spectral, frobenius
-
-
-def softmax_stats(logits: Array) -> dict[str, Array]:
-    """Saturation of softmax(logits) for logits `[T]`: max weight, entropy
-    -sum p log p (nats, 0 log 0 = 0) and the Jacobian norms; each a scalar."""
-    p = attnjax.softmax_with_temperature(logits)
-    plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, jnp.ones_like(p))), jnp.zeros_like(p))
-    spectral, frobenius = jacobian_norms(p)
-    return {"max_weight": jnp.max(p), "entropy": -jnp.sum(plogp), "jacobian_spectral": spectral,
-            "jacobian_frobenius": frobenius}
 
 
 @functools.partial(jax.jit, static_argnames=("dim", "num_keys", "num_samples", "chunk_size"))
@@ -262,11 +210,46 @@ def _limit_rows(config) -> list[dict]:
     return [{"quantity": stat, "scaling": "scaled", "value": limit[stat], "dtype": dtype} for stat in STATS]
 
 
+def seed_key(config, seed: int, stream: int) -> Array:
+    """The key of seed `seed` < num_seeds for the gradient (stream 1) and rate (stream 2) runs: key(seed) of
+    the config's seed folded with (seed, stream); the variance and saturation samples use key(seed) folded with d_k."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), 1_000_000 + seed), stream)
+
+
+def _gradient_rows(config, dim: int) -> list[dict]:
+    """Median over samples of ||dL/dq|| and ||dL/dK||_F, per input family, seed and scaling."""
+    rows, dtype = [], str(np.dtype(float_dtype()))
+    for seed in range(config.num_seeds):
+        norms = gradients.gradient_samples(
+            jax.random.fold_in(seed_key(config, seed, 1), dim), jnp.asarray(dim), width=max(config.dims),
+            num_keys=config.num_keys, value_dim=config.value_dim, rank=config.low_rank,
+            num_samples=config.gradient_samples, chunk_size=config.chunk_size)
+        rows += [{"quantity": grad, "scaling": s, "inputs": inputs, "seed": seed, "dtype": dtype,
+                  "value": float(np.median(np.asarray(norms[inputs][s][grad], np.float64)))}
+                 for inputs in gradients.INPUTS for grad in gradients.GRADIENTS for s in SCALINGS]
+    return rows
+
+
+def _rate_rows(config) -> list[dict]:
+    """Mean over samples of the unscaled ||J||_2 at each width of `rate_dims`, per seed."""
+    rows, dtype = [], str(np.dtype(float_dtype()))
+    for seed in range(config.num_seeds):
+        norms = rate.unscaled_spectral_norms(seed_key(config, seed, 2), jnp.asarray(config.rate_dims),
+                                             num_keys=config.num_keys, num_samples=config.rate_samples,
+                                             chunk_size=config.chunk_size)
+        means = np.mean(np.asarray(norms, np.float64), axis=1)
+        rows += [{"quantity": "rate_jacobian_spectral", "scaling": "unscaled", "width": int(width), "seed": seed,
+                  "dtype": dtype, "value": float(mean)} for width, mean in zip(config.rate_dims, means)]
+    return rows
+
+
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
-    if spec.d_k is None:
+    if spec.part == "limit":
         return _limit_rows(config)
+    if spec.part == "rate":
+        return _rate_rows(config)
     record = measure_dim(config, spec.d_k)
     var, sat = record["variance"], record["saturation"]
     run.log(f"  Var(q.k)={var['unscaled']:.4g} (pred {spec.d_k}), Var(q.k/sqrt(d_k))={var['scaled']:.4f} (pred 1), "
             f"max weight {sat['unscaled']['max_weight']:.3f} unscaled vs {sat['scaled']['max_weight']:.3f} scaled")
-    return _dim_rows(record)
+    return _dim_rows(record) + _gradient_rows(config, spec.d_k)

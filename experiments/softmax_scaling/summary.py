@@ -2,9 +2,13 @@
 
 `summarize` keeps, per d_k (ascending), the variance of the logits
 (`variance`), the saturation statistics of both scalings (`saturation`), the
-scaled case's d_k -> infinity limit (`limit`), and the named outcomes the
-checks and the report read (`checks`: each a `pass` and its numbers, e.g.
-`unscaled_softmax_saturates.max_weight_rises`).
+scaled case's d_k -> infinity limit (`limit`), the median gradients through
+the softmax per input family and seed (`gradients`), the unscaled Jacobian
+norm at the rate widths and its fitted exponent per seed (`rate`), and the
+named outcomes the checks and the report read (`checks`: each a `pass` and
+its numbers, e.g. `gradients.gaussian.vanishes.high`). The outcome functions
+(`vanishes`, `flat`, `rate_check`) take plain numbers, so a test can hand them
+an input where a claim does not hold.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from attnjax.study import distinct, select
+from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
+from experiments.softmax_scaling.rate import log_log_slope
 from experiments.softmax_scaling.study import SCALINGS, STATS, relative_standard_error
 
 
@@ -35,7 +41,7 @@ def _records(rows: list[dict]) -> list[dict]:
 
 
 def _limit(rows: list[dict]) -> dict:
-    return {r["quantity"]: r["value"] for r in select(rows, d_k=None)}
+    return {r["quantity"]: r["value"] for r in select(rows, part="limit")}
 
 
 def _variance_table(records: list[dict], config) -> list[dict]:
@@ -52,24 +58,66 @@ def _variance_table(records: list[dict], config) -> list[dict]:
     return rows
 
 
-def decay_slope(records: list[dict], min_dim: int):
-    """Least-squares slope of log E||J||_2 (unscaled) against log d_k over d_k >= min_dim (None if < 2 points)."""
-    points = [(r["d_k"], r["saturation"]["unscaled"]["jacobian_spectral"]) for r in records if r["d_k"] >= min_dim]
-    if len(points) < 2:
-        return None
-    x, y = np.log([p[0] for p in points]), np.log([p[1] for p in points])
-    return float(np.polyfit(x, y, 1)[0])
+def _gradients(rows: list[dict], dims: list[int], num_seeds: int) -> dict:
+    """`{inputs: {scaling: {gradient: [[median per seed] per d_k]}}}`."""
+    def value(**match):
+        (row,) = select(rows, **match)
+        return row["value"]
+
+    return {i: {s: {g: [[value(d_k=d, inputs=i, scaling=s, quantity=g, seed=seed) for seed in range(num_seeds)]
+                        for d in dims] for g in GRADIENTS} for s in SCALINGS} for i in INPUTS}
 
 
-def last_step_slope(records: list[dict]):
-    """Local log-log slope of the unscaled E||J||_2 between the two largest d_k (None if < 2)."""
-    if len(records) < 2:
-        return None
-    (d0, j0), (d1, j1) = [(r["d_k"], r["saturation"]["unscaled"]["jacobian_spectral"]) for r in records[-2:]]
-    return float(np.log(j1 / j0) / np.log(d1 / d0))
+def _rate(rows: list[dict], num_seeds: int) -> dict:
+    """`{"dims": [d_k], "values": [[E||J||_2 per d_k] per seed], "slopes": [per seed]}`."""
+    mine = select(rows, quantity="rate_jacobian_spectral")
+    widths = distinct(mine, "width")
+    values = [[select(mine, width=w, seed=seed)[0]["value"] for w in widths] for seed in range(num_seeds)]
+    return {"dims": widths, "values": values, "slopes": [log_log_slope(widths, v) for v in values]}
 
 
-def _checks(records, variance, limit, slope, config) -> dict:
+def vanishes(medians: dict, ratio: float) -> dict:
+    """Without the scale, does the median gradient shrink with d_k? `medians`: `{gradient: [[per seed] per d_k]}`.
+
+    Per seed and gradient, m(largest d_k) / m(smallest d_k); pass if every one is <= `ratio`
+    (None if a smallest-d_k median is 0: nothing resolved to compare against).
+    """
+    ratios = [m[-1][seed] / m[0][seed] if m[0][seed] > 0 else math.nan
+              for m in medians.values() for seed in range(len(m[0]))]
+    if any(math.isnan(r) for r in ratios):
+        return {"pass": None, "low": None, "high": None, "threshold": ratio}
+    return {"pass": max(ratios) <= ratio, "low": min(ratios), "high": max(ratios), "threshold": ratio}
+
+
+def flat(medians: dict, dims: list[int], min_dim: int, tolerance: float, expect_flat: bool = True) -> dict:
+    """With the scale, does the median gradient stay flat in d_k? Per seed and gradient, the largest
+    |m(d_k) / m(largest d_k) - 1| over d_k >= `min_dim`; `expect_flat`: pass if every one is <= `tolerance`,
+    else (a family where the scale is predicted not to work) pass if every one is > `tolerance`."""
+    keep = [i for i, d in enumerate(dims) if d >= min_dim]
+    deviations = []
+    for m in medians.values():
+        for seed in range(len(m[0])):
+            top = m[-1][seed]
+            deviations.append(max(abs(m[i][seed] / top - 1.0) if top > 0 else math.inf for i in keep))
+    low, high = min(deviations), max(deviations)
+    return {"pass": high <= tolerance if expect_flat else low > tolerance, "low": low, "high": high,
+            "tolerance": tolerance, "expect_flat": expect_flat}
+
+
+def rate_check(slopes: list[float], tolerance: float, predicted: float = -0.5) -> dict:
+    """The fitted exponents of E||J||_2, one per seed: pass if every one is within `tolerance` of `predicted`."""
+    return {"pass": all(abs(x - predicted) <= tolerance for x in slopes), "low": min(slopes), "high": max(slopes),
+            "predicted": predicted, "tolerance": tolerance}
+
+
+def _gradient_checks(grads: dict, dims: list[int], config) -> dict:
+    """Per input family: the unscaled gradient vanishes; the scaled one is flat (not flat for low_rank)."""
+    return {i: {"vanishes": vanishes(grads[i]["unscaled"], config.vanish_ratio),
+                "flat": flat(grads[i]["scaled"], dims, config.flat_min_dim, config.flat_tolerance,
+                             expect_flat=i != "low_rank")} for i in INPUTS}
+
+
+def _checks(records, variance, limit, config) -> dict:
     tol = config.variance_tolerance
     worst = max(abs(r["saturation"]["scaled"][s] / limit[s] - 1.0) for r in records for s in STATS)
     unscaled = [r["saturation"]["unscaled"] for r in records]
@@ -86,16 +134,18 @@ def _checks(records, variance, limit, slope, config) -> dict:
         "unscaled_softmax_saturates": {"pass": (rising and falling) if len(records) > 1 else None,
                                        "max_weight_rises": rising,
                                        "entropy_falls": falling},
-        "unscaled_jacobian_vanishes": {"pass": None if slope is None else abs(slope + 0.5) <= 0.25,
-                                       "slope": slope, "last_step_slope": last_step_slope(records),
-                                       "predicted_slope": -0.5, "fit_min_dim": config.decay_fit_min_dim},
     }
 
 
 def summarize(rows: list[dict], config) -> dict:
     records, limit = _records(rows), _limit(rows)
     variance = _variance_table(records, config)
-    slope = decay_slope(records, config.decay_fit_min_dim)
+    dims_ = [r["d_k"] for r in records]
+    grads = _gradients(rows, dims_, config.num_seeds)
+    rate = _rate(rows, config.num_seeds)
+    checks = _checks(records, variance, limit, config)
+    checks["gradients"] = _gradient_checks(grads, dims_, config)
+    checks["jacobian_rate"] = rate_check(rate["slopes"], config.rate_tolerance)
     return {
         "dtype": ", ".join(sorted({r["dtype"] for r in records})),
         "num_samples": config.num_samples,
@@ -104,8 +154,9 @@ def summarize(rows: list[dict], config) -> dict:
         "variance": variance,
         "saturation": [{"d_k": r["d_k"], **r["saturation"]} for r in records],
         "limit": limit,
-        "unscaled_jacobian_slope": slope,
-        "checks": _checks(records, variance, limit, slope, config),
+        "gradients": grads,
+        "rate": rate,
+        "checks": checks,
     }
 
 
