@@ -73,7 +73,9 @@ def _collapse(summary) -> list:
         lam2, tau = checks.map_rates(v)
         overflow = checks.overflow_layer(v)
         place = None if median is None else ("below" if median < lam2 else "above" if median > tau else "between")
+        entropy = head_mean(v["entropy"])[:overflow] if overflow else None  # attention of layers 1..overflow
         out.append({"overflow": overflow, "place": place, "before": fmt(float(r[overflow - 1])) if overflow else None,
+                    "entropy": fmt(float(entropy.min())) if overflow else None,
                     "label": VARIANT_LABELS[name], "norms": v["norms"], "r": sequence(r), "last": fmt(float(r[-1])),
                     "collapses": f"{label} collapses", "doubly": f"{label}: doubly exponential decay",
                     "exponential": f"{label}: exponential collapse", "worst": fmt(worst), "ratios": len(ratios),
