@@ -42,8 +42,9 @@ def get_config(arg: str | None = None):
         lengths=(10, 12, 14, 16, 18, 20) if not causal else (8, 10, 12, 14, 16, 18),
         sentences_per_length=64 if not causal else 40,
     ))
-    # Dong et al. 2021 surgery: the same weights without skips, without MLPs, both.
-    config.variants = ("full", "no_skip", "no_mlp", "attention_only")
+    # Dong et al. 2021 surgery: the same weights without skips, without MLPs, both (block norms kept),
+    # and both without the block norms ('no_norm': Dong's pure attention network).
+    config.variants = ("full", "no_skip", "no_mlp", "attention_only", "no_norm")
     # Single-head paths of k layers (Dong et al. 2021, Fig. 2), sampled with `seed`,
     # each evaluated on the first `num_sentences` sentences of every length group.
     config.paths = config_dict.ConfigDict(dict(

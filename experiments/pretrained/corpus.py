@@ -20,6 +20,12 @@ MODELS = {"minilm": "bert", "smollm2": "llama"}
 # Sink categories per family; the first is the union, the headline number.
 SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
 SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
+# The sink tokens left out of the sink-excluded residual and cosine, as (first, last) token counts dropped
+# from each sentence: the first token (causal LM), [CLS] and [SEP] (BERT, whose sentences are [CLS] ... [SEP]).
+CONTENT_SPAN = {"bert": (1, 1), "llama": (1, 0)}
+CONTENT_LABELS = {"bert": "[CLS] and [SEP]", "llama": "the first token"}
+# Space markers of byte-level and SentencePiece tokens, stripped before a token is classed.
+SPACE_MARKERS = "\u0120\u2581 "
 
 
 def family(config) -> str:
@@ -63,7 +69,7 @@ def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]
         ids = tokenizer.encode(sentence)
         if not lengths or len(ids) in lengths:
             by_length.setdefault(len(ids), []).append((sentence, ids))
-    order = tuple(lengths) or tuple(n for n in sorted(by_length) if n >= 3)
+    order = tuple(lengths) or tuple(n for n in sorted(by_length) if n >= 4)
     groups = []
     for n in order:
         chosen = by_length.get(n, [])[:per_length]
@@ -81,6 +87,23 @@ def is_punctuation(token: str) -> bool:
     return bool(token) and all(ch in string.punctuation for ch in token)
 
 
+def is_delimiter(token: str) -> bool:
+    """A delimiter token (Sun et al. 2024): punctuation, a newline or [SEP], space markers stripped."""
+    bare = token.lstrip(SPACE_MARKERS)
+    return token == "[SEP]" or bare in ("\n", "\u010a") or is_punctuation(bare)
+
+
+def delimiter_masks(tokens: list) -> np.ndarray:
+    """Delimiter tokens `[B, n]` bool of one group (`is_delimiter`)."""
+    return np.vectorize(is_delimiter, otypes=[bool])(np.asarray(tokens, dtype=object))
+
+
+def check_content_span(kind: str, tokens: list) -> None:
+    """Every sentence of a BERT group is [CLS] ... [SEP], so `CONTENT_SPAN` drops exactly those two."""
+    if kind == "bert" and any(t[0] != "[CLS]" or t[-1] != "[SEP]" for t in tokens):
+        raise ValueError("every BERT sentence must be [CLS] ... [SEP] for the sink-excluded residual")
+
+
 def sink_masks(kind: str, tokens: list) -> np.ndarray:
     """Sink keys `[C, B, n]` bool of one group, categories `SINKS[kind]` (first: their union)."""
     tokens = np.asarray(tokens, dtype=object)
@@ -91,7 +114,6 @@ def sink_masks(kind: str, tokens: list) -> np.ndarray:
     cls, sep = tokens == "[CLS]", tokens == "[SEP]"
     punct = np.vectorize(is_punctuation, otypes=[bool])(tokens)
     return np.stack([cls | sep | punct, cls, sep, punct])
-
 
 
 @nnx.jit

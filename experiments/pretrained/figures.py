@@ -8,6 +8,7 @@ from experiments.pretrained.summary import (
     VARIANT_LABELS,
     array,
     head_mean,
+    massive,
     model_label,
     sink,
     sink_label,
@@ -97,6 +98,20 @@ def _products_figure(summary):
                                     ylabel=label, title="P_l = A_l ... A_1 (head-averaged attention)")
 
 
+def _massive_figure(summary):
+    m = massive(summary["variants"]["full"])
+    return plotting.metric_vs_depth({"largest |a| / median |a|": m["ratio"], "largest |a|": m["value"]},
+                                    ylabel="mean over sentences", start=0,
+                                    title=f"{model_label(summary)}: massive activations (Sun et al. 2024)")
+
+
+def _sink_class_figure(summary):
+    v = summary["variants"]["full"]
+    lines = {c: head_mean(sink(v, category=c)) for c in summary["sink_categories"][1:]}
+    return plotting.metric_vs_depth(lines, ylabel="attention (mean over heads and sentences)", log=False,
+                                    title=f"{model_label(summary)}: attention by sink class")
+
+
 def figures(summary: dict) -> dict:
     out = _surgery_figures(summary)
     out["products"] = _products_figure(summary)
@@ -104,6 +119,9 @@ def figures(summary: dict) -> dict:
         out["attention_depth"] = _attention_figure(summary)
         out["sink_mass_heads"] = _sink_heatmap(summary)
         out["example_heads"] = _examples_figure(summary)
+        out["massive_activations"] = _massive_figure(summary)
+        if len(summary["sink_categories"]) > 1:
+            out["sink_classes"] = _sink_class_figure(summary)
     if summary["paths"]:
         out["path_length"] = _paths_figure(summary["paths"])
     return out

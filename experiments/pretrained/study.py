@@ -14,10 +14,13 @@ Runs:
 
 * `depth-<variant>`: one forward pass per group through the model (`full`)
   or through the same weights rebuilt without skip connections
-  (`no_skip`), without MLPs (`no_mlp`) or with neither (`attention_only`),
-  the surgery of Dong, Cordonnier & Loukas 2021 ("Attention is not all you
-  need: pure attention loses rank doubly exponentially with depth"); norms
-  are kept. Per layer and head, averaged over sentences: normalised entropy
+  (`no_skip`), without MLPs (`no_mlp`), with neither (`attention_only`), or
+  with neither and without the block norms (`no_norm`: the pure attention
+  network of Dong, Cordonnier & Loukas 2021, "Attention is not all you
+  need: pure attention loses rank doubly exponentially with depth"); the
+  other variants keep the block norms (`norms`: which norms a variant
+  keeps, a string row), and every variant keeps BERT's embedding norm,
+  which acts on the input X_0. Per layer and head, averaged over sentences: normalised entropy
   (over log of the visible keys), |lambda_2| (`slem`) and the spectral gap,
   Dobrushin's tau, the Perron vector's and the attention's mass on sink
   tokens (BERT: [CLS], [SEP], punctuation; causal LM: the first token)
@@ -27,7 +30,11 @@ Runs:
   mean over heads). Per layer: the relative residual ||X - 1 x_bar^T||_F /
   ||X||_F, the absolute residual and the norm of the shared component
   ||1 x_bar^T||_F, the mean token cosine and the effective rank of the
-  hidden states; and the products P_l = A_l ... A_1 of head-averaged
+  hidden states; the relative residual and the cosine of the tokens
+  without the sinks (`CONTENT_SPAN`: the first token, or [CLS] and [SEP]);
+  the largest |activation| over the median (Sun et al. 2024), where it sits
+  (first token, a delimiter, which feature dimension) and its spread over
+  sentences; and each sentence's log-residual per layer; and the products P_l = A_l ... A_1 of head-averaged
   attention: tau(P_l) and the distance of their rows from e_1. The `full`
   run also keeps a few heads' maps of one sentence for heatmaps.
 * `paths` (`paths.py`): single-head paths of length k (Dong et al. 2021, Fig. 2): k of
@@ -70,19 +77,24 @@ from attnjax.analysis import (
     path_product,
     rank_report,
     residual_norms,
+    residual_ratio,
     sink_mass,
     slem,
     spectral_radius_by_squaring,
     stationary_distribution,
+    token_cosine_similarity,
     triangular_slem,
     uniform_sink_mass,
 )
 from attnjax.workdir import RunDir
 from experiments.pretrained.corpus import (
+    CONTENT_SPAN,
     MODELS,
     SINKS,
     Group,
+    check_content_span,
     corpus_sentences,
+    delimiter_masks,
     family,
     forward,
     length_groups,
@@ -94,7 +106,8 @@ from experiments.pretrained.paths import paths_run
 HIGHEST = lax.Precision.HIGHEST
 # Surgery variants: the BlockConfig fields they change (every layer).
 VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
-            "attention_only": {"skip": False, "mlp": False}}
+            "attention_only": {"skip": False, "mlp": False},
+            "no_norm": {"skip": False, "mlp": False, "norm": None, "final_norm": False}}
 # Heatmaps of the last layer: (reason, metric, pick the largest?).
 EXAMPLE_HEADS = (("highest sink mass", "attention_sink", True), ("lowest entropy", "entropy", False),
                  ("highest entropy", "entropy", True))
@@ -146,7 +159,7 @@ def specs(config) -> list[RunSpec]:
         raise ValueError(f"corpus.modules must name at least one module, got {c.modules!r}")
     checks.integer("corpus.min_words", c.min_words, 1)
     checks.integer("corpus.max_words", c.max_words, c.min_words)
-    _check_ints("corpus.lengths", c.lengths, 3, allow_empty=True)
+    _check_ints("corpus.lengths", c.lengths, 4, allow_empty=True)  # two tokens besides [CLS], [SEP]
     checks.integer("corpus.sentences_per_length", c.sentences_per_length, 1)
     variants = tuple(config.variants)
     unknown = [v for v in variants if v not in VARIANTS]
@@ -172,11 +185,26 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     changes = VARIANTS[variant]
     if not changes:
         return model
-    config = dataclasses.replace(model.config, block=dataclasses.replace(model.config.block, **changes))
+    block_fields = {f.name for f in dataclasses.fields(nn.BlockConfig)}
+    block = dataclasses.replace(model.config.block, **{k: v for k, v in changes.items() if k in block_fields})
+    config = dataclasses.replace(model.config, block=block,
+                                 **{k: v for k, v in changes.items() if k not in block_fields})
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     pretrained = dict(nnx.to_flat_state(nnx.state(model)))
     subset = nnx.from_flat_state({path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)})
     return nnx.merge(graphdef, subset)
+
+
+def kept_norms(config: nn.TransformerConfig) -> str:
+    """Which norm layers act on the hidden states of a (surgery) model, in words.
+
+    E.g. 'post-LayerNorm in every block, embedding norm'; the final norm,
+    before the head, acts on no hidden state measured here.
+    """
+    kind = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}[config.block.norm_kind]
+    parts = [f"{config.block.norm}-{kind} in every block"] if config.block.norm else []
+    parts += ["embedding norm"] * bool(config.embedding_norm)
+    return ", ".join(parts) or "none"
 
 
 # --------------------------------------------------------------------------
@@ -250,38 +278,85 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
 
 # Worst-case metrics of `attention_sums` (max over sentences, not sums).
 WORST = ("slem_over_tau", "slem_diagonal_error")
+# Per-sentence metrics of `hidden_sums` (concatenated over groups, not summed).
+PER_SENTENCE = ("sentence_log_residual",)
 # Per-head metrics of `attention_sums` (head on the last axis).
 PER_HEAD = ("entropy", "slem", "tau", "attention_sink", "perron_sink", "diagonal_mean")
 
 
-@jax.jit
-def hidden_sums(hidden: jax.Array) -> dict:
+# Sun et al. 2024's criterion for one massive activation: |a| >= 100 and >= 1000 x the median |a| of its hidden state.
+MASSIVE_VALUE, MASSIVE_FACTOR = 100.0, 1000.0
+
+
+def _content_metrics(hidden: jax.Array, start: int, stop: int) -> tuple[jax.Array, jax.Array]:
+    """Relative residual and mean token cosine `[L + 1, B]` of tokens start..n - stop - 1 (the sinks left out)."""
+    content = hidden[..., start:hidden.shape[-2] - stop, :]
+    return residual_ratio(content), token_cosine_similarity(content)
+
+
+def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
+    """The largest |activation| of each hidden state and where it sits (Sun et al. 2024).
+
+    hidden `[L + 1, B, n, D]`, delimiters `[B, n]` bool. Per state: m =
+    max |h_td|, the ratio m / median_(t,d) |h_td|, its token t* and feature
+    dimension d*, and the count of activations with |h| >= MASSIVE_VALUE and
+    >= MASSIVE_FACTOR x the median. Returns `[L + 1, B]` arrays `ratio`,
+    `value`, `count`, `first` (t* = 0), `delimiter` (t* a delimiter, not
+    the first token) and `dims` `[L + 1, B, D]` (one-hot d*).
+    """
+    size = hidden.shape[-1]
+    a = jnp.abs(hidden).reshape(*hidden.shape[:2], -1)  # [L + 1, B, n D]
+    top, where = jnp.max(a, axis=-1), jnp.argmax(a, axis=-1)
+    median = jnp.median(a, axis=-1)
+    token, dim = where // size, where % size
+    count = jnp.sum((a >= MASSIVE_VALUE) & (a >= MASSIVE_FACTOR * median[..., None]), axis=-1)
+    on_delimiter = jnp.take_along_axis(jnp.broadcast_to(delimiters, a.shape[:2] + delimiters.shape[-1:]),
+                                       token[..., None], axis=-1)[..., 0]
+    return {"ratio": top / jnp.maximum(median, jnp.finfo(a.dtype).tiny), "value": top, "count": count.astype(a.dtype),
+            "first": (token == 0).astype(a.dtype), "delimiter": (on_delimiter & (token > 0)).astype(a.dtype),
+            "dims": jax.nn.one_hot(dim, size, dtype=a.dtype)}
+
+
+@functools.partial(jax.jit, static_argnames=("span",))
+def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, int]) -> dict:
     """Per-layer metrics of hidden states `[L + 1, B, n, D]`, summed over B -> each `[L + 1]`.
 
     `residual` (relative, Dong et al. 2021), `residual_abs` and `shared_norm`
     (`residual_norms`), `cosine` (mean token cosine, Noci et al. 2022),
     `effective_rank` (Roy & Vetterli 2007), `first_norm_ratio`: the first
-    token's norm over the median of the others' (a massive activation,
-    Sun et al. 2024, shows as a ratio of 10 or more), and `log_residual`
-    (log of the relative residual; its mean gives the geometric mean over
-    sentences, the average that keeps a per-sentence decay rate).
+    token's norm over the median of the others', and `log_residual` (log of
+    the relative residual; its mean gives the geometric mean over
+    sentences, the average that keeps a per-sentence decay rate);
+    `residual_content`, `cosine_content`: the same without the sink tokens
+    (`span` = (first, last) tokens dropped); `massive_*` (`massive_activations`;
+    `massive_value_sq` the sum of squares, for the spread over sentences,
+    `massive_dims` `[L + 1, D]` counts). `sentence_log_residual` `[B, L + 1]`
+    is kept per sentence, not summed.
     """
     ranks = rank_report(hidden)  # one SVD for every rank metric
     residual, shared = residual_norms(hidden)
     norms = jnp.sqrt(jnp.sum(jnp.square(hidden), axis=-1))  # [L + 1, B, n]
     first_ratio = norms[..., 0] / jnp.median(norms[..., 1:], axis=-1)
+    content_residual, content_cosine = _content_metrics(hidden, *span)
+    massive = massive_activations(hidden, delimiters)
+    log_residual = jnp.log(jnp.maximum(ranks.residual_ratio, jnp.finfo(hidden.dtype).tiny))
     total = lambda x: jnp.sum(x, axis=1)  # noqa: E731
     return {"residual": total(ranks.residual_ratio), "residual_abs": total(residual), "shared_norm": total(shared),
             "cosine": total(ranks.token_cosine_similarity), "effective_rank": total(ranks.effective_rank),
-            "first_norm_ratio": total(first_ratio),
-            "log_residual": total(jnp.log(jnp.maximum(ranks.residual_ratio, jnp.finfo(hidden.dtype).tiny)))}
+            "first_norm_ratio": total(first_ratio), "log_residual": total(log_residual),
+            "residual_content": total(content_residual), "cosine_content": total(content_cosine),
+            **{f"massive_{k}": total(v) for k, v in massive.items()},
+            "massive_value_sq": total(jnp.square(massive["value"])),
+            "sentence_log_residual": jnp.swapaxes(log_residual, 0, 1)}
 
 
 def _accumulate(total: dict, part: dict) -> dict:
     part = {k: np.asarray(v, np.float64) for k, v in part.items()}
     if not total:
         return part
-    return {k: np.maximum(total[k], v) if k in WORST else total[k] + v for k, v in part.items()}
+    merge = lambda k, v: np.maximum(total[k], v) if k in WORST else (  # noqa: E731
+        np.concatenate([total[k], v]) if k in PER_SENTENCE else total[k] + v)
+    return {k: merge(k, v) for k, v in part.items()}
 
 
 def _example_rows(kind: str, group: Group, attention: np.ndarray, means: dict) -> list[dict]:
@@ -306,19 +381,21 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     totals, example = {}, None
     for group in groups:
         run.log(f"      {spec.variant}: {len(group.ids)} sentences of {group.ids.shape[1]} tokens")
+        check_content_span(kind, group.tokens)
         hidden, attention = forward(model, jnp.asarray(group.ids))
         sums = {**attention_sums(attention, jnp.asarray(sink_masks(kind, group.tokens)), causal=causal),
-                **hidden_sums(hidden)}
+                **hidden_sums(hidden, jnp.asarray(delimiter_masks(group.tokens)), span=CONTENT_SPAN[kind])}
         totals = _accumulate(totals, jax.device_get(sums))
         if example is None:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)
-    means = {k: v if k in WORST else v / count for k, v in totals.items()}
+    means = {k: v if k in WORST + PER_SENTENCE + ("massive_dims",) else v / count for k, v in totals.items()}
     c = base.config.block
     rows = [{"metric": "model", "num_layers": base.config.num_layers, "num_heads": c.num_heads,
              "num_kv_heads": c.attention.kv_heads(c.num_heads), "causal": causal, "norm": c.norm, "family": kind},
             {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
-             "counts": [len(g.ids) for g in groups]}]
+             "counts": [len(g.ids) for g in groups]},
+            {"metric": "norms", "value": kept_norms(model.config)}]
     categories = SINKS[kind]
     if spec.variant != "full":  # the surgery variants keep only the mean over heads, [L, 1]
         means = {k: v.mean(axis=-1, keepdims=True) if k in PER_HEAD else v for k, v in means.items()}
@@ -327,6 +404,9 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
             rows += [{"metric": name, "sink": cat, "values": values[i]} for i, cat in enumerate(categories)]
         elif name in WORST:
             rows.append({"metric": name, "value": float(values)})
+        elif name == "massive_dims":  # sentences per dimension holding the largest activation, nonzero only
+            rows.append({"metric": name, "values": [[[int(d), int(c)] for d in np.argsort(-row, kind="stable")
+                                                    if (c := row[d]) > 0] for row in values]})
         elif name == "patterns":  # each head's most frequent class over the sentences
             rows.append({"metric": "pattern", "values": np.argmax(values, axis=-1)})
         else:

@@ -18,7 +18,12 @@ from experiments.pretrained.study import VARIANTS
 # Below this relative residual float32 rounding dominates, and ratios of
 # log-residuals mean nothing (as in the rank-collapse study).
 RESIDUAL_FLOOR = 1e-5
-VARIANT_LABELS = {"full": "full model", "no_skip": "no skips", "no_mlp": "no MLPs", "attention_only": "attention only"}
+# A per-sentence decay rate is fitted on at least this many resolved layers >= 1.
+MIN_RATE_LAYERS = 3
+VARIANT_LABELS = {"full": "full model", "no_skip": "no skips", "no_mlp": "no MLPs", "attention_only": "attention only",
+                  "no_norm": "attention only, no norms"}
+# The variants without skips and MLPs: the attention-only networks whose collapse the papers predict.
+ATTENTION_ONLY = ("attention_only", "no_norm")
 MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
 
 
@@ -26,13 +31,33 @@ MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
 # Rows -> summary
 
 
+def sentence_rates(log_residual, floor: float = RESIDUAL_FLOOR, min_layers: int = MIN_RATE_LAYERS) -> list:
+    """Each sentence's decay factor per layer: exp of the least-squares slope of log r_l over layers l >= 1.
+
+    log_residual `[S, L + 1]`. The fit uses layers 1, 2, ... while r_l >=
+    `floor` (layer 0, the embeddings, is left out: the first layer's drop is
+    not part of a per-layer rate); None for a sentence with fewer than
+    `min_layers` such layers.
+    """
+    rates = []
+    for logs in array(log_residual):
+        resolved = logs[1:] >= np.log(floor)
+        stop = int(np.argmin(resolved)) if not resolved.all() else len(resolved)
+        layers, values = np.arange(1, stop + 1), logs[1:stop + 1]
+        rates.append(float(np.exp(np.polyfit(layers, values, 1)[0])) if stop >= min_layers else None)
+    return rates
+
+
 def _variant_summary(rows: list[dict]) -> dict:
-    """`{metric: values}` of one depth run; sink masses as `{metric: {category: values}}`."""
+    """`{metric: values}` of one depth run; sink masses as `{metric: {category: values}}`; per-sentence
+    log-residuals as their decay `rates`."""
     out = {}
     for row in rows:
         if row["metric"] in ("model", "groups", "example"):
             continue
-        if "sink" in row:
+        if row["metric"] == "sentence_log_residual":
+            out["rates"] = sentence_rates(row["values"])
+        elif "sink" in row:
             out.setdefault(row["metric"], {})[row["sink"]] = row["values"]
         else:
             out[row["metric"]] = row["values"] if "values" in row else row["value"]
@@ -122,6 +147,24 @@ def geometric_residual(variant: dict) -> np.ndarray:
     """`[L + 1]`: the geometric mean over sentences of r_l. If every sentence decays with
     log r_(l+1) >= c log r_l, so does this mean (it is linear in the logs); the arithmetic mean need not."""
     return np.exp(array(variant["log_residual"]))
+
+
+def resolved_rates(variant: dict) -> np.ndarray:
+    """The per-sentence decay factors that could be fitted (`sentence_rates`), `[S']`."""
+    return array([r for r in variant["rates"] if r is not None])
+
+
+def massive(variant: dict) -> dict:
+    """Sun et al. 2024's readings per hidden state `[L + 1]`: `ratio` (largest |a| / median, mean over
+    sentences), `value` (largest |a|, mean), `spread` (its std / mean over sentences), `count` (massive
+    activations per sentence), `first`, `delimiter`, `other` (shares of sentences whose largest |a| sits there),
+    `dims` (per state, `[dimension, sentences]` pairs, most sentences first)."""
+    value, square = array(variant["massive_value"]), array(variant["massive_value_sq"])
+    first, delimiter = array(variant["massive_first"]), array(variant["massive_delimiter"])
+    spread = np.sqrt(np.maximum(square - value ** 2, 0)) / np.maximum(value, 1e-300)
+    return {"ratio": array(variant["massive_ratio"]), "value": value, "spread": spread,
+            "count": array(variant["massive_count"]), "first": first, "delimiter": delimiter,
+            "other": 1 - first - delimiter, "dims": variant["massive_dims"]}
 
 
 def path_medians(paths: dict) -> np.ndarray:
