@@ -135,7 +135,8 @@ def test_readme_results_are_the_committed_summary_rendered():
     summary = json.loads((results / "summary.json").read_text())
     timing = json.loads((results / "timing.json").read_text())
     readme = (repo / "README.md").read_text()
-    start, end = readme.index("## Results\n"), readme.index("## Performance")
+    start = readme.index("## Results\n")
+    end = min(readme.find(m, start) + 1 for m in ("\n## ", "\n<!--") if m in readme[start:])  # the next section
     assert readme[start:end] == report.readme_section(summary, timing) + "\n"
     # The committed report, predictions and plots are those of the committed summary.
     assert (results / "report.md").read_text() == report.markdown(summary)
