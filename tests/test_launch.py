@@ -22,7 +22,8 @@ from tests.test_studies import REPO, _toy
 pytest.importorskip("submitit")  # the `cluster` extra, part of `dev`
 
 TINY = ["--config", "configs/softmax_scaling.py:smoke", "--config.dims=(4, 8)", "--config.num_samples=4096",
-        "--config.saturation_samples=64"]
+        "--config.saturation_samples=64", "--config.flat_min_dim=8", "--config.gradient_samples=16",
+        "--config.rate_dims=(256, 4096)", "--config.rate_samples=256"]
 TOY_CONFIG = ConfigDict({"xs": (1, 2, 3, 4, 5)})
 
 
@@ -37,7 +38,7 @@ def _study_command(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
 def test_two_local_jobs_give_the_summary_of_one_process(tmp_path):
     _study_command(tmp_path / "one")
     result = _study_command(tmp_path / "jobs", "--launcher=local", "--jobs=2")
-    assert "submitting 2 local jobs for the 3 runs of 3 without a record" in result.stdout
+    assert "submitting 2 local jobs for the 4 runs of 4 without a record" in result.stdout
     one, jobs = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("one", "jobs"))
     assert jobs == one  # the study's summary holds no timings: every field is deterministic
     for output in ("metrics.jsonl", "report.md"):
