@@ -45,6 +45,7 @@ from attnjax.nn.initializers import (
     DEFAULT_POSITION_INIT,
     POSITION_INIT_STD,
 )
+from attnjax.nn.tokens import check_tokens
 from attnjax.nn.transformer import UNROLL_MAX_LAYERS, Transformer, sinusoidal_positions
 
 __all__ = [
@@ -52,6 +53,6 @@ __all__ = [
     "DEFAULT_KERNEL_INIT", "DEFAULT_POSITION_INIT", "FIXED_FEATURE_MAPS", "HEAD_CHOICES", "INV_SQRT_DEPTH",
     "MLP_ACTIVATIONS", "MODEL_OPTIONS", "NORM_CHOICES", "NORM_KINDS", "POSITION_CHOICES", "POSITION_INIT_STD",
     "QK_NORM_CHOICES", "RANDOM_FEATURE_MAPS", "UNROLL_MAX_LAYERS", "AttentionConfig", "Block", "BlockConfig",
-    "Mlp", "MultiHeadAttention", "RandomProjection", "Transformer", "TransformerConfig", "cosine_normalize",
-    "make_norm", "params", "sinusoidal_positions",
+    "Mlp", "MultiHeadAttention", "RandomProjection", "Transformer", "TransformerConfig", "check_tokens",
+    "cosine_normalize", "make_norm", "params", "sinusoidal_positions",
 ]

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnjax import checks
+from attnjax.nn.tokens import check_tokens
 
 Array = jax.Array
 
@@ -31,6 +32,8 @@ def check_generate(config, prompt_tokens, max_new_tokens, key, temperature) -> N
             prompt_tokens.dtype, jnp.integer):
         raise ValueError(f"prompt_tokens must be integer tokens [B, P], got {type(prompt_tokens).__name__} "
                          f"of dtype {getattr(prompt_tokens, 'dtype', None)}, shape {jnp.shape(prompt_tokens)}")
+    if not isinstance(prompt_tokens, jax.core.Tracer):
+        check_tokens(prompt_tokens, config.vocab_size)
     checks.positive_int("max_new_tokens", max_new_tokens)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
         raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")

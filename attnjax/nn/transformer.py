@@ -29,6 +29,7 @@ from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.block import Block, make_norm
 from attnjax.nn.configs import TransformerConfig
 from attnjax.nn.initializers import DEFAULT_EMBED_INIT, DEFAULT_KERNEL_INIT
+from attnjax.nn.tokens import check_tokens
 
 Array = jax.Array
 
@@ -112,6 +113,8 @@ class Transformer(nnx.Module):
         if config.vocab_size is not None:
             if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.integer):
                 raise ValueError(f"inputs must be integer tokens [B, T], got {inputs.dtype} {inputs.shape}")
+            if not isinstance(inputs, jax.core.Tracer):
+                check_tokens(inputs, config.vocab_size)
         elif inputs.ndim != 3 or inputs.shape[-1] != config.input_features:
             raise ValueError(f"inputs must have shape [B, T, {config.input_features}], got {inputs.shape}")
         if inputs.shape[1] > config.max_len and config.positions == "learned":
@@ -188,6 +191,11 @@ class Transformer(nnx.Module):
 
         Args:
           inputs: tokens `[B, T]` (int) or features `[B, T, input_features]`.
+            Token ids must be in [0, vocab_size): concrete inputs outside
+            raise a `ValueError` naming them; under `jit` such positions embed
+            as NaN, so every logit of that sequence is NaN (the others are
+            unaffected); `attnjax.nn.check_tokens` under `checkify.checkify`
+            raises there instead (see `attnjax.nn.tokens`).
           mask: optional boolean attention mask broadcastable to `[B, H, T, T]`
             (combined with the causal mask when `config.causal`; when decoding,
             to `[B, H, T, max_len]`), e.g. `attnjax.key_padding_mask(valid=...)`.
