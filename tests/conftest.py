@@ -15,6 +15,8 @@
 * With pytest-xdist (`-n auto --dist loadfile`, as the README's test command
   runs), each test file goes to one worker, so its module-scoped fixtures are
   built once.
+* Hypothesis is derandomised (a profile loaded here, before any test module
+  makes its `settings`): the same examples in every run, no example database.
 * A scratch directory for one run, shared by the workers and removed at the
   end: a persistent compilation cache (programs that several tests compile
   are compiled once) and the studies' test runs, each run once per run.
@@ -32,6 +34,10 @@ os.environ["XLA_FLAGS"] = " ".join(
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("attnjax", derandomize=True, database=None)
+settings.load_profile("attnjax")
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

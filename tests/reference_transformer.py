@@ -1,0 +1,114 @@
+"""A float64 NumPy transformer written from the equations, sharing no code with attnjax.
+
+Parameters are the model's own (a flat dict of path tuples -> arrays, as
+`nnx.to_flat_state` gives them; kernels `[in, out]`, stacked blocks `[L, ...]`).
+
+    x_0 = E[ids] + P                  P learned rows 0..T-1, or sinusoidal (Vaswani et al. 2017, §3.5):
+                                      P[t, i] = sin(t w_i), P[t, h + i] = cos(t w_i), w_i = 10000^(-i/h), h = D/2
+    per layer (a = residual scale), with f in (attention, MLP):
+      pre:  x <- x + a f(N(x));  post: x <- N(x + a f(x));  none: x <- x + a f(x)
+    N: LayerNorm (x - mu) / sqrt(var + eps) g + b (Ba et al. 2016) or RMSNorm x / sqrt(mean x^2 + eps) g
+    attention: q = x W_q + b_q, k, v likewise, split into heads of Dh; RoPE on q, k (Su et al. 2021);
+      query head j reads key/value head j // (H / K) (Ainslie et al. 2023);
+      softmax(q k^T / (sqrt(Dh) tau) + mask) v, concatenated, then W_o + b_o
+    MLP: W_2 act(W_1 x + b_1) + b_2, act gelu (tanh form) / relu
+    logits = N_final(x) W_head + b_head   (or N_final(x) E^T, tied)
+"""
+import math
+
+import numpy as np
+
+from tests.reference import softmax_attention
+from tests.reference_llama import _rope
+
+_ACTIVATIONS = {
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "relu": lambda x: np.maximum(x, 0),
+}
+
+
+def norm(x, p, kind, eps):
+    """LayerNorm (p: 'scale', 'bias') or RMSNorm (p: 'scale') over the last axis of `x`."""
+    if kind == "rmsnorm":
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * p["scale"]
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def sinusoidal(length, features):
+    """`[T, D]`: sin of t w_i in the first D/2 columns, cos in the next (zero-padded if D is odd)."""
+    half = features // 2
+    angle = np.arange(length)[:, None] * 10000.0 ** (-np.arange(half) / max(half, 1))[None, :]
+    table = np.zeros((length, features))
+    table[:, :half], table[:, half:2 * half] = np.sin(angle), np.cos(angle)
+    return table
+
+
+def _dense(x, p):
+    return x @ p["kernel"] + p.get("bias", 0.0)
+
+
+def multi_head_attention(p, x, *, num_heads, num_kv_heads, temperature=1.0, rope=None, rope_base=10000.0,
+                         mask=None):
+    """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool."""
+    b, t, _ = x.shape
+    dh = p["query"]["kernel"].shape[-1] // num_heads
+    q = _dense(x, p["query"]).reshape(b, t, num_heads, dh)
+    k = _dense(x, p["key"]).reshape(b, t, num_kv_heads, dh)
+    v = _dense(x, p["value"]).reshape(b, t, num_kv_heads, dh)
+    if rope is not None:
+        q = np.stack([_rope(qi, rope_base, rope) for qi in q])
+        k = np.stack([_rope(ki, rope_base, rope) for ki in k])
+    out, _ = softmax_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
+    return _dense(out.reshape(b, t, num_heads * dh), p["out"])
+
+
+def _tree(flat):
+    """{(a, b, c): array} -> nested dicts of float64 arrays."""
+    tree = {}
+    for path, value in flat.items():
+        node = tree
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = np.asarray(value, np.float64)
+    return tree
+
+
+def _layer(tree, i):
+    """Layer i of stacked `[L, ...]` parameters."""
+    return {k: _layer(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
+
+
+def transformer(flat_params, config, ids):
+    """ids `[B, T]` -> (logits `[B, T, V]`, hidden `[L + 1, B, T, D]`), float64; `config` a TransformerConfig."""
+    p, block, att = _tree(flat_params), config.block, config.block.attention
+    t = ids.shape[1]
+    x = p["embed"]["embedding"][np.asarray(ids)]
+    if config.positions == "learned":
+        x = x + p["position_table"][:t]
+    elif config.positions == "sinusoidal":
+        x = x + sinusoidal(t, block.features)
+    mask = np.tril(np.ones((t, t), bool)) if config.causal else None
+    scale = block.branch_scale(config.num_layers)
+    n = lambda h, q: norm(h, q, block.norm_kind, block.norm_eps)  # noqa: E731
+    hidden = [x]
+    for i in range(config.num_layers):
+        layer = _layer(p["blocks"], i)
+        attend = lambda h: multi_head_attention(  # noqa: E731
+            layer["attention"], h, num_heads=block.num_heads, num_kv_heads=att.kv_heads(block.num_heads),
+            temperature=att.temperature, rope=att.rope, rope_base=att.rope_base, mask=mask)
+        mlp = lambda h: _dense(_ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"])),  # noqa: E731
+                               layer["mlp"]["fc2"])
+        sublayers = [(attend, "attention_norm")] + ([(mlp, "mlp_norm")] if block.mlp else [])
+        for f, name in sublayers:
+            if block.norm == "pre":
+                x = x + scale * f(n(x, layer[name]))
+            elif block.norm == "post":
+                x = n(x + scale * f(x), layer[name])
+            else:
+                x = x + scale * f(x)
+        hidden.append(x)
+    h = n(x, p["final_norm"]) if config.final_norm else x
+    logits = h @ p["embed"]["embedding"].T if config.head == "tied" else _dense(h, p["head"])
+    return logits, np.stack(hidden)
