@@ -90,7 +90,7 @@ def _np_profile(hidden, attention, causal):
     mean = np.where(visible, logs, 0).sum(-1) / count
     var = np.where(visible, (logs - mean[..., None]) ** 2, 0).sum(-1) / count
     rows = count > 1
-    entropy = -np.where(visible, attention * logs, 0).sum(-1) / np.log(np.maximum(count, 2))  # rows of one key: left out
+    entropy = -np.where(visible, attention * logs, 0).sum(-1) / np.log(np.maximum(count, 2))  # one-key rows: left out
     return {
         "token_cosine": cosine.mean(1), "stable_rank": stable.mean(1), "effective_rank": effective.mean(1),
         "residual_l1inf": residual.mean(1),
