@@ -292,6 +292,7 @@ def dot_product_attention(
       wrong rank, mismatched heads or dims, masks/biases/lengths that do not
       broadcast, or bad options; raised while tracing, before any compute.
     """
+    query, key, value = checks.as_arrays(query, key, value)
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
     batch_shape = query.shape[:-3]
     query_seq_lengths = checks.lengths("query_seq_lengths", query_seq_lengths, batch_shape)

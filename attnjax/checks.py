@@ -216,3 +216,11 @@ def dropout(dropout_rate, dropout_rng) -> bool:
     if dropout_rate > 0 and dropout_rng is None:
         raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_rng (a PRNG key)")
     return dropout_rate > 0
+
+
+def as_arrays(*arrays):
+    """Array-likes (lists, tuples, NumPy arrays, scalars) as `jnp` arrays, as `jax.nn` accepts them; JAX
+    arrays and tracers pass through unchanged. Anything else (None, strings, objects) also passes through,
+    for the callee's own check to name it."""
+    array_like = (list, tuple, np.ndarray, np.generic, int, float)
+    return tuple(jnp.asarray(x) if isinstance(x, array_like) and not isinstance(x, bool) else x for x in arrays)

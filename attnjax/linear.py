@@ -293,6 +293,7 @@ def linear_attention(
       mismatched heads or dims, non-key masks, chunk_size < 1, a feature_map
       that is not callable or whose projection dim is not D; at trace time.
     """
+    query, key, value = checks.as_arrays(query, key, value)
     valid = _prepare(query, key, value, mask, feature_map, eps, chunk_size)
     q, k, v = _cast_and_mask(query, key, value, valid)
     if is_causal:
