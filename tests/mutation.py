@@ -1,0 +1,152 @@
+"""Hand mutants over `attnjax/nn` and the studies' checks, run on demand (not part of the suite).
+
+    python -m tests.mutation [--json out.json] [--only SUBSTRING]
+
+Each mutant replaces one snippet of one file in a temporary copy of the
+tracked tree, runs only the test files (or test ids) listed for it there,
+and is *killed* when they fail. The test selections are first run unmutated
+(they must pass, or a kill would mean nothing). Prints a table (mutant, the
+first failing test) and writes it as JSON; exits 1 if any mutant survives.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Mutant(NamedTuple):
+    file: str
+    original: str
+    replacement: str
+    description: str
+    tests: tuple[str, ...]
+
+
+REF = ("tests/test_reference_transformer.py",)
+PRETRAINED = ("tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
+              "tests/test_pretrained_study.py::test_comparison_checks")
+POWER = ("tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",)
+SOFTMAX = ("tests/test_softmax_scaling.py::test_every_check_has_its_expected_verdict",)
+
+MUTANTS = (
+    Mutant("attnjax/nn/attention.py", "scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)",
+           "scale = 1.0 / math.sqrt(self.head_dim)", "softmax temperature dropped", REF),
+    Mutant("attnjax/nn/attention.py", "if self.config.rope is None:\n            return q, k",
+           "if True:\n            return q, k", "RoPE removed", REF),
+    Mutant("attnjax/nn/transformer.py",
+           "table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)",
+           "table = jnp.zeros((length, 2 * half), dtype)", "sinusoidal position table zeroed", REF),
+    Mutant("attnjax/nn/transformer.py",
+           "x = x + table[None].astype(x.dtype)\n        elif",
+           "x = x\n        elif", "learned positions not added", REF),
+    Mutant("attnjax/nn/transformer.py", "causal = self.config.causal", "causal = False",
+           "causal mask dropped in the Transformer", REF),
+    Mutant("attnjax/nn/transformer.py", "h = self.final_norm(h) if self.config.final_norm else h", "h = h",
+           "final norm skipped", REF),
+    Mutant("attnjax/nn/transformer.py", "return self.embed.attend(h)", "return self.embed.attend(2 * h)",
+           "tied head scaled", REF),
+    Mutant("attnjax/nn/block.py", "y = dropped(layer_norm(x))", "y = dropped(x)", "pre-norm skipped", REF),
+    Mutant("attnjax/nn/block.py", "return x + self.residual_scale * y if self.config.skip else y",
+           "return x + y if self.config.skip else y", "residual scale ignored", REF),
+    Mutant("attnjax/nn/block.py", 'return layer_norm(y) if self.config.norm == "post" else y', "return y",
+           "post-norm skipped", REF),
+    Mutant("attnjax/nn/block.py", "return self.fc2(act(self.fc1(x)))", "return self.fc2(self.fc1(x))",
+           "MLP activation removed", REF),
+    Mutant("attnjax/nn/transformer.py", "check_tokens(inputs, config.vocab_size)", "pass",
+           "out-of-vocabulary check removed", ("tests/test_tokens.py",)),
+    Mutant("attnjax/nn/generate.py", "logits / temperature, axis=-1", "logits, axis=-1",
+           "sampling temperature ignored", ("tests/test_generate_sampling.py",)),
+    Mutant("attnjax/nn/generate.py", "jax.random.fold_in(key, step)", "jax.random.fold_in(key, 0)",
+           "same sampling key at every step", ("tests/test_generate_sampling.py",)),
+    Mutant("experiments/pretrained/checks.py", "return ratio, bool(ratio <= factor)",
+           "return ratio, bool(ratio > factor)", "collapse_check verdict flipped", PRETRAINED),
+    Mutant("experiments/pretrained/checks.py", "return worst, bool(worst >= min_ratio), ratios",
+           "return worst, bool(worst < min_ratio), ratios", "doubly_exponential_check verdict flipped", PRETRAINED),
+    Mutant("experiments/pretrained/checks.py",
+           "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio >= factor)",
+           "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio < factor)",
+           "counteract_check verdict flipped", PRETRAINED),
+    Mutant("experiments/pretrained/checks.py", "math.nan\n    return ratio, bool(ratio >= factor)\n\n\ndef non",
+           "math.nan\n    return ratio, bool(ratio < factor)\n\n\ndef non", "keeps_check verdict flipped",
+           PRETRAINED),
+    Mutant("experiments/power_iteration/checks.py", "worst, bool(worst <= math.log10(factor)), note)",
+           "worst, bool(worst > math.log10(factor)), note)", "lambda-product verdict flipped", POWER),
+    Mutant("experiments/power_iteration/checks.py", "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
+           "ENTROPY_RANGE[0] <= h", "regime check: upper entropy bound dropped", POWER),
+    Mutant("experiments/softmax_scaling/checks.py", 'r["pass"],\n', 'not r["pass"],\n',
+           "Jacobian-rate verdict flipped", SOFTMAX),
+)
+
+
+def _copy_tree(dest: Path) -> None:
+    """The tracked (and untracked, not ignored) files of the repository into `dest`."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in files:
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+def _pytest(tree: Path, tests) -> tuple[bool, str]:
+    """(passed, the first failing test id or the last output line)."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tests],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    lines = proc.stdout.splitlines()
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return proc.returncode == 0, (failed[0] if failed else (lines[-1] if lines else proc.stderr[-200:]))
+
+
+def run(mutants, out: Path) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+        tree = Path(tmp)
+        _copy_tree(tree)
+        for tests in sorted({m.tests for m in mutants}):
+            ok, detail = _pytest(tree, tests)
+            if not ok:
+                raise SystemExit(f"unmutated tests fail, fix them first: {tests}: {detail}")
+        rows = []
+        for m in mutants:
+            path = tree / m.file
+            text = path.read_text()
+            if text.count(m.original) != 1:
+                raise SystemExit(f"{m.file}: the snippet of mutant {m.description!r} occurs "
+                                 f"{text.count(m.original)} times (need exactly once)")
+            try:
+                path.write_text(text.replace(m.original, m.replacement))
+                passed, detail = _pytest(tree, m.tests)
+            finally:
+                path.write_text(text)
+            rows.append(dict(file=m.file, description=m.description, killed=not passed,
+                             killed_by=None if passed else detail, tests=list(m.tests)))
+            print(f"{'killed ' if not passed else 'SURVIVED'} {m.file:40s} {m.description:45s} "
+                  f"{detail if not passed else ''}", flush=True)
+    out.write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=Path("mutants.json"))
+    parser.add_argument("--only", default="", help="run the mutants whose file or description contains this")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.only in m.file or args.only in m.description]
+    rows = run(chosen, args.json)
+    survived = [r for r in rows if not r["killed"]]
+    print(f"{len(rows) - len(survived)} of {len(rows)} mutants killed; table in {args.json}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
