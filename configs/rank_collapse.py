@@ -44,10 +44,12 @@ from ml_collections import config_dict
 from experiments.architectures import ARCHITECTURES
 
 
-def _sweep(depths, architectures, kinds, temperatures, causal, embedding_stds=(1.0,), grad_norms=False, **extra):
+def _sweep(depths, architectures, kinds, temperatures, causal, embedding_stds=(1.0,), grad_norms=False,
+           num_seeds=None, **extra):
+    """One sweep's grid; `num_seeds`: its seeds per run (None: the study's `num_seeds`)."""
     return config_dict.ConfigDict(dict(depths=depths, architectures=architectures, attention_kinds=kinds,
                                        temperatures=temperatures, causal=causal, embedding_stds=embedding_stds,
-                                       grad_norms=grad_norms, **extra))
+                                       grad_norms=grad_norms, num_seeds=num_seeds, **extra))
 
 
 def get_config(arg: str | None = None):
@@ -73,8 +75,12 @@ def get_config(arg: str | None = None):
     # grad_norms: gradient norms per parameter group on the first training
     # batch; they double the compile time of a run.
     config.init_sweep = _sweep((4, 8, 16, 32), architectures, ("softmax",), (1.0,), False)
+    # Seeds are batched in one program, so 10 cost little more than 2 in an untrained sweep.
     config.scale_sweep = _sweep((8,), ("attention_only",), ("softmax",), (1.0,), False,
-                                embedding_stds=(None, 0.25, 0.5, 2.0))
+                                embedding_stds=(None, 0.25, 0.5, 2.0), num_seeds=10)
+    # Dong et al.'s exponent is read from the attention-only run at this embedding std (init or
+    # scale sweep): std 2 at L = 8 resolves layers 0-5 above 1e-13 in the committed regime table.
+    config.dong_embedding_std = 2.0
     config.mask_sweep = _sweep((32,), ("attention_only", "attention_only_ln", "skip"), ("softmax",), (1.0,), True)
     config.grad_sweep = _sweep((1, 8), ("attention_only", "attention_only_ln"), ("softmax",), (1.0,), True,
                                grad_norms=True)
@@ -101,7 +107,9 @@ def get_config(arg: str | None = None):
         config.task.vocab_size = 16
         config.model.features = 32
         config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False)
+        config.init_sweep.num_seeds = 10
         config.scale_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=())
+        config.dong_embedding_std = 1.0
         config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True)
         config.grad_sweep = _sweep((1, 4), ("attention_only",), ("softmax",), (1.0,), True, grad_norms=True)
         config.train_sweep = _sweep((2,), ("skip_mlp",), ("softmax",), (1.0,), True, embedding_stds=(None,),

@@ -45,7 +45,7 @@ def rank_collapse_test_config():
     config.model.num_heads = 2
     config.model.num_features = 16
     config.init_sweep.depths = (4,)
-    config.init_sweep.architectures = ("attention_only", "skip_scaled")
+    config.init_sweep.architectures = ("attention_only", "skip", "skip_scaled")
     config.init_sweep.attention_kinds = ("softmax",)
     config.train_sweep.depths = (1,)
     config.train_sweep.architectures = ("skip_mlp",)
@@ -236,6 +236,8 @@ BAD_CONFIGS = [
      r"train_sweep.temperatures must be > 0"),
     ("rank_collapse", lambda c: setattr(c.init_sweep, "architectures", ("attention",)), r"unknown 'attention'; valid"),
     ("rank_collapse", lambda c: setattr(c, "num_seeds", 0), r"num_seeds must be >= 1"),
+    ("rank_collapse", lambda c: setattr(c.scale_sweep, "num_seeds", 0),
+     r"scale_sweep.num_seeds must be None or an int"),
     ("rank_collapse", lambda c: setattr(c.train, "warmup_steps", 4), r"warmup_steps < total_steps"),
     ("rank_collapse", lambda c: setattr(c.model, "dtype", "float16"), r"model.dtype must be one of"),
     ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),

@@ -30,6 +30,12 @@ def _fmt_all(values) -> list[str]:
     return [fmt(float(v)) for v in values]
 
 
+def split_kinds(records: list[dict]) -> dict:
+    """`{"checks": literature predictions, "sanity": theorems, identities and regime conditions}`."""
+    return {"checks": [c for c in records if c.get("kind", "prediction") == "prediction"],
+            "sanity": [c for c in records if c.get("kind") == "sanity"]}
+
+
 # --------------------------------------------------------------------------
 # Report tables
 
@@ -60,16 +66,17 @@ def regime_rows(summary: dict) -> list[list]:
 
 
 def dong_context(run: dict) -> dict:
-    """Dong et al.'s table (mean over seeds and examples), fit and bound of the attention-only run."""
-    fit, bound = s.dong_fit(run), s.dong_bound_check(run)
+    """Dong et al.'s table (mean over seeds and examples), exponent and bound looseness of the attention-only run."""
+    looseness = [[row["layer"], row["points"], fmt(row["median"]), fmt(row["min"]), fmt(row["max"])]
+                 for row in s.dong_looseness(run)]
     r = np.mean(s.dong_residuals(run), axis=0)
     logs = -np.log(np.maximum(r, 1e-300))
     rows = [[layer, fmt(float(r[layer])), fmt(float(logs[layer])),
              fmt(float(logs[layer] / logs[layer - 1])) if layer and logs[layer - 1] > 0 else ""]
             for layer in range(min(len(r), DONG_ROWS))]
     return {"depth": run["spec"]["depth"], "std": s.std_label(run["spec"]["embedding_std"]),
-            "profile_rows": profile_rows(run), "rows": rows, "fit": fit, "bound": bound,
-            "below_one": s.ranges(bound["below_one"]), "resolvable": s.ranges(bound["resolvable"])}
+            "profile_rows": profile_rows(run), "rows": rows, "exponent": s.dong_exponent(run),
+            "looseness": looseness, "constant": float(np.median(s.init(run, "dong/constant")))}
 
 
 def noci_rows(summary: dict) -> list[list]:
@@ -135,8 +142,8 @@ def path_rows(summary: dict) -> list[list]:
 
 def report_context(summary: dict) -> dict:
     dong = s.dong_run(summary)
-    return {"summary": summary, "config": s.config_of(summary), "checks": summary["predictions"],
-            "position_std": nn.POSITION_INIT_STD, "floor": s.FLOOR,
+    return {"summary": summary, "config": s.config_of(summary), **split_kinds(summary["predictions"]),
+            "position_std": nn.POSITION_INIT_STD, "resolved": s.RESOLVED,
             "regime_rows": regime_rows(summary), "dong": dong_context(dong) if dong else None,
             "noci_rows": noci_rows(summary), "last_layer": last_layer_table(summary),
             "mask_rows": mask_rows(summary), "gradient_rows": gradient_rows(summary),
@@ -151,13 +158,16 @@ def report_context(summary: dict) -> dict:
 def readme_dong(summary: dict, run: dict) -> dict:
     """The README's numbers of the attention-only run."""
     by_name = {c["name"].split(" (")[0]: c for c in summary["predictions"]}
-    fit = s.dong_fit(run)
-    return {"std": s.std_label(run["spec"]["embedding_std"]), "regime": s.regime(run),
+    looseness = s.dong_looseness(run)
+    return {"std": s.std_label(run["spec"]["embedding_std"]), "depth": run["spec"]["depth"],
+            "regime": s.regime(run),
             "predicted": s.predicted_logit_variance(run["spec"]["embedding_std"],
                                                     s.config_of(summary).model.features),
-            "r": ", ".join(_fmt_all(s.profile(run)[:6])), "growth": _joined(fit.step_growth, ".3g"), "fit": fit,
-            "verdict": by_name.get("doubly exponential decay", {}).get("verdict", "n/a"),
-            "bound": s.dong_bound_check(run)}
+            "r": ", ".join(_fmt_all(s.profile(run)[:6])), "exponent": s.dong_exponent(run),
+            "verdict": by_name.get("Dong's cubic exponent", {}).get("verdict", "n/a"),
+            "loose": (min(row["median"] for row in looseness), max(row["median"] for row in looseness))
+            if looseness else None,
+            "constant": float(np.median(s.init(run, "dong/constant")))}
 
 
 def _ends(run: dict, metric: str) -> tuple[str, str]:
@@ -182,9 +192,11 @@ def readme_skips(summary: dict) -> dict:
 
 def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
     dong = s.dong_run(summary)
-    return {"config": s.config_of(summary), "runs": summary["runs"], "checks": summary["predictions"],
+    kinds = split_kinds(summary["predictions"])
+    return {"config": s.config_of(summary), "runs": summary["runs"], **kinds,
             "results": results, "timing": timing or {},
-            "check_rows": [[c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in summary["predictions"]],
+            "check_rows": [[c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in kinds["checks"]],
+            "sanity_rows": [[c["name"], fmt(c["measured"]), c["verdict"]] for c in kinds["sanity"]],
             "dong": readme_dong(summary, dong) if dong else None, "skips": readme_skips(summary),
             "recall": [(r["spec"]["architecture"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.plateau_exit(r))
                        for r in s.depth4_skip_runs(summary)],

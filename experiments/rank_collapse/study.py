@@ -81,6 +81,9 @@ def _check_sweep(name: str, sweep) -> None:
     for std in sweep.embedding_stds:
         if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0):
             raise ValueError(f"{name}.embedding_stds must be None or numbers > 0, got {tuple(sweep.embedding_stds)}")
+    seeds = sweep.get("num_seeds")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"{name}.num_seeds must be None or an int >= 1, got {seeds!r}")
     for pair in sweep.get("exclude", ()):
         if len(pair) != 2 or not isinstance(pair[1], int):
             raise ValueError(f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}")
@@ -144,11 +147,17 @@ def specs(config) -> list[RunSpec]:
 # Measuring and training one run
 
 
-def _keys(config):
-    """Init, data, eval keys `[S]` and the measurement key; the same for every run, so
-    runs differ only in what the config makes them differ in."""
+def num_seeds(config, sweep: str) -> int:
+    """The seeds of a sweep's runs: its `num_seeds`, else the study's."""
+    return config[f"{sweep}_sweep"].get("num_seeds") or config.num_seeds
+
+
+def _keys(config, seeds: Optional[int] = None):
+    """Init, data, eval keys `[seeds]` (default `config.num_seeds`) and the measurement key; the same
+    for every run, so runs differ only in what the config makes them differ in (the first seeds of a
+    larger sweep are those of a smaller one)."""
     root = jax.random.key(config.seed)
-    split = lambda i: jax.random.split(jax.random.fold_in(root, i), config.num_seeds)  # noqa: E731
+    split = lambda i: jax.random.split(jax.random.fold_in(root, i), seeds or config.num_seeds)  # noqa: E731
     return split(0), split(1), split(2), jax.random.fold_in(root, 3)
 
 
@@ -243,7 +252,7 @@ def _init_rows(config, trainer, task, spec: RunSpec, with_grads: bool, dong: boo
                profile: bool = True) -> list[dict]:
     """Rows of the untrained seeds: the depth profile (unless `profile` is False: its compilation is the
     costliest part of a short run), Dong et al.'s metrics and gradient norms when asked."""
-    init_keys, data_keys, _, measure_key = _keys(config)
+    init_keys, data_keys, _, measure_key = _keys(config, num_seeds(config, spec.sweep))
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, trainer.batch_size, data_keys)
     hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(init_keys, inputs, batches)
@@ -300,7 +309,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     """A train-sweep run; resumable from the checkpoints in its scratch directory after a kill."""
     trainer = make_trainer(config, spec, task)
     runner = _runner(trainer)
-    init_keys, data_keys, eval_keys, measure_key = _keys(config)
+    init_keys, data_keys, eval_keys, measure_key = _keys(config, num_seeds(config, spec.sweep))
     forward = _forward_fn(trainer)
     profile = _profile_seeds[spec.causal]
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
@@ -320,7 +329,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
                          on_log=on_log, checkpointer=checkpointer, progress=run.log)
     evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, config.train.eval_batches))
     final = {**evaluation, "diverged": np.asarray(state.diverged),
-             "chance_accuracy": np.full(config.num_seeds, task.chance_accuracy)}
+             "chance_accuracy": np.full(len(init_keys), task.chance_accuracy)}
     checkpointer.close()
     with_skips = architecture_fields(spec.architecture)["skip"]
     paths = _path_rows(config, trainer, forward, state, inputs) if with_skips else []

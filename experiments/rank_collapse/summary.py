@@ -23,6 +23,10 @@ from experiments.rank_collapse.study import SPEC_FIELDS, architecture_fields
 
 # Relative residuals at or below this are float64 rounding.
 FLOOR = collapse.FLOAT64_FLOOR
+# No verdict reads a point whose relative residual is at or below this (1000 x rounding).
+RESOLVED = 1e-13
+# Dong et al.'s exponent needs this many consecutive resolved layers (layer 0 included).
+DONG_MIN_LAYERS = 4
 # A seed has left the recall plateau at the first logged step whose training
 # accuracy is above the midpoint between chance and 1.
 PLATEAU_FRACTION = 0.5
@@ -148,9 +152,19 @@ def init_architectures(summary: dict) -> list[str]:
     return sorted({r["spec"]["architecture"] for r in runs(summary, "init", kind="softmax")})
 
 
+def dong_std(summary: dict) -> Optional[float]:
+    """The embedding std of Dong et al.'s run: `config.dong_embedding_std` (chosen from the regime
+    table before the run), else the main std."""
+    config = config_of(summary)
+    return config.dong_embedding_std if "dong_embedding_std" in config else main_std(summary)
+
+
 def dong_run(summary: dict) -> Optional[dict]:
-    """The deepest untrained attention-only run at the main std: Dong et al.'s setting."""
-    return deepest_init(summary, "attention_only")
+    """The deepest untrained bidirectional attention-only run (init or scale sweep) at `dong_std`:
+    Dong et al.'s setting."""
+    match = dict(kind="softmax", architecture="attention_only", embedding_std=dong_std(summary), causal=False)
+    found = runs(summary, "init", **match) + runs(summary, "scale", **match)
+    return max(found, key=lambda r: r["spec"]["depth"]) if found else None
 
 
 def regime_runs(summary: dict) -> list[dict]:
@@ -237,24 +251,68 @@ def dong_fit(run: dict) -> collapse.RateFit:
     return collapse.fit_log_log(dong_residuals(run), floor=FLOOR)
 
 
-def dong_bound_check(run: dict) -> dict:
-    """Measured ‖res(X_l)‖ against c_l ‖res(X_(l-1))‖³ wherever the bound is below 1.
+def seed_interval(values, confidence: float = 0.95) -> dict:
+    """Mean of per-seed values `[S]` and its Student-t interval over seeds (NaN ends with one seed)."""
+    from scipy import stats
 
-    A point (seed, example, layer) is resolvable when the bound is above float64
-    rounding of that layer (`FLOOR` x ‖X_l‖, estimated as FLOOR x residual / relative residual).
+    v = array(values)
+    m = float(np.mean(v))
+    if v.size < 2:
+        return {"mean": m, "low": math.nan, "high": math.nan, "seeds": int(v.size)}
+    half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * np.std(v, ddof=1) / math.sqrt(v.size))
+    return {"mean": m, "low": m - half, "high": m + half, "seeds": int(v.size)}
+
+
+def resolved_layers(rel: np.ndarray, floor: float = RESOLVED) -> int:
+    """How many consecutive layers from layer 0 have every point of `rel` `[S, B, L + 1]` above `floor`."""
+    above = np.all(array(rel) > floor, axis=(0, 1))
+    return int(np.argmin(above)) if not above.all() else int(above.size)
+
+
+def cubic_exponent(res_abs, rel, floor: float = RESOLVED) -> dict:
+    """Dong et al.'s per-layer exponent: per seed, the least-squares slope p of
+    log ||res(X_l)|| = p log ||res(X_(l-1))|| + b over every (example, l) with relative residuals
+    above `floor` at l - 1 and at l (`res_abs`, `rel`: `[S, B, L + 1]`).
+
+    Returns `{"slopes": [S], "mean", "low", "high", "seeds"}` (interval over seeds, see
+    `seed_interval`) and `"layers"`: `resolved_layers(rel)`.
     """
-    bound = init(run, "dong/bound")  # [S, B, L]
-    res_abs = init(run, "dong/residual_abs")[..., 1:]  # [S, B, L]
-    rel = init(run, "dong/residual")[..., 1:]
-    size = np.where(rel > 0, res_abs / np.maximum(rel, 1e-300), np.inf)  # ‖X_l‖
-    below = bound < 1
-    resolvable = below & (bound > FLOOR * size)
-    layers = lambda mask: sorted({int(layer) + 1 for layer in np.nonzero(mask)[2]})  # noqa: E731
-    ratios = res_abs[resolvable] / bound[resolvable]
-    return {"below_one": layers(below), "resolvable": layers(resolvable),
-            "unresolvable": sorted(set(layers(below)) - set(layers(resolvable))),
-            "points": int(resolvable.sum()), "max_ratio": float(ratios.max()) if ratios.size else None,
-            "constant": float(np.median(init(run, "dong/constant")))}
+    res_abs, rel = array(res_abs), array(rel)
+    if res_abs.ndim != 3 or res_abs.shape != rel.shape or res_abs.shape[-1] < 2:
+        raise ValueError(f"res_abs and rel must both be [S, B, L + 1] with L >= 1; got {res_abs.shape} and {rel.shape}")
+    slopes = []
+    for a, r in zip(res_abs, rel):
+        keep = (r[:, :-1] > floor) & (r[:, 1:] > floor)
+        x, y = np.log(a[:, :-1][keep]), np.log(a[:, 1:][keep])
+        slopes.append(float(np.polyfit(x, y, 1)[0]) if x.size >= 2 and np.ptp(x) > 0 else math.nan)
+    return {"slopes": slopes, **seed_interval(slopes), "layers": resolved_layers(rel, floor)}
+
+
+def dong_exponent(run: dict) -> dict:
+    """`cubic_exponent` of a run's `dong/residual_abs` and `dong/residual`."""
+    return cubic_exponent(init(run, "dong/residual_abs"), init(run, "dong/residual"))
+
+
+def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> list[dict]:
+    """Measured / Dong's bound (γ = 1) at every layer l >= 1 whose points are resolved at l - 1 and l.
+
+    bound `[S, B, L]`, res_abs and rel `[S, B, L + 1]` -> `[{"layer", "points", "median", "min", "max"}]`
+    over the resolved (seed, example) points. The bound is linear in γ, so at γ the ratio is this / γ,
+    and the bound holds for every γ >= the largest ratio.
+    """
+    bound, res_abs, rel = array(bound), array(res_abs), array(rel)
+    out = []
+    for layer in range(1, res_abs.shape[-1]):
+        keep = (rel[..., layer - 1] > floor) & (rel[..., layer] > floor)
+        if keep.any():
+            ratio = res_abs[..., layer][keep] / bound[..., layer - 1][keep]
+            out.append({"layer": layer, "points": int(keep.sum()), "median": float(np.median(ratio)),
+                        "min": float(ratio.min()), "max": float(ratio.max())})
+    return out
+
+
+def dong_looseness(run: dict) -> list[dict]:
+    return bound_looseness(init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual"))
 
 
 def gradient_ratio(run: dict) -> float:
