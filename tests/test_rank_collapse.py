@@ -45,7 +45,7 @@ def test_rows_hold_per_layer_profiles(run):
 
 
 def test_pure_attention_collapses_at_initialisation(run):
-    names = {p["name"].split(" (")[0]: p for p in run.summary["predictions"]}
+    names = {p["name"].rsplit(" (", 1)[0]: p for p in run.summary["predictions"]}
     verdicts = {name: (p["kind"], p["verdict"]) for name, p in names.items()}
     assert verdicts["attention at initialisation is not uniform"] == ("sanity", "pass")
     assert verdicts["float64 profile resolved"] == ("sanity", "pass")
