@@ -106,8 +106,7 @@ def get_config(arg: str | None = None):
         config.task.num_pairs = config.task.num_queries = 4
         config.task.vocab_size = 16
         config.model.features = 32
-        config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False)
-        config.init_sweep.num_seeds = 10
+        config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, num_seeds=10)
         config.scale_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=())
         config.dong_embedding_std = 1.0
         config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True)

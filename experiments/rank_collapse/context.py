@@ -76,7 +76,7 @@ def dong_context(run: dict) -> dict:
             for layer in range(min(len(r), DONG_ROWS))]
     return {"depth": run["spec"]["depth"], "std": s.std_label(run["spec"]["embedding_std"]),
             "profile_rows": profile_rows(run), "rows": rows, "exponent": s.dong_exponent(run),
-            "looseness": looseness, "constant": float(np.median(s.init(run, "dong/constant")))}
+            "looseness": looseness, "constant": s.dong_constant(run)}
 
 
 def noci_rows(summary: dict) -> list[list]:
@@ -157,7 +157,7 @@ def report_context(summary: dict) -> dict:
 
 def readme_dong(summary: dict, run: dict) -> dict:
     """The README's numbers of the attention-only run."""
-    by_name = {c["name"].split(" (")[0]: c for c in summary["predictions"]}
+    by_name = {c["name"].rsplit(" (", 1)[0]: c for c in summary["predictions"]}
     looseness = s.dong_looseness(run)
     return {"std": s.std_label(run["spec"]["embedding_std"]), "depth": run["spec"]["depth"],
             "regime": s.regime(run),
@@ -167,7 +167,7 @@ def readme_dong(summary: dict, run: dict) -> dict:
             "verdict": by_name.get("Dong's cubic exponent", {}).get("verdict", "n/a"),
             "loose": (min(row["median"] for row in looseness), max(row["median"] for row in looseness))
             if looseness else None,
-            "constant": float(np.median(s.init(run, "dong/constant")))}
+            "constant": s.dong_constant(run)}
 
 
 def _ends(run: dict, metric: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 from ml_collections import ConfigDict
+from scipy import stats
 
 from attnjax import nn
 from attnjax.analysis import collapse
@@ -253,8 +254,6 @@ def dong_fit(run: dict) -> collapse.RateFit:
 
 def seed_interval(values, confidence: float = 0.95) -> dict:
     """Mean of per-seed values `[S]` and its Student-t interval over seeds (NaN ends with one seed)."""
-    from scipy import stats
-
     v = array(values)
     m = float(np.mean(v))
     if v.size < 2:
@@ -309,6 +308,11 @@ def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> list[dict]:
             out.append({"layer": layer, "points": int(keep.sum()), "median": float(np.median(ratio)),
                         "min": float(ratio.min()), "max": float(ratio.max())})
     return out
+
+
+def dong_constant(run: dict) -> float:
+    """The median over seeds, examples and layers of Dong et al.'s per-layer constant c_l (γ = 1)."""
+    return float(np.median(init(run, "dong/constant")))
 
 
 def dong_looseness(run: dict) -> list[dict]:
