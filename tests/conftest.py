@@ -4,7 +4,11 @@
   precision; tests state the dtype of every array they make.
 * Strict rank promotion: silent broadcasting between arrays of different
   rank raises, so shape bugs surface in tests.
-* Eight fake CPU devices, for the data-parallel paths.
+* One CPU device. Batched LAPACK calls (eigvalsh, svd) run several times
+  slower when XLA splits the host into fake devices, so the data-parallel
+  tests, which need eight, run in their own process
+  (`tests/test_multi_device.py` runs `tests/multi_device/` with
+  `ATTNJAX_TEST_DEVICES=8`, which this file turns into the device count).
 * XLA's concurrency-optimised CPU scheduler off: two batched LAPACK calls
   running at once can deadlock a 2-thread pool (see experiments/__init__.py).
 * LLVM's backend optimisation level 0: the suite compiles hundreds of
@@ -27,8 +31,11 @@ import os
 import shutil
 import tempfile
 
+DEVICES_VARIABLE = "ATTNJAX_TEST_DEVICES"
+_DEVICE_FLAGS = ([f"--xla_force_host_platform_device_count={int(os.environ[DEVICES_VARIABLE])}"]
+                 if DEVICES_VARIABLE in os.environ else [])
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
+    [os.environ.get("XLA_FLAGS", ""), *_DEVICE_FLAGS,
      "--xla_cpu_enable_concurrency_optimized_scheduler=false", "--xla_backend_optimization_level=0"]
 ).strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -82,3 +89,8 @@ def pytest_xdist_auto_num_workers(config):
     compiling on one thread, with gaps (subprocesses, a study's lock, file I/O) that another
     worker fills: on 2 cores, 3 workers ran the suite in 460 s against 481 s for 2."""
     return (os.cpu_count() or 1) + 1
+
+
+# `tests/multi_device/` needs eight devices: `tests/test_multi_device.py` runs it
+# in its own process, so a one-device run leaves it out of collection.
+collect_ignore = [] if DEVICES_VARIABLE in os.environ else ["multi_device"]

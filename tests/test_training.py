@@ -77,42 +77,6 @@ def test_vmapped_seed_equals_a_single_seed_run(runner, two_seed_losses):
     np.testing.assert_allclose(two_seed_losses[:, 0], _losses(runner, 1)[:, 0], rtol=1e-4)
 
 
-def test_eight_device_data_parallel_equals_one_device(runner, two_seed_losses):
-    assert jax.device_count() == 8
-    sharded = runner
-    assert sharded.mesh.shape["data"] == 8
-    single = training.SeedsRunner(runner.trainer, mesh=training.data_mesh(8, jax.local_devices()[:1]))
-    np.testing.assert_allclose(two_seed_losses, _losses(single, 2), rtol=1e-4)
-    batches = sharded._batches(training.batch_keys(jax.random.split(jax.random.key(3), 2), 0, 1))
-    assert len(batches.inputs.sharding.device_set) == 8
-
-
-def test_data_mesh_uses_devices_that_divide_the_batch():
-    assert training.data_mesh(12).shape == {"seed": 1, "data": 6}
-    assert training.data_mesh(7).shape["data"] == 7
-
-
-def test_seeds_mesh_puts_devices_on_seeds_first_then_the_batch():
-    assert training.seeds_mesh(8, 16).shape == {"seed": 8, "data": 1}
-    assert training.seeds_mesh(2, 16).shape == {"seed": 2, "data": 4}
-    assert training.seeds_mesh(3, 4).shape == {"seed": 3, "data": 2}
-    assert training.seeds_mesh(1, 5, jax.local_devices()[:1]).shape == {"seed": 1, "data": 1}
-
-
-def test_seeds_sharded_over_devices_equal_a_data_parallel_run(runner, two_seed_losses):
-    sharded = training.SeedsRunner(runner.trainer, mesh=training.seeds_mesh(2, 8))
-    assert sharded.mesh.shape == {"seed": 2, "data": 4}
-    state = sharded.init(jax.random.split(jax.random.key(0), 2))
-    assert all(leaf.sharding.spec[0] == "seed" for leaf in jax.tree.leaves(state.params))
-    np.testing.assert_allclose(two_seed_losses, _losses(sharded, 2), rtol=1e-4)
-
-
-def test_seed_count_must_fill_the_seed_axis(runner):
-    sharded = training.SeedsRunner(runner.trainer, mesh=training.seeds_mesh(2, 8))
-    with pytest.raises(ValueError, match="multiple of the mesh's 2 seed devices"):
-        sharded.init(jax.random.split(jax.random.key(0), 3))
-
-
 def test_resume_from_checkpoint_gives_identical_results(tmp_path, monkeypatch):
     """Bit for bit, and the step compiles once: a restored state has the structure, dtypes
     and shardings of a fresh one, so resuming reuses the program."""
