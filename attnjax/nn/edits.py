@@ -255,20 +255,22 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
                              "call with deterministic=True")
         _, weights = module._attend(q, k, v, mask, is_causal, True)  # [B, H, T, S]
         if "keep" in plan:
-            weights = jnp.where(plan["keep"][:, None, :], weights, 0)
+            weights = jnp.where(plan["keep"][None, :, None, :], weights, 0)
             total = jnp.sum(weights, axis=-1, keepdims=True)
             weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)
         if "pattern" in plan:
             pattern = plan["pattern"]  # [H, T, S] or [H, B, T, S]
-            pattern = pattern if pattern.ndim == 3 else jnp.swapaxes(pattern, 0, 1)
-            weights = jnp.where(plan["pattern_on"][:, None, None], pattern.astype(weights.dtype), weights)
+            pattern = pattern[None] if pattern.ndim == 3 else jnp.swapaxes(pattern, 0, 1)  # [B or 1, H, T, S]
+            on = jnp.reshape(plan["pattern_on"], (1, -1, 1, 1))
+            weights = jnp.where(on, pattern.astype(weights.dtype), weights)
         out = _mix(weights, v)
     else:
         out, weights = module._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
+    per_head = lambda a: jnp.reshape(a, (1,) * (out.ndim - 2) + (-1, 1))  # noqa: E731  [H] -> [1, 1, H, 1]
     if "mean" in plan:
-        out = jnp.where(plan["mean"][:, None], jnp.mean(out, axis=-3, keepdims=True), out)
+        out = jnp.where(per_head(plan["mean"]), jnp.mean(out, axis=-3, keepdims=True), out)
     if "head_scale" in plan:
-        out = out * plan["head_scale"][:, None].astype(out.dtype)
+        out = out * per_head(plan["head_scale"]).astype(out.dtype)
     return out, (weights if need_weights else None)
 
 
@@ -298,4 +300,5 @@ def apply_residual(h: Array, plan: Optional[dict]) -> Array:
     """One layer's residual edit on its output `[B, T, D]` (identity without one)."""
     if plan is None or "res_scale" not in plan:
         return h
-    return (h * plan["res_scale"].astype(h.dtype) + plan["res_add"].astype(h.dtype)).astype(h.dtype)
+    add = jnp.reshape(plan["res_add"], (1,) * (h.ndim - 1) + (-1,))
+    return (h * plan["res_scale"].astype(h.dtype) + add.astype(h.dtype)).astype(h.dtype)
