@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from attnjax import nn
-from attnjax.nn import sink_cache
+from attnjax.nn import edits, sink_cache
 from tests import reference_transformer as ref
 from tests.test_reference_transformer import randomize
 
@@ -47,6 +47,22 @@ def test_within_the_cache_it_equals_plain_cached_generation():
         streamed = model.generate(prompt, 40, sink_cache=(4, 256), **kwargs)
         np.testing.assert_array_equal(np.asarray(streamed), np.asarray(plain))
     assert len(np.unique(np.asarray(plain)[:, 8:])) > 5  # sampled tokens vary: the comparison is not trivial
+
+
+def test_edits_apply_through_the_sink_cache():
+    """With the cache holding everything, edited streaming equals edited plain generation; evicting, removing
+    the sink slot changes the tokens (the cache's slot 0 is the first token)."""
+    model = _model(dtype=jnp.float64)
+    randomize(model, 1)
+    prompt = jax.random.randint(jax.random.key(5), (2, 6), 0, 40)
+    remove_sink = (edits.remove_keys(None, (0,)),)
+    sample = dict(temperature=1.0, key=jax.random.key(6))
+    plain = model.generate(prompt, 20, edits=remove_sink, **sample)
+    np.testing.assert_array_equal(np.asarray(model.generate(prompt, 20, sink_cache=(4, 256), edits=remove_sink,
+                                                            **sample)), np.asarray(plain))
+    small = model.generate(prompt, 20, sink_cache=(2, 4), **sample)
+    assert not np.array_equal(np.asarray(model.generate(prompt, 20, sink_cache=(2, 4), edits=remove_sink, **sample)),
+                              np.asarray(small))
 
 
 def _stream(model, tokens, n_sink, window, prefill):

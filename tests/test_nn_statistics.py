@@ -105,6 +105,11 @@ def test_bad_options_raise():
         model(jnp.asarray(IDS), sink_positions=(0,))
     with pytest.raises(ValueError, match="sink_positions"):
         model(jnp.asarray(IDS), return_intermediates="statistics", sink_positions=(11,))
+    with pytest.raises(ValueError, match="do not combine"):
+        model(jnp.asarray(IDS), return_intermediates="statistics", edits=(nn.edits.ablate_head(0, 0),))
+    model.init_cache(2, 16)
+    with pytest.raises(ValueError, match="full .not decoding. forward"):
+        model(jnp.asarray(IDS), return_intermediates="statistics", decode=True)
 
 
 def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():

@@ -25,8 +25,10 @@ applied in that order (pattern edits, then the output edits; the output
 edits of one head compose). An edit naming a layer or head that does not
 exist, a key position out of range, or a pattern of the wrong shape raises a
 `ValueError` naming it, before any compute (`check_edits`). Pattern edits
-(`remove_keys`, `replace_pattern`) compute that layer's dense weights
-(`[B, H, T, S]`); the others keep the model's attention function.
+(`remove_keys`, `replace_pattern`) make every layer compute its dense weights
+`[B, H, T, S]` (the layers share one scanned program) and run without
+attention dropout; the others keep the model's attention function. A mean
+ablation averages over every query position of the call, padding included.
 """
 from __future__ import annotations
 
@@ -136,7 +138,17 @@ def edit_residual(layer: int, scale=1.0, add=None) -> EditResidual:
 
 
 def _name(edit) -> str:
-    return f"{type(edit).__name__}({', '.join(f'{f.name}={getattr(edit, f.name)!r}' for f in dataclasses.fields(edit) if f.name not in ('pattern', 'add'))})"  # noqa: E501
+    """e.g. "AblateHead(layer=1, head=0, mode='zero')" (arrays left out)."""
+    fields = [f"{f.name}={getattr(edit, f.name)!r}" for f in dataclasses.fields(edit)
+              if f.name not in ("pattern", "add")]
+    return f"{type(edit).__name__}({', '.join(fields)})"
+
+
+def _heads(edit) -> tuple:
+    """The head indices an edit names (none for residual edits and all-head key removal)."""
+    if isinstance(edit, RemoveKeys):
+        return edit.heads or ()
+    return (edit.head,) if hasattr(edit, "head") else ()
 
 
 def check_edits(edits, *, num_layers: int, num_heads: int, q_len: int, kv_len: int, features: int,
@@ -156,8 +168,7 @@ def check_edits(edits, *, num_layers: int, num_heads: int, q_len: int, kv_len: i
                     or not 0 <= edit.layer < num_layers:
                 raise ValueError(f"{name}: layer {edit.layer!r} does not exist (the model has {num_layers} "
                                  f"layers, 0..{num_layers - 1})")
-        heads = edit.heads or () if isinstance(edit, RemoveKeys) else getattr(edit, "head", None)
-        for head in (heads if isinstance(heads, tuple) else () if heads is None else (heads,)):
+        for head in _heads(edit):
             if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= head < num_heads:
                 raise ValueError(f"{name}: head {head!r} out of range (the layers have {num_heads} heads, "
                                  f"0..{num_heads - 1})")
