@@ -269,9 +269,10 @@ class Transformer(nnx.Module):
         checks.boolean("decode", decode)
         checks.boolean("deterministic", deterministic, optional=True)
         statistics = isinstance(return_intermediates, str) and return_intermediates == "statistics"
-        if not (statistics or isinstance(return_intermediates, bool)):
+        if not (statistics or isinstance(return_intermediates, (bool, np.bool_))):
             raise ValueError(f"return_intermediates must be True, False or 'statistics', got {return_intermediates!r}")
-        if return_intermediates is True:
+        want = statistics or bool(return_intermediates)
+        if want and not statistics:
             check_weights_available(self.config.block.attention)
         if tuple(sink_positions) and not statistics:
             raise ValueError("sink_positions is for return_intermediates='statistics'")
@@ -291,7 +292,6 @@ class Transformer(nnx.Module):
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
         x = self._embed(inputs, offset, token_type_ids)
         causal = self.config.causal
-        want = return_intermediates is not False
 
         unroll = self.config.num_layers <= UNROLL_MAX_LAYERS
 
