@@ -13,6 +13,11 @@ Parameters are the model's own (a flat dict of path tuples -> arrays, as
       softmax(q k^T / (sqrt(Dh) tau) + mask) v, concatenated, then W_o + b_o
     MLP: W_2 act(W_1 x + b_1) + b_2, act gelu (tanh form) / relu
     logits = N_final(x) W_head + b_head   (or N_final(x) E^T, tied)
+
+Hand-written edits (`edits`, a dict of optional callables, layer index first):
+'weights'(l, P) -> P on the softmax weights `[B, H, T, S]` of layer l before
+the value product; 'heads'(l, o) -> o on its head outputs `[B, T, H, Dh]`
+before W_o; 'residual'(l, x) -> x on the output of block l.
 """
 import math
 
@@ -50,8 +55,9 @@ def _dense(x, p):
 
 
 def multi_head_attention(p, x, *, num_heads, num_kv_heads, temperature=1.0, rope=None, rope_base=10000.0,
-                         mask=None):
-    """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool."""
+                         mask=None, weights_edit=None, heads_edit=None):
+    """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool;
+    `weights_edit(P)`, `heads_edit(o)`: see the module docstring."""
     b, t, _ = x.shape
     dh = p["query"]["kernel"].shape[-1] // num_heads
     q = _dense(x, p["query"]).reshape(b, t, num_heads, dh)
@@ -60,7 +66,11 @@ def multi_head_attention(p, x, *, num_heads, num_kv_heads, temperature=1.0, rope
     if rope is not None:
         q = np.stack([_rope(qi, rope_base, rope) for qi in q])
         k = np.stack([_rope(ki, rope_base, rope) for ki in k])
-    out, _ = softmax_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
+    out, weights = softmax_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
+    if weights_edit is not None:
+        out = np.einsum("bhts,bshd->bthd", weights_edit(weights), np.repeat(v, num_heads // num_kv_heads, axis=-2))
+    if heads_edit is not None:
+        out = heads_edit(out)
     return _dense(out.reshape(b, t, num_heads * dh), p["out"])
 
 
@@ -80,8 +90,9 @@ def _layer(tree, i):
     return {k: _layer(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
 
 
-def transformer(flat_params, config, ids):
-    """ids `[B, T]` -> (logits `[B, T, V]`, hidden `[L + 1, B, T, D]`), float64; `config` a TransformerConfig."""
+def transformer(flat_params, config, ids, edits=None):
+    """ids `[B, T]` -> (logits `[B, T, V]`, hidden `[L + 1, B, T, D]`), float64; `config` a TransformerConfig;
+    `edits`: see the module docstring."""
     p, block, att = _tree(flat_params), config.block, config.block.attention
     t = ids.shape[1]
     x = p["embed"]["embedding"][np.asarray(ids)]
@@ -92,12 +103,15 @@ def transformer(flat_params, config, ids):
     mask = np.tril(np.ones((t, t), bool)) if config.causal else None
     scale = block.branch_scale(config.num_layers)
     n = lambda h, q: norm(h, q, block.norm_kind, block.norm_eps)  # noqa: E731
-    hidden = [x]
+    hidden, edits = [x], edits or {}
     for i in range(config.num_layers):
+        w_edit = None if "weights" not in edits else (lambda w, i=i: edits["weights"](i, w))
+        o_edit = None if "heads" not in edits else (lambda o, i=i: edits["heads"](i, o))
         layer = _layer(p["blocks"], i)
         attend = lambda h: multi_head_attention(  # noqa: E731
             layer["attention"], h, num_heads=block.num_heads, num_kv_heads=att.kv_heads(block.num_heads),
-            temperature=att.temperature, rope=att.rope, rope_base=att.rope_base, mask=mask)
+            temperature=att.temperature, rope=att.rope, rope_base=att.rope_base, mask=mask,
+            weights_edit=w_edit, heads_edit=o_edit)
         mlp = lambda h: _dense(_ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"])),  # noqa: E731
                                layer["mlp"]["fc2"])
         sublayers = [(attend, "attention_norm")] + ([(mlp, "mlp_norm")] if block.mlp else [])
@@ -108,6 +122,7 @@ def transformer(flat_params, config, ids):
                 x = n(x + scale * f(x), layer[name])
             else:
                 x = x + scale * f(x)
+        x = edits["residual"](i, x) if "residual" in edits else x
         hidden.append(x)
     h = n(x, p["final_norm"]) if config.final_norm else x
     logits = h @ p["embed"]["embedding"].T if config.head == "tied" else _dense(h, p["head"])

@@ -11,13 +11,18 @@
 * `block`: `Mlp`, `make_norm`, `Block(config)`.
 * `transformer`: `Transformer(config)` (layers scanned over stacked
   parameters), `sinusoidal_positions`; `generate`: its sampling program.
+* `edits`: attention and residual edits (ablate, scale, remove keys,
+  replace a pattern; `Transformer(..., edits=)`, `generate(..., edits=)`);
+  `statistics`: per-layer attention statistics in memory linear in T
+  (`return_intermediates="statistics"`); `sink_cache`: StreamingLLM's
+  rolling cache of sinks + a window (`generate(..., sink_cache=)`).
 * `params`: the one map of parameter names (paths, fused-QKV slicing,
   gradient groups); `initializers`: the default initialisers.
 
 The presets that depth studies compare (attention only, + MLP, + skips, ...)
 are the studies' (`experiments.architectures`); this package has the switches.
 """
-from attnjax.nn import params
+from attnjax.nn import edits, params, sink_cache, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
 from attnjax.nn.configs import (
@@ -54,5 +59,5 @@ __all__ = [
     "MLP_ACTIVATIONS", "MODEL_OPTIONS", "NORM_CHOICES", "NORM_KINDS", "POSITION_CHOICES", "POSITION_INIT_STD",
     "QK_NORM_CHOICES", "RANDOM_FEATURE_MAPS", "UNROLL_MAX_LAYERS", "AttentionConfig", "Block", "BlockConfig",
     "Mlp", "MultiHeadAttention", "RandomProjection", "Transformer", "TransformerConfig", "check_tokens",
-    "cosine_normalize", "make_norm", "params", "sinusoidal_positions",
+    "cosine_normalize", "edits", "make_norm", "params", "sink_cache", "statistics", "sinusoidal_positions",
 ]

@@ -344,8 +344,9 @@ class MultiHeadAttention(nnx.Module):
         self.cached_kv[...], self.cached_normalizer[...] = state
         return jnp.moveaxis(out, 0, -3)
 
-    def _decode(self, q, k, v, mask, need_weights, dropout_rng):
-        """Write the chunk's k, v at the cache index, attend to the cache, advance the index."""
+    def _decode(self, q, k, v, mask, need_weights, dropout_rng, attend=None):
+        """Write the chunk's k, v at the cache index, attend to the cache (`attend`: `_attend`'s
+        signature, default `_attend`), advance the index."""
         index, chunk, max_len = self.cache_index[...], q.shape[-3], self.cache_shape[1]
         if self.config.attention_kind == "linear":
             out, weights = self._decode_linear(q, k, v), None
@@ -357,8 +358,8 @@ class MultiHeadAttention(nnx.Module):
             self.cached_key[...], self.cached_value[...] = keys, values
             visible = _visible_keys(index, chunk, max_len, q.ndim)
             mask = visible if mask is None else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
-            out, weights = self._attend(q, keys.astype(k.dtype), values.astype(v.dtype), mask, False,
-                                        need_weights, dropout_rng)
+            out, weights = (attend or self._attend)(q, keys.astype(k.dtype), values.astype(v.dtype), mask,
+                                                    False, need_weights, dropout_rng)
         self.cache_index[...] = index + chunk
         return jnp.where(index + chunk <= max_len, out, jnp.nan), weights
 
@@ -374,6 +375,7 @@ class MultiHeadAttention(nnx.Module):
         decode: bool = False,
         deterministic: Optional[bool] = None,
         rngs=None,
+        core: Optional[Callable] = None,
     ):
         """Attend from `x` `[..., T, F]` to `context` `[..., S, F]` (default: `x`).
 
@@ -399,13 +401,17 @@ class MultiHeadAttention(nnx.Module):
           `[..., T, out_features]`, or `(out, weights)`.
         """
         need_weights = sow_weights or return_weights
-        self._check_call(x, context, mask, need_weights, decode, deterministic, rngs)
+        self._check_call(x, context, mask, need_weights and core is None, decode, deterministic, rngs)
         dropout_rng = self._dropout_rng(deterministic, rngs)
         q, k, v = self._project(x, context)
-        q, k = self._rotate(q, k, self.cache_index[...] if decode else 0)
-        if decode:
+        if core is not None:
+            heads_out, weights = core(self, q, k, v, mask=mask, is_causal=is_causal, decode=decode,
+                                      need_weights=need_weights, dropout_rng=dropout_rng)
+        elif decode:
+            q, k = self._rotate(q, k, self.cache_index[...])
             heads_out, weights = self._decode(q, k, v, mask, need_weights, dropout_rng)
         else:
+            q, k = self._rotate(q, k, 0)
             heads_out, weights = self._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
         if sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)

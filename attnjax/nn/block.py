@@ -120,13 +120,16 @@ class Block(nnx.Module):
         decode: bool = False,
         deterministic: Optional[bool] = None,
         rngs=None,
+        core: Optional[Callable] = None,
     ):
         """x `[..., T, D]` -> (x `[..., T, D]`, weights `[..., H, T, S]` or None).
 
         Weights are computed only when `return_weights` is set, so the default
         keeps the fast attention path. `decode`, `deterministic`, `rngs`: see
         `MultiHeadAttention.__call__` (one key from `rngs` is split between
-        the attention and the two residual dropouts).
+        the attention and the two residual dropouts). `core`: passed to the
+        attention (`MultiHeadAttention.__call__`); with `return_weights` its
+        extra (e.g. statistics) comes back in place of the weights.
         """
         key = as_key(rngs)
         keys = [None] * 3 if key is None else [jax.random.fold_in(key, i) for i in range(3)]
@@ -134,7 +137,7 @@ class Block(nnx.Module):
 
         def attend(h):
             out = self.attention(h, mask=mask, is_causal=is_causal, return_weights=return_weights,
-                                 decode=decode, deterministic=deterministic, rngs=keys[0])
+                                 decode=decode, deterministic=deterministic, rngs=keys[0], core=core)
             if return_weights:
                 out, w = out
                 weights.append(w)

@@ -15,12 +15,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnjax import checks
+from attnjax.nn import sink_cache as sink_lib
 from attnjax.nn.tokens import check_tokens
 
 Array = jax.Array
 
 
-def check_generate(config, prompt_tokens, max_new_tokens, key, temperature) -> None:
+def check_generate(config, prompt_tokens, max_new_tokens, key, temperature, sink_cache=None) -> None:
     """`Transformer.generate`'s checks, before any compute: a causal token model whose head predicts
     tokens, integer prompts `[B, P]`, a key to sample with, room in a learned position table."""
     if (config.vocab_size is None or config.head is None or config.out_features != config.vocab_size
@@ -40,7 +41,11 @@ def check_generate(config, prompt_tokens, max_new_tokens, key, temperature) -> N
     if temperature > 0 and not isinstance(key, jax.Array):
         raise ValueError(f"sampling (temperature={temperature}) needs key=, a PRNG key; got {key!r}")
     total = prompt_tokens.shape[1] + max_new_tokens
-    if config.positions == "learned" and total > config.max_len:
+    if sink_cache is not None:
+        sink_lib.check_sink_cache(sink_cache)
+        if config.positions is not None:
+            raise ValueError(f"sink_cache needs a model without absolute positions (positions={config.positions!r})")
+    elif config.positions == "learned" and total > config.max_len:
         raise ValueError(f"prompt_tokens of shape {prompt_tokens.shape} plus max_new_tokens={max_new_tokens} "
                          f"exceed max_len {config.max_len}")
 
@@ -52,19 +57,39 @@ def _next_token(logits: Array, key: Optional[Array], step, temperature: float) -
     return jax.random.categorical(jax.random.fold_in(key, step), logits / temperature, axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature"))
-def generate(graphdef, state, prompt, key, *, max_new_tokens: int, temperature: float) -> Array:
-    """`Transformer.generate` as one program: prefill, then a scan over steps carrying the model state."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature", "sink_cache"))
+def generate(graphdef, state, prompt, key, edits=None, *, max_new_tokens: int, temperature: float,
+             sink_cache=None) -> Array:
+    """`Transformer.generate` as one program: prefill, then a scan over steps carrying the model state.
+
+    `edits` (a pytree: their layers and heads are static) apply at every call;
+    with `sink_cache` the caches have n_sink + W slots and prompt tokens past
+    them are fed one at a time before sampling starts.
+    """
     model = nnx.merge(graphdef, state)
-    model.init_cache(prompt.shape[0], prompt.shape[1] + max_new_tokens)
-    logits = model(prompt, decode=True, deterministic=True)
-    first = _next_token(logits[:, -1], key, 0, temperature).astype(prompt.dtype)
+    batch, length = prompt.shape
+    slots = length + max_new_tokens if sink_cache is None else sum(sink_cache)
+    model.init_cache(batch, slots)
+    call = functools.partial(model, decode=True, deterministic=True, edits=edits, sink_cache=sink_cache)
+    head = min(length, slots)
+    logits = call(prompt[:, :head])[:, -1]
+    if head < length:  # the rest of a long prompt, one token at a time
+        graphdef, state = nnx.split(model)
+
+        def feed(state, token):
+            model = nnx.merge(graphdef, state)
+            logits = model(token[:, None], decode=True, deterministic=True, edits=edits, sink_cache=sink_cache)
+            return nnx.state(model), logits[:, -1]
+
+        state, rest = jax.lax.scan(feed, state, prompt[:, head:].T)
+        model, logits = nnx.merge(graphdef, state), rest[-1]
+    first = _next_token(logits, key, 0, temperature).astype(prompt.dtype)
     graphdef, state = nnx.split(model)
 
     def step(carry, t):
         state, token = carry
         model = nnx.merge(graphdef, state)
-        logits = model(token[:, None], decode=True, deterministic=True)
+        logits = model(token[:, None], decode=True, deterministic=True, edits=edits, sink_cache=sink_cache)
         token = _next_token(logits[:, -1], key, t, temperature).astype(prompt.dtype)
         return (nnx.state(model), token), token
 

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attnjax import checks
 from attnjax import features as features_lib
+from attnjax.nn import edits as edits_lib
 from attnjax.nn import generate as generate_lib
+from attnjax.nn import sink_cache as sink_lib
+from attnjax.nn import statistics as statistics_lib
 from attnjax.nn.attention import as_key
 from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.block import Block, make_norm
@@ -42,6 +46,16 @@ def sinusoidal_positions(length: int, features: int, offset: Union[int, Array] =
     rates = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=dtype) / max(half, 1))[None, :]
     table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)
     return jnp.pad(table, ((0, 0), (0, features - 2 * half)))
+
+
+def _layer_core(plan, statistics, sink_positions, sink):
+    """The attention core of one layer (None: the plain path); see `MultiHeadAttention.__call__`."""
+    if statistics:
+        return statistics_lib.core(sink_positions)
+    if sink is not None:
+        attend = None if plan is None else (lambda module: edits_lib.attend_fn(module, plan))
+        return sink_lib.core(*sink, attend)
+    return edits_lib.core(plan)
 
 
 # Depths up to this run the layer scan unrolled (`nnx.scan(..., unroll=True)`).
@@ -176,16 +190,39 @@ class Transformer(nnx.Module):
         attention.check_decode(inputs.shape[0], inputs.shape[1], inputs.shape)
         return attention.cache_index[...][0]
 
+    def _check_sink_decode(self, inputs: Array, decode: bool, sink_cache) -> tuple[int, int]:
+        """Validates a call with the sink cache (`attnjax.nn.sink_cache`); returns (n_sink, window)."""
+        n_sink, window = sink_lib.check_sink_cache(sink_cache)
+        if not decode or not self.config.causal or self.config.positions is not None:
+            raise ValueError("sink_cache needs decode=True, a causal model and no absolute position embedding "
+                             f"(decode={decode}, causal={self.config.causal}, positions={self.config.positions!r})")
+        attention = self.blocks.attention
+        if getattr(attention, "cache_index", None) is None or attention.cache_shape != (inputs.shape[0],
+                                                                                       n_sink + window):
+            raise ValueError(f"sink_cache={sink_cache!r} needs init_cache(batch_size={inputs.shape[0]}, "
+                             f"max_len=n_sink + window = {n_sink + window}) first "
+                             f"(cache: {getattr(attention, 'cache_shape', None)})")
+        index = attention.cache_index[...]
+        if not isinstance(index, jax.core.Tracer) and inputs.shape[1] > 1 and \
+                int(np.max(index)) + inputs.shape[1] > n_sink + window:
+            raise ValueError(f"sink_cache: a chunk of {inputs.shape[1]} positions must fit the cache of "
+                             f"{n_sink + window} slots without eviction ({int(np.max(index))} filled); "
+                             "decode one token at a time after that")
+        return n_sink, window
+
     def __call__(
         self,
         inputs: Array,
         *,
         mask: Optional[Array] = None,
         token_type_ids: Optional[Array] = None,
-        return_intermediates: bool = False,
+        return_intermediates: Union[bool, str] = False,
         decode: bool = False,
         deterministic: Optional[bool] = None,
         rngs=None,
+        sink_positions: Sequence[int] = (),
+        edits: Optional[Sequence] = None,
+        sink_cache: Optional[tuple[int, int]] = None,
     ):
         """Forward pass.
 
@@ -204,13 +241,24 @@ class Transformer(nnx.Module):
           return_intermediates: also return a dict with 'hidden' `[L + 1, B, T, D]`
             (index 0 is the input to the first block, index l the output of
             block l) and 'attention' `[L, B, H, T, T]` (`[L, B, H, T, max_len]`
-            when decoding).
+            when decoding). `"statistics"`: 'hidden' and 'statistics', an
+            `attnjax.analysis.AttentionStatistics` of `[L, B, H, T]` arrays
+            from each layer's own q and k (after RoPE, with its scale,
+            temperature, mask and GQA) and `sink_positions`, with the layers'
+            outputs computed chunk by chunk: memory linear in T, no weights
+            (`attnjax.nn.statistics`; softmax attention, not decoding).
           decode: `inputs` are the next T positions of the sequences in the
             caches (`init_cache`; causal models only): positions are offset
             by the cache index, every layer attends to its cache and advances.
           deterministic: True turns dropout off; None uses the modules' own.
           rngs: randomness for dropout (`nnx.Rngs`, `nnx.RngStream` or a key,
             split over layers); None uses the streams forked at construction.
+          sink_positions: key positions whose mass is `sink_mass` (statistics).
+          edits: `attnjax.nn.edits` objects (head ablations, key removal,
+            patterns, residual edits); bad layers or heads raise before compute.
+          sink_cache: `(n_sink, window)`: decode with the rolling cache of the
+            first n_sink and last `window` tokens (`attnjax.nn.sink_cache`;
+            `init_cache(B, n_sink + window)` first, `decode=True`), past max_len.
 
         Returns:
           logits `[B, T, out_features]` (hidden states `[B, T, D]` when
@@ -220,9 +268,26 @@ class Transformer(nnx.Module):
         self._check_token_types(inputs, token_type_ids)
         checks.boolean("decode", decode)
         checks.boolean("deterministic", deterministic, optional=True)
-        if return_intermediates:
+        statistics = isinstance(return_intermediates, str) and return_intermediates == "statistics"
+        if not (statistics or isinstance(return_intermediates, (bool, np.bool_))):
+            raise ValueError(f"return_intermediates must be True, False or 'statistics', got {return_intermediates!r}")
+        want = statistics or bool(return_intermediates)
+        if want and not statistics:
             check_weights_available(self.config.block.attention)
-        offset = self._decode_offset(inputs) if decode else 0
+        if tuple(sink_positions) and not statistics:
+            raise ValueError("sink_positions is for return_intermediates='statistics'")
+        sink = None if sink_cache is None else self._check_sink_decode(inputs, decode, sink_cache)
+        offset = self._decode_offset(inputs) if decode and sink is None else 0
+        kv_len = self.blocks.attention.cache_shape[1] if decode else inputs.shape[1]
+        block = self.config.block
+        edits = edits_lib.check_edits(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
+                                      q_len=inputs.shape[1], kv_len=kv_len, features=block.features, decode=decode)
+        if edits and statistics:
+            raise ValueError("edits and return_intermediates='statistics' do not combine (the statistics are of "
+                             "the unedited softmax)")
+        plan = edits_lib.build_plan(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
+                                    kv_len=kv_len, features=block.features,
+                                    dtype=jnp.promote_types(block.dtype or block.param_dtype, jnp.float32))
         key = as_key(rngs)
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
         x = self._embed(inputs, offset, token_type_ids)
@@ -230,22 +295,25 @@ class Transformer(nnx.Module):
 
         unroll = self.config.num_layers <= UNROLL_MAX_LAYERS
 
-        @nnx.scan(in_axes=(0, nnx.Carry, None, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
-        def run_blocks(block, h, mask, key):
-            h, weights = block(h, mask=mask, is_causal=causal, return_weights=return_intermediates,
-                               decode=decode, deterministic=deterministic, rngs=key)
-            return h, ((h, weights) if return_intermediates else None)
+        @nnx.scan(in_axes=(0, nnx.Carry, None, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
+        def run_blocks(block, h, mask, key, plan):
+            core = _layer_core(plan, statistics, tuple(sink_positions), sink)
+            h, weights = block(h, mask=mask, is_causal=causal, return_weights=want, decode=decode and sink is None,
+                               deterministic=deterministic, rngs=key, core=core)
+            h = edits_lib.apply_residual(h, plan)
+            return h, ((h, weights) if want else None)
 
-        h, per_layer = run_blocks(self.blocks, x, mask, layer_keys)
+        h, per_layer = run_blocks(self.blocks, x, mask, layer_keys, plan)
         logits = self._head(h)
-        if not return_intermediates:
+        if not want:
             return logits
         hidden, weights = per_layer
         hidden = jnp.concatenate([x[None], hidden], axis=0)
-        return logits, {"hidden": hidden, "attention": weights}
+        return logits, {"hidden": hidden, ("statistics" if statistics else "attention"): weights}
 
     def generate(
-        self, prompt_tokens: Array, max_new_tokens: int, *, key: Optional[Array] = None, temperature: float = 0.0
+        self, prompt_tokens: Array, max_new_tokens: int, *, key: Optional[Array] = None, temperature: float = 0.0,
+        edits: Optional[Sequence] = None, sink_cache: Optional[tuple[int, int]] = None,
     ) -> Array:
         """Continue `prompt_tokens` `[B, P]` by `max_new_tokens` tokens -> `[B, P + max_new_tokens]`.
 
@@ -255,9 +323,20 @@ class Transformer(nnx.Module):
         not modified (the caches live in that program). `temperature=0`
         (default) is greedy (argmax); `temperature > 0` samples from
         softmax(logits / temperature) with `key` (token t uses fold_in(key, t)),
-        so the same key gives the same tokens.
+        so the same key gives the same tokens. `edits`: `attnjax.nn.edits`
+        applied at every step (key positions are cache slots).
+        `sink_cache=(n_sink, window)`: a rolling cache of n_sink + window
+        slots (`attnjax.nn.sink_cache`), so P + max_new_tokens may exceed
+        any length; the prompt's first n_sink + window tokens are one chunk,
+        the rest are fed one at a time.
         """
-        generate_lib.check_generate(self.config, prompt_tokens, max_new_tokens, key, temperature)
+        generate_lib.check_generate(self.config, prompt_tokens, max_new_tokens, key, temperature, sink_cache)
+        total = prompt_tokens.shape[1] + max_new_tokens
+        slots = total if sink_cache is None else sum(sink_cache)
+        block = self.config.block
+        edits = edits_lib.check_edits(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
+                                      q_len=1, kv_len=slots, features=block.features, decode=True)
         graphdef, state = nnx.split(self)
-        return generate_lib.generate(graphdef, state, prompt_tokens, key, max_new_tokens=max_new_tokens,
-                                     temperature=float(temperature))
+        return generate_lib.generate(graphdef, state, prompt_tokens, key, edits or None,
+                                     max_new_tokens=max_new_tokens, temperature=float(temperature),
+                                     sink_cache=None if sink_cache is None else tuple(int(x) for x in sink_cache))
