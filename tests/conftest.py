@@ -24,6 +24,8 @@
 * A scratch directory for one run, shared by the workers and removed at the
   end: a persistent compilation cache (programs that several tests compile
   are compiled once) and the studies' test runs, each run once per run.
+* Tiers: `-m "not slow"` is the quick tier (see `SLOW_FILES` below and the
+  tests marked `slow`); the full suite runs everything.
 * `-n auto` starts one worker more than there are cores, and the slowest
   files are dealt first (`SLOWEST_FIRST`).
 """
@@ -79,7 +81,23 @@ SLOWEST_FIRST = ("test_studies.py", "test_distributed.py", "test_launch.py", "te
                  "test_pretrained_llama.py", "test_rank_collapse.py", "test_analysis_markov.py")
 
 
+# The quick tier (`-m "not slow"`, the edit-test loop) leaves out these files
+# (study runs, model loads, training, decoding, subprocesses, the benchmark)
+# and the tests marked `@pytest.mark.slow` one by one in the other files.
+SLOW_FILES = frozenset({
+    "test_studies.py", "test_distributed.py", "test_launch.py", "test_kernels.py", "test_training.py",
+    "test_multi_device.py", "test_decoding.py", "test_upstream_attention.py", "test_pretrained_study.py",
+    "test_benchmark.py", "test_pretrained_bert.py", "test_pretrained_llama.py", "test_rank_collapse.py",
+    "test_softmax_scaling.py", "test_power_iteration.py", "test_mixed_precision.py", "test_nn_options.py",
+    "test_attention_broadcast.py", "test_nn_edits.py", "test_nn_sink_cache.py", "test_generate_sampling.py",
+    "test_reference_transformer.py", "test_workdir.py", "test_repo.py",
+})
+
+
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker("slow")
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: a file's tests keep their order
 

@@ -132,6 +132,7 @@ def test_bound_on_a_two_token_example_by_hand():
 
 
 @pytest.mark.parametrize("num_heads", [1, 4])
+@pytest.mark.slow
 def test_bound_holds_near_rank_one_on_random_float64_inputs(num_heads):
     rng = np.random.default_rng(num_heads)
     t, d = 12, 16
@@ -211,6 +212,7 @@ def test_sampled_paths_and_their_products():
 # The depth profile in float64
 
 
+@pytest.mark.slow
 def test_depth_profile_keeps_float64_and_resolves_the_collapse():
     config = nn.TransformerConfig.create(num_layers=5, features=32, num_heads=4, input_features=32, positions=None,
                                          skip=False, mlp=False, norm=None, final_norm=False, dtype=jnp.float64,

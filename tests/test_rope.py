@@ -81,6 +81,7 @@ def test_bad_shapes():
 
 
 @pytest.mark.parametrize("layout", rope.LAYOUTS)
+@pytest.mark.slow
 def test_rope_in_attention_decodes_exactly(layout):
     """Cached decoding with RoPE (positions from the cache index) equals the full forward (1e-10)."""
     mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, rope=layout, rope_base=500.0, param_dtype=jnp.float64,
