@@ -93,7 +93,7 @@ class Transformer(nnx.Module):
         if config.final_norm:
             self.final_norm = norm()
         if config.head == "linear":
-            self.head = nnx.Linear(features, config.out_features, **kw)
+            self.head = nnx.Linear(features, config.out_features, use_bias=config.head_bias, **kw)
 
     def redraw(self, key: Array) -> None:
         """New random feature projections for every layer (linear attention), one key per layer."""
