@@ -1,8 +1,8 @@
 """`from_pretrained`'s errors: each names the file, option or tensor and what is supported.
 
-Checkpoints are written by hand (a one-layer llama of width 8 with NumPy and
-`safetensors`, a word-level `tokenizer.json` as JSON), so these tests need
-neither torch nor transformers.
+Checkpoints are written by hand (tests/tiny_checkpoint.py: a one-layer llama
+of width 8 with NumPy and `safetensors`, a word-level `tokenizer.json` as
+JSON), so these tests need neither torch nor transformers.
 """
 import json
 
@@ -14,37 +14,14 @@ from safetensors.numpy import save_file
 
 from attnjax import nn, pretrained
 from attnjax.pretrained import checkpoint
+from tests import tiny_checkpoint as tiny
 
-D, HEADS, KV_HEADS, FFN, VOCAB = 8, 2, 1, 16, 6
-CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": D, "num_hidden_layers": 1,
-          "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "intermediate_size": FFN, "vocab_size": VOCAB,
-          "max_position_embeddings": 16, "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": True,
-          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
-TOKENIZER = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-             "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-             "model": {"type": "WordLevel", "unk_token": "<unk>",
-                       "vocab": {w: i for i, w in enumerate(["<pad>", "<unk>", "a", "b", "c", "d"])}}}
-
-
-def _tensors() -> dict:
-    rng = np.random.default_rng(0)
-    kv = KV_HEADS * D // HEADS
-    shapes = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,),
-              "model.layers.0.input_layernorm.weight": (D,), "model.layers.0.post_attention_layernorm.weight": (D,),
-              "model.layers.0.self_attn.q_proj.weight": (D, D), "model.layers.0.self_attn.k_proj.weight": (kv, D),
-              "model.layers.0.self_attn.v_proj.weight": (kv, D), "model.layers.0.self_attn.o_proj.weight": (D, D),
-              "model.layers.0.mlp.gate_proj.weight": (FFN, D), "model.layers.0.mlp.up_proj.weight": (FFN, D),
-              "model.layers.0.mlp.down_proj.weight": (D, FFN)}
-    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+D, HEADS, KV_HEADS, VOCAB, CONFIG = tiny.D, tiny.HEADS, tiny.KV_HEADS, tiny.VOCAB, tiny.CONFIG
+_tensors = tiny.tensors
 
 
 def _write(path, config=None, tensors=None, tokenizer=True):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(CONFIG if config is None else config))
-    save_file(_tensors() if tensors is None else tensors, str(path / "model.safetensors"))
-    if tokenizer:
-        (path / "tokenizer.json").write_text(json.dumps(TOKENIZER))
-    return path
+    return tiny.write(path, config=config, tensors_=tensors, tokenizer=tokenizer)
 
 
 def test_the_hand_written_checkpoint_loads(tmp_path):
