@@ -153,3 +153,40 @@ def test_the_minilm_directory_through_from_pretrained_equals_load_bert():
         np.testing.assert_array_equal(np.asarray(value[...]), np.asarray(flat[path][...]))
     assert ours.config == theirs.config
     assert tokenizer.encode("hello world") == [101, 7592, 2088, 102]
+
+
+@pytest.mark.parametrize("family", ["llama"], indirect=True)
+def test_llama_export_gives_back_the_hugging_face_state_dict(family):
+    from attnjax.pretrained import export
+
+    _, _, reference, loaded = family
+    config, state = export.llama_state_dict(loaded["float32"][0])
+    theirs = reference.state_dict()
+    assert set(state) == set(theirs)
+    for name, value in state.items():
+        np.testing.assert_array_equal(value, theirs[name].numpy(), err_msg=name)
+    assert config["rope_parameters"] == dict(reference.config.rope_parameters)
+
+
+def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
+    import transformers
+    from flax import nnx
+
+    from attnjax import nn
+    from attnjax.pretrained import export
+
+    config = nn.TransformerConfig.create(
+        num_layers=2, features=32, num_heads=4, num_kv_heads=2, rope="interleaved", rope_base=100.0,
+        vocab_size=40, max_len=32, positions=None, norm="pre", norm_kind="rmsnorm", use_bias=False,
+        mlp_features=64, mlp_activation="swiglu", head="tied", causal=True)
+    model = nn.Transformer(config, rngs=nnx.Rngs(3))
+    hf_config, state = export.llama_state_dict(model)
+    reference = transformers.LlamaForCausalLM(transformers.LlamaConfig(**hf_config, attn_implementation="eager"))
+    reference.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    ids = np.random.default_rng(4).integers(0, 40, (2, 9))
+    expected = hf_oracle.hf_outputs(reference.eval(), ids, np.ones_like(ids))["out"]
+    assert hf_oracle.relative_error(np.asarray(model(jnp.asarray(ids))), expected) <= 1e-4
+    with pytest.raises(ValueError, match="exports llama-family models only; this one has .*'use_bias': True"):
+        export.llama_state_dict(nn.Transformer(nn.TransformerConfig.create(
+            vocab_size=8, rope="half", causal=True, positions=None, norm_kind="rmsnorm", mlp_activation="swiglu",
+            head="tied"), rngs=nnx.Rngs(0)))
