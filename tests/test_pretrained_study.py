@@ -600,4 +600,3 @@ def test_each_check_passes_where_its_claim_holds(results, edit, name):
 def test_every_prediction_has_a_failing_case():
     names = {n for r in COMMITTED_VERDICTS for n in COMMITTED_VERDICTS[r]}
     assert names == {n for _, _, n in FAILING}
-
