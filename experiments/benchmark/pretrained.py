@@ -202,7 +202,7 @@ def _torch_generator(torch_model, prompt, tokens: int):
     """A zero-argument call of Hugging Face's cached greedy `generate` of `tokens` new tokens."""
     import torch
 
-    ids = torch.as_tensor(np.asarray(prompt), dtype=torch.long)
+    ids = torch.as_tensor(np.array(prompt), dtype=torch.long)
 
     def call():
         with torch.inference_mode():
