@@ -92,7 +92,8 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
     layers = [_layer(get, f"{p}encoder.layer.{i}", d, f) for i in range(config.num_layers)]
     return params.transformer(
         embed=params.embedding(get(f"{p}embeddings.word_embeddings.weight", (config.vocab_size, d))),
-        type_embed=params.embedding(get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))),
+        type_embed=None if config.type_vocab_size is None else params.embedding(
+            get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))),
         position_table=get(f"{p}embeddings.position_embeddings.weight", (config.max_len, d)),
         embed_norm=_norm(get, f"{p}embeddings.LayerNorm", d),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
