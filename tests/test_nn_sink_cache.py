@@ -133,3 +133,6 @@ def test_bad_sink_cache_arguments_raise():
     learned = _model(positions="learned")
     with pytest.raises(ValueError, match="absolute positions"):
         learned.generate(tokens, 4, sink_cache=(4, 8))
+    windowed = _model(window=4)
+    with pytest.raises(ValueError, match="sliding-window model"):
+        windowed.generate(tokens, 4, sink_cache=(4, 8))

@@ -14,10 +14,11 @@ from attnjax.analysis import AttentionStatistics
 from tests.test_reference_transformer import randomize
 
 SINKS = (0, 3)
-CASES = {  # a bidirectional model, and a causal one with GQA and RoPE; both with a padding mask
+CASES = {  # bidirectional; causal with GQA and RoPE; causal with a sliding window; all with a padding mask
     "bidirectional": dict(positions="learned", causal=False, norm="post", temperature=0.8),
     "causal-gqa-rope": dict(positions=None, causal=True, num_kv_heads=2, rope="half", norm="pre",
                             norm_kind="rmsnorm", temperature=1.3),
+    "causal-window": dict(positions=None, causal=True, rope="half", norm="pre", window=4),  # Mistral's band
 }
 TOL = {jnp.float32: 1e-5, jnp.float64: 1e-12}
 
@@ -80,6 +81,8 @@ def test_statistics_equal_the_dense_computation(name, dtype):
     visible = np.broadcast_to(VALID[:, None, None, :], (2, 4, 11, 11))
     if model.config.causal:
         visible = visible & (j <= i)
+    if model.config.block.attention.window is not None:
+        visible = visible & (i - j < model.config.block.attention.window)
     want = dense_statistics(np.asarray(dense["attention"]), visible, SINKS)
     for field, value in want.items():
         got = np.asarray(getattr(stats, field))

@@ -126,7 +126,7 @@ def test_bfloat16_compute_stays_close(minilm):
 def test_missing_directory_and_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         pretrained.load_bert(str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match=r"lacks \['config.json', 'model.safetensors', 'tokenizer.json'\]"):
+    with pytest.raises(FileNotFoundError, match=r"lacks config.json .*it holds \[\]"):
         pretrained.load_bert(str(tmp_path))
 
 
@@ -154,5 +154,6 @@ def test_wrong_architecture_missing_and_misshaped_tensors_are_named(tmp_path):
     bad = dict(tensors)
     bad["embeddings.token_type_embeddings.weight"] = np.zeros((3, 384), np.float32)
     save_file(bad, str(path / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"type_embed\.embedding needs shape \(2, 384\).*\(3, 384\)"):
+    with pytest.raises(ValueError, match=r"tensor 'embeddings\.token_type_embeddings\.weight' in .*model\.safetensors "
+                                         r"has shape \(3, 384\); the config needs \(2, 384\)"):
         pretrained.load_bert(str(path))

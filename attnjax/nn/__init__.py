@@ -7,7 +7,8 @@
   `TransformerConfig.create(**flat)` sorts flat keywords into the three).
 * `attention`: `MultiHeadAttention` (separate W_q, W_k, W_v or one fused
   W_qkv, GQA, QK-norm, softmax or linear attention through any function with
-  `jax.nn.dot_product_attention`'s signature, RoPE, a decoding cache).
+  `jax.nn.dot_product_attention`'s signature, RoPE with optional frequency
+  scaling, a sliding window, biases on q/k/v only, a decoding cache).
 * `block`: `Mlp`, `make_norm`, `Block(config)`.
 * `transformer`: `Transformer(config)` (layers scanned over stacked
   parameters), `sinusoidal_positions`; `generate`: its sampling program.

@@ -51,20 +51,21 @@ def cosine_normalize(x: Array) -> Array:
     """Rescale each vector `[..., D]` to norm sqrt(D), so q.k / sqrt(D) = sqrt(D) cos(q, k)."""
     x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True))
-    tiny = jnp.finfo(x32.dtype).tiny
-    return (x32 * (math.sqrt(x.shape[-1]) / jnp.maximum(norm, tiny))).astype(x.dtype)
+    return (x32 * (math.sqrt(x.shape[-1]) / jnp.maximum(norm, jnp.finfo(x32.dtype).tiny))).astype(x.dtype)
 
 
-def _visible_keys(index: Array, chunk: int, max_len: int, rank: int) -> Array:
+def _visible_keys(index: Array, chunk: int, max_len: int, rank: int, window: Optional[int] = None) -> Array:
     """Causal mask of a chunk at the end of the cache, `[1, ..., 1, C, max_len]` (rank `rank`).
 
     Query i of the chunk sits at absolute position index + i and sees cache
     slots s <= index + i: earlier positions and the chunk up to itself, never
-    the unfilled slots s >= index + C.
+    the unfilled slots s >= index + C; with a sliding `window` W only
+    s > index + i - W.
     """
     rows = index + jnp.arange(chunk, dtype=index.dtype)[:, None]
     cols = jnp.arange(max_len, dtype=index.dtype)[None, :]
-    return jnp.reshape(cols <= rows, (1,) * (rank - 2) + (chunk, max_len))
+    visible = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+    return jnp.reshape(visible, (1,) * (rank - 2) + (chunk, max_len))
 
 
 def _linear_general(layer: nnx.Linear, x: Array, num_in: int, out_shape: tuple[int, ...], *,
@@ -181,17 +182,18 @@ class MultiHeadAttention(nnx.Module):
         self.dtype, self.param_dtype = dtype, param_dtype
         if config.attention_kind == "linear" and config.feature_map in RANDOM_FEATURE_MAPS:
             self.projection = RandomProjection(self._draw_projection(rngs.params(), config.num_features))
-        linear = lambda i, o, init=config.kernel_init: nnx.Linear(  # noqa: E731
-            i, o, use_bias=use_bias, kernel_init=init, bias_init=config.bias_init,
+        linear = lambda i, o, init=config.kernel_init, bias=use_bias: nnx.Linear(  # noqa: E731
+            i, o, use_bias=bias, kernel_init=init, bias_init=config.bias_init,
             dtype=dtype, param_dtype=param_dtype, rngs=rngs,
         )
         q_width, kv_width = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        qkv_bias = use_bias if config.qkv_bias is None else config.qkv_bias
         if config.fused_qkv:
-            self.qkv = linear(in_features, q_width + 2 * kv_width)
+            self.qkv = linear(in_features, q_width + 2 * kv_width, bias=qkv_bias)
         else:
-            self.query = linear(in_features, q_width)
-            self.key = linear(in_features, kv_width)
-            self.value = linear(in_features, kv_width)
+            self.query = linear(in_features, q_width, bias=qkv_bias)
+            self.key = linear(in_features, kv_width, bias=qkv_bias)
+            self.value = linear(in_features, kv_width, bias=qkv_bias)
         if config.normalize_qk == "layernorm":
             norm = lambda: nnx.LayerNorm(  # noqa: E731
                 self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
@@ -280,7 +282,8 @@ class MultiHeadAttention(nnx.Module):
         offset..offset+S-1."""
         if self.config.rope is None:
             return q, k
-        rotate = functools.partial(rope_lib.rotary_embedding, base=self.config.rope_base, layout=self.config.rope)
+        rotate = functools.partial(rope_lib.rotary_embedding, base=self.config.rope_base, layout=self.config.rope,
+                                   scaling=self.config.rope_scaling)
         return (rotate(q, offset + jnp.arange(q.shape[-3])), rotate(k, offset + jnp.arange(k.shape[-3])))
 
     # ------------------------------------------------------------- decoding
@@ -345,8 +348,7 @@ class MultiHeadAttention(nnx.Module):
         return jnp.moveaxis(out, 0, -3)
 
     def _decode(self, q, k, v, mask, need_weights, dropout_rng, attend=None):
-        """Write the chunk's k, v at the cache index, attend to the cache (`attend`: `_attend`'s
-        signature, default `_attend`), advance the index."""
+        """Write the chunk's k, v at the cache index, attend to the cache with `attend` (default `_attend`)."""
         index, chunk, max_len = self.cache_index[...], q.shape[-3], self.cache_shape[1]
         if self.config.attention_kind == "linear":
             out, weights = self._decode_linear(q, k, v), None
@@ -356,7 +358,7 @@ class MultiHeadAttention(nnx.Module):
             keys = jax.lax.dynamic_update_slice(self.cached_key[...], k.astype(self.cached_key.dtype), start)
             values = jax.lax.dynamic_update_slice(self.cached_value[...], v.astype(self.cached_value.dtype), start)
             self.cached_key[...], self.cached_value[...] = keys, values
-            visible = _visible_keys(index, chunk, max_len, q.ndim)
+            visible = _visible_keys(index, chunk, max_len, q.ndim, self.config.window)
             mask = visible if mask is None else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
             out, weights = (attend or self._attend)(q, keys.astype(k.dtype), values.astype(v.dtype), mask,
                                                     False, need_weights, dropout_rng)
@@ -404,6 +406,8 @@ class MultiHeadAttention(nnx.Module):
         self._check_call(x, context, mask, need_weights and core is None, decode, deterministic, rngs)
         dropout_rng = self._dropout_rng(deterministic, rngs)
         q, k, v = self._project(x, context)
+        if not decode:  # a sliding window as a [T, S] band in the mask (decoding: in the visible keys)
+            mask = masks_lib.with_window(mask, self.config.window, q.shape[-3], k.shape[-3], is_causal)
         if core is not None:
             heads_out, weights = core(self, q, k, v, mask=mask, is_causal=is_causal, decode=decode,
                                       need_weights=need_weights, dropout_rng=dropout_rng)

@@ -110,6 +110,16 @@ class AttentionConfig:
         (default), 'half' or 'interleaved' (needs an even Dh); positions
         count from 0, or from the cache index when decoding.
       rope_base: the rotary base (10000 in RoFormer; 1e5 in SmolLM2).
+      rope_scaling: None, ('linear', factor) or ('llama3', factor,
+        low_freq_factor, high_freq_factor, original_max_len): the rotary
+        frequencies scaled as `attnjax.rope.inverse_frequencies` says
+        (Hugging Face's `rope_scaling` types of the same names).
+      window: None, or W >= 1: sliding-window attention, query t sees keys
+        t - W < s (Mistral's `sliding_window`), and s < t + W when the
+        attention is not causal; also when decoding from the cache.
+      qkv_bias: biases on the query, key and value projections (Qwen2's);
+        None: as the layer's `use_bias` (the output projection always
+        follows `use_bias`).
       dropout_rate: dropout on the attention weights, in [0, 1) (softmax
         attention; done by `attention_fn`). 0 (default) is off.
       kernel_init, bias_init: initialisers `fn(key, shape, dtype)` of the
@@ -129,6 +139,9 @@ class AttentionConfig:
     num_features: int = 64
     rope: Optional[str] = None
     rope_base: float = 10000.0
+    rope_scaling: Optional[tuple] = None
+    window: Optional[int] = None
+    qkv_bias: Optional[bool] = None
     dropout_rate: float = 0.0
     kernel_init: Callable = DEFAULT_KERNEL_INIT
     bias_init: Callable = DEFAULT_BIAS_INIT
@@ -143,7 +156,14 @@ class AttentionConfig:
         checks.choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
         checks.choice("feature_map", self.feature_map, tuple(FIXED_FEATURE_MAPS) + tuple(RANDOM_FEATURE_MAPS))
         checks.positive_int("num_features", self.num_features)
-        rope_lib.check_rope(self.rope, self.rope_base)
+        rope_lib.check_rope(self.rope, self.rope_base, self.rope_scaling)
+        if self.rope_scaling is not None and self.rope is None:
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} needs rope='half' or 'interleaved', got rope=None")
+        if self.window is not None:
+            checks.positive_int("window", self.window)
+            if self.attention_kind != "softmax":
+                raise ValueError(f"window={self.window} needs attention_kind='softmax', got {self.attention_kind!r}")
+        checks.boolean("qkv_bias", self.qkv_bias, optional=True)
         self._check_attention_fn()
         for name in ("kernel_init", "bias_init"):
             checks.function(name, getattr(self, name))
@@ -279,6 +299,8 @@ class TransformerConfig:
       head: 'linear' (default, a Linear to `out_features`), 'tied' (logits
         x E^T with the token embedding E) or None (the model returns hidden
         states `[B, T, D]`, as an encoder).
+      head_bias: a bias in the 'linear' head (False: logits = h W, as
+        llama's untied `lm_head`).
       causal: causal self-attention.
       embedding_init: initialiser of the token embedding `[vocab_size, D]`
         (or of the input projection kernel `[input_features, D]`); None: the
@@ -297,6 +319,7 @@ class TransformerConfig:
     embedding_norm: bool = False
     final_norm: bool = True
     head: Optional[str] = "linear"
+    head_bias: bool = True
     causal: bool = False
     embedding_init: Optional[Callable] = None
     position_init: Callable = DEFAULT_POSITION_INIT
@@ -311,7 +334,7 @@ class TransformerConfig:
                 f"got vocab_size={self.vocab_size}, input_features={self.input_features}"
             )
         checks.choice("positions", self.positions, POSITION_CHOICES)
-        for name in ("embedding_norm", "final_norm", "causal"):
+        for name in ("embedding_norm", "final_norm", "causal", "head_bias"):
             checks.boolean(name, getattr(self, name))
         self._check_embedding_and_head()
         checks.function("embedding_init", self.embedding_init, optional=True)

@@ -15,8 +15,9 @@ train state, or a loader's nested dict), e.g. ('blocks', 'attention', 'query',
       attention_norm, mlp_norm           the block's norms
       mlp/{fc1, fc2 | gate, up, down}    the MLP
 
-The builders (`linear`, `norm`, `embedding`, `attention`, `mlp`, `block`, `transformer`) write these names for
-checkpoint loaders; the readers (`group_of`, `split_qkv`, `attention_params`,
+The builders (`linear`, `norm`, `embedding`, `attention`, `fused_attention`, `mlp`,
+`block`, `transformer`) write these names for checkpoint loaders; the readers
+(`group_of`, `split_qkv`, `attention_params`,
 `attention_kernels`, `grouped`) read them, slicing a fused W_qkv
 `[..., F, (H + 2K) Dh]` (columns: the H query heads, then K key heads, then K
 value heads) into its query, key and value parts.
@@ -55,6 +56,12 @@ def norm(scale, bias=None) -> dict:
 def attention(query: dict, key: dict, value: dict, out: dict) -> dict:
     """A `MultiHeadAttention` with separate projections, each a `linear(...)` dict."""
     return {"query": query, "key": key, "value": value, OUT: out}
+
+
+def fused_attention(qkv: dict, out: dict) -> dict:
+    """A `MultiHeadAttention` with `fused_qkv=True`: `qkv` kernel `[F, (H + 2K) Dh]` (columns: the H query
+    heads, then K key heads, then K value heads) and `out`, each a `linear(...)` dict."""
+    return {FUSED_QKV: qkv, OUT: out}
 
 
 def mlp(**layers: dict) -> dict:

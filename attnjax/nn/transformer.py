@@ -107,7 +107,7 @@ class Transformer(nnx.Module):
         if config.final_norm:
             self.final_norm = norm()
         if config.head == "linear":
-            self.head = nnx.Linear(features, config.out_features, **kw)
+            self.head = nnx.Linear(features, config.out_features, use_bias=config.head_bias, **kw)
 
     def redraw(self, key: Array) -> None:
         """New random feature projections for every layer (linear attention), one key per layer."""
@@ -193,6 +193,9 @@ class Transformer(nnx.Module):
     def _check_sink_decode(self, inputs: Array, decode: bool, sink_cache) -> tuple[int, int]:
         """Validates a call with the sink cache (`attnjax.nn.sink_cache`); returns (n_sink, window)."""
         n_sink, window = sink_lib.check_sink_cache(sink_cache)
+        if self.config.block.attention.window is not None:
+            raise ValueError(f"sink_cache does not combine with a sliding-window model "
+                             f"(window={self.config.block.attention.window}): the window already bounds the cache")
         if not decode or not self.config.causal or self.config.positions is not None:
             raise ValueError("sink_cache needs decode=True, a causal model and no absolute position embedding "
                              f"(decode={decode}, causal={self.config.causal}, positions={self.config.positions!r})")

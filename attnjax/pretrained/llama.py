@@ -72,7 +72,7 @@ def llama_config(reader, *, dtype=None, param_dtype=jnp.float32, tied: bool) -> 
         norm="pre", norm_kind="rmsnorm",
         norm_eps=float(key("attention.layer_norm_rms_epsilon")), final_norm=True, use_bias=False,
         mlp_features=int(key("feed_forward_length")), mlp_activation="swiglu",
-        head="tied" if tied else "linear", causal=True, dtype=dtype, param_dtype=param_dtype,
+        head="tied" if tied else "linear", head_bias=False, causal=True, dtype=dtype, param_dtype=param_dtype,
     )
 
 

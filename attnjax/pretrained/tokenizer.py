@@ -4,8 +4,9 @@
 need: `encode(text) -> list[int]` and `decode(ids) -> str`, plus `batch`, which
 pads a list of texts to the longest and returns the validity mask.
 
-* BERT family: `tokenizer.json` as shipped (WordPiece), with the shipped
-  padding and truncation turned off (`batch` pads to the longest instead).
+* Hugging Face directories (BERT's WordPiece, byte-level BPE, ...):
+  `tokenizer.json` as shipped, with the shipped padding and truncation
+  turned off (`batch` pads to the longest instead).
 * llama family in GGUF: a byte-level BPE built from the file's vocabulary and
   merges (`gguf_bpe_tokenizer`): digits split one by one, then the GPT-2
   byte-level split, no prefix space, byte-level decoder; control tokens are
@@ -66,15 +67,29 @@ class TextTokenizer:
         return ids, valid
 
 
-def wordpiece_tokenizer(path: str) -> TextTokenizer:
-    """BERT family: `tokenizer.json`, padding and truncation off."""
+PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<|endoftext|>")
+
+
+def file_tokenizer(path: str, pad_id=None) -> TextTokenizer:
+    """A Hugging Face `tokenizer.json` as shipped (its template's special tokens added), padding and
+    truncation off; pad id: `pad_id` when an int, else the first of `PAD_TOKENS` it has, else 0."""
     from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_file(path)
+    try:
+        backend = Tokenizer.from_file(path)
+    except Exception as error:  # the tokenizers library raises its own exception type
+        raise ValueError(f"{path} is not a tokenizer.json the tokenizers library reads: {error}") from None
     backend.no_padding()
     backend.no_truncation()
-    pad_id = backend.token_to_id("[PAD]")
-    return TextTokenizer(backend, 0 if pad_id is None else pad_id, add_special_tokens=True)
+    if not isinstance(pad_id, int):
+        found = [backend.token_to_id(t) for t in PAD_TOKENS if backend.token_to_id(t) is not None]
+        pad_id = found[0] if found else 0
+    return TextTokenizer(backend, pad_id, add_special_tokens=True)
+
+
+def wordpiece_tokenizer(path: str) -> TextTokenizer:
+    """BERT family: `tokenizer.json`, padding and truncation off, [PAD] as the pad id."""
+    return file_tokenizer(path)
 
 
 CONTROL_TOKEN = 3  # GGUF token_type of control tokens (<|im_start|>, <|endoftext|>, ...)

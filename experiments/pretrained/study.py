@@ -86,6 +86,7 @@ from attnjax.analysis import (
     triangular_slem,
     uniform_sink_mass,
 )
+from attnjax.pretrained.hf import MODEL_TYPES
 from attnjax.workdir import RunDir
 from experiments.pretrained.corpus import (
     CONTENT_SPAN,
@@ -93,6 +94,7 @@ from experiments.pretrained.corpus import (
     SINKS,
     Group,
     check_content_span,
+    checkpoint_config,
     corpus_sentences,
     delimiter_masks,
     family,
@@ -153,6 +155,10 @@ def specs(config) -> list[RunSpec]:
     if config.model.name not in MODELS:
         raise ValueError(f"model.name must be one of {tuple(MODELS)}, got {config.model.name!r}")
     _check_path("model.path", config.model.path, "path")
+    hf_config = checkpoint_config(config)
+    if hf_config is not None and hf_config.get("model_type") not in MODEL_TYPES:
+        raise ValueError(f"model.path: {config.model.path!r} holds model_type {hf_config.get('model_type')!r}; "
+                         f"supported: {MODEL_TYPES}")
     _check_path("text_file", config.text_file, "file")
     c = config.corpus
     if not config.text_file and (isinstance(c.modules, str) or not tuple(c.modules)):
@@ -360,9 +366,10 @@ def _accumulate(total: dict, part: dict) -> dict:
 
 
 def _example_rows(kind: str, group: Group, attention: np.ndarray, means: dict) -> list[dict]:
-    """Heatmap rows: `EXAMPLE_HEADS` of the last layer on the group's first sentence."""
+    """Heatmap rows: `EXAMPLE_HEADS` of the last layer on the group's first sentence (distinct heads, so
+    as many as the model has heads)."""
     layer, rows, chosen = attention.shape[0] - 1, [], set()
-    for reason, metric, largest in EXAMPLE_HEADS:
+    for reason, metric, largest in EXAMPLE_HEADS[:attention.shape[1]]:
         values = np.asarray(means[metric][0] if metric == "attention_sink" else means[metric])[layer]
         order = np.argsort(-values if largest else values, kind="stable")
         head = int(next(h for h in order if h not in chosen))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnjax.study import distinct, select
-from experiments.pretrained.corpus import SINK_LABELS, SINKS
+from experiments.pretrained.corpus import SINK_LABELS, SINKS, model_name
 from experiments.pretrained.study import VARIANTS
 
 # Below this relative residual float32 rounding dominates, and ratios of
@@ -89,7 +89,7 @@ def summarize(rows: list[dict], config) -> dict:
     model = {k: v for k, v in select(depth, metric="model")[0].items() if k not in ("metric", "run", "part", "variant")}
     groups = select(depth, metric="groups")[0]
     return _rounded({
-        "model": {"name": config.model.name, **model},
+        "model": {"name": model_name(config), **model},
         "corpus": {"source": config.text_file or f"docstrings of {len(config.corpus.modules)} standard-library modules",
                    "lengths": groups["lengths"], "counts": groups["counts"]},
         "sink_categories": list(SINKS[model["family"]]),

@@ -1,0 +1,185 @@
+"""Hugging Face's PyTorch models as the oracle of `attnjax.pretrained.from_pretrained` (tests only).
+
+* `write_checkpoint(family, path)`: a tiny random checkpoint of a family
+  (2 layers, hidden 64, 4 heads, GQA with 2 key/value heads where the family
+  has it), written by `transformers` (`from_config(...).save_pretrained`, no
+  network) with a tiny `tokenizer.json` from the `tokenizers` package.
+* `hf_outputs(model, ids, valid)`: logits (or the encoder's last hidden
+  state), every layer's hidden states and attention weights of the eager
+  PyTorch forward, as float64 NumPy arrays.
+* `exact_float64(model)`: Hugging Face computes some parts in float32 even in
+  a double model (the softmax of llama / mistral / qwen2's eager attention,
+  their RMSNorm, and every rotary table). Within this context those parts run
+  in the model's dtype, so a `.double()` model is a float64 reference. The
+  float64 rotary rates are recomputed here from the config (the same formula
+  for 'default', 'linear' and 'llama3') and checked against Hugging Face's
+  float32 rates first.
+* `relative_error(a, b)`: max |a - b| / max |b|, over the entries compared.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import types
+
+import numpy as np
+import torch
+import transformers
+
+LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB, MAX_LEN = 2, 64, 4, 2, 96, 64
+# Weights of std 0.2 (Hugging Face's default is 0.02): every layer then moves the logits and the
+# attention is far from uniform, so a mis-mapped tensor changes the greedy tokens too.
+INIT_STD = 0.2
+FAMILIES = ("bert", "llama", "mistral", "qwen2", "gpt2")
+CAUSAL = ("llama", "mistral", "qwen2", "gpt2")
+WORDS = [f"w{i}" for i in range(VOCAB - 4)]
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+
+
+def hf_config(family: str, **overrides):
+    """A tiny `transformers` config of `family` (llama: llama3 rope scaling, untied head; mistral: sliding
+    window 4 and linear rope scaling; qwen2: q/k/v biases, tied head; gpt2: tied head)."""
+    common = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=128,
+                  vocab_size=VOCAB, max_position_embeddings=MAX_LEN, pad_token_id=0, initializer_range=INIT_STD)
+    if family == "bert":
+        config = transformers.BertConfig(**common, type_vocab_size=2)
+    elif family == "gpt2":
+        config = transformers.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, vocab_size=VOCAB,
+                                         n_positions=MAX_LEN, bos_token_id=2, eos_token_id=3, pad_token_id=0,
+                                         initializer_range=INIT_STD)
+    else:
+        kw = dict(common, num_key_value_heads=KV_HEADS, bos_token_id=2, eos_token_id=3)
+        if family == "llama":
+            kw["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 4.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+            config = transformers.LlamaConfig(**kw)
+        elif family == "mistral":
+            kw["rope_parameters"] = {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0}
+            config = transformers.MistralConfig(**kw, sliding_window=4)
+        else:
+            config = transformers.Qwen2Config(**kw, tie_word_embeddings=True)
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    return config
+
+
+def model_class(family: str):
+    return transformers.AutoModel if family == "bert" else transformers.AutoModelForCausalLM
+
+
+def write_tokenizer(path: str, family: str) -> None:
+    """A tiny `tokenizer.json`: words w0, w1, ... split on whitespace; BERT's wraps them in [CLS] ... [SEP]."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
+    if family == "bert":
+        tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    else:
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens(SPECIAL)
+    tokenizer.save(os.path.join(path, "tokenizer.json"))
+
+
+def write_checkpoint(family: str, path: str, *, seed: int = 0, torch_dtype=torch.float32, max_shard_size=None,
+                     **overrides):
+    """A random checkpoint of `family` in directory `path`; returns the float32 eager PyTorch model."""
+    torch.manual_seed(seed)
+    config = hf_config(family, **overrides)
+    model = model_class(family).from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():  # visible norms and biases: random init sets them to 1 and 0
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    saved = model.to(torch_dtype)
+    kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    saved.save_pretrained(path, **kwargs)
+    write_tokenizer(path, family)
+    return saved.to(torch.float32)
+
+
+def _float64_rates(config, dim: int) -> np.ndarray:
+    """The rotary rates `[dim / 2]` in float64, as Hugging Face's `rope_parameters` define them."""
+    rope = config.rope_parameters
+    inv = rope["rope_theta"] ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    kind = rope.get("rope_type", "default")
+    if kind == "linear":
+        return inv / rope["factor"]
+    if kind == "llama3":
+        factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        original = rope["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / inv
+        smooth = (original / wavelength - low) / (high - low)
+        scaled = np.where(wavelength > original / low, inv / factor, inv)
+        medium = (wavelength >= original / high) & (wavelength <= original / low)
+        return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    assert kind == "default", kind
+    return inv
+
+
+def _rotary_forward(module, rates):
+    def forward(self, x, position_ids):
+        freqs = position_ids[..., None].to(torch.float64) * rates
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+    return types.MethodType(forward, module)
+
+
+def _rms_forward(module):
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+    return types.MethodType(forward, module)
+
+
+@contextlib.contextmanager
+def exact_float64(model):
+    """Within: `model`'s float32 islands (softmax, RMSNorm, rotary tables) run in its own dtype."""
+    softmax = torch.nn.functional.softmax
+    patched = []
+
+    def softmax64(x, dim=None, *args, dtype=None, **kwargs):
+        return softmax(x, dim, *args, dtype=None if x.dtype == torch.float64 else dtype, **kwargs)
+
+    for module in model.modules():
+        name = type(module).__name__
+        if name.endswith("RotaryEmbedding"):
+            dim = module.inv_freq.shape[0] * 2
+            rates = _float64_rates(model.config, dim)
+            np.testing.assert_allclose(rates, module.inv_freq.double().numpy(), rtol=1e-6)
+            patched.append(module)
+            module.forward = _rotary_forward(module, torch.as_tensor(rates))
+        elif name.endswith("RMSNorm"):
+            patched.append(module)
+            module.forward = _rms_forward(module)
+    torch.nn.functional.softmax = softmax64
+    try:
+        yield model
+    finally:
+        torch.nn.functional.softmax = softmax
+        for module in patched:
+            del module.forward
+
+
+def hf_outputs(model, ids: np.ndarray, valid: np.ndarray) -> dict:
+    """The eager forward on ids `[B, T]` with attention_mask `valid` `[B, T]`: 'out' (logits `[B, T, V]`, or
+    the encoder's last hidden state `[B, T, D]`), 'hidden' `[L + 1, B, T, D]`, 'attention' `[L, B, H, T, T]`."""
+    with torch.no_grad():
+        out = model(input_ids=torch.as_tensor(ids, dtype=torch.long),
+                    attention_mask=torch.as_tensor(valid, dtype=torch.long),
+                    output_hidden_states=True, output_attentions=True)
+    first = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    return {"out": first.double().numpy(), "hidden": np.stack([h.double().numpy() for h in out.hidden_states]),
+            "attention": np.stack([a.double().numpy() for a in out.attentions])}
+
+
+def relative_error(actual, expected) -> float:
+    """max |actual - expected| / max |expected|."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
