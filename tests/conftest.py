@@ -74,12 +74,12 @@ def pytest_unconfigure(config):
 # whole files to workers in collection order, so with the long ones dealt
 # early the run does not end with one worker busy on a long file and the other
 # idle. Files not listed keep their order, after these.
-SLOWEST_FIRST = ("test_studies.py", "test_distributed.py", "test_launch.py", "test_kernels.py",
-                 "test_training.py", "test_decoding.py", "test_upstream_attention.py",
-                 "test_attention.py", "test_pretrained_study.py", "test_benchmark.py", "test_nn.py",
+SLOWEST_FIRST = ("test_studies.py", "test_benchmark.py", "test_distributed.py", "test_launch.py",
+                 "test_multi_device.py", "test_training.py", "test_decoding.py", "test_pretrained_study.py",
+                 "test_nn_edits.py", "test_nn_sink_cache.py", "test_kernels.py", "test_upstream_attention.py",
+                 "test_attention.py", "test_pretrained_bert.py", "test_pretrained_llama.py", "test_nn.py",
                  "test_linear.py", "test_nn_options.py", "test_attention_broadcast.py", "test_pretrained_hf.py",
-                 "test_pretrained_bert.py",
-                 "test_pretrained_llama.py", "test_rank_collapse.py", "test_analysis_markov.py")
+                 "test_rank_collapse.py", "test_analysis_markov.py")
 
 
 # The quick tier (`-m "not slow"`, the edit-test loop) leaves out these files
