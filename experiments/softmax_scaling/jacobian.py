@@ -46,3 +46,34 @@ def softmax_stats(logits: Array) -> dict[str, Array]:
     spectral, frobenius = jacobian_norms(p)
     return {"max_weight": jnp.max(p), "entropy": -jnp.sum(plogp), "jacobian_spectral": spectral,
             "jacobian_frobenius": frobenius}
+
+
+SECULAR_STEPS = 80  # halvings of log(p_(1) / p_(2)) <= 1500: far below one ulp of the root
+
+
+def spectral_norm(p: Array) -> Array:
+    """||J||_2 of J = diag(p) - p p^T at probabilities p `[T]` (sum 1), without an eigensolver.
+
+    J's eigenvalues other than 0 (J 1 = 0) solve the secular equation
+    det(D - p p^T - lambda) = 0, i.e. 1 = sum_i p_i^2 / (p_i - lambda); with
+    sum_i p_i = 1 this is lambda h(lambda) = 0 with h(lambda) = sum_i p_i / (p_i - lambda),
+    free of the cancellation 1 - p_(1) that the first form has when p_(1)
+    rounds to 1. The largest eigenvalue lies in [p_(2), p_(1)] (interlacing),
+    where h rises from -inf to +inf; it is found by bisection on log lambda
+    (`SECULAR_STEPS` geometric halvings), so it keeps its relative accuracy
+    when it is as small as p_(2) ~ 1e-300. p_(1) = p_(2) gives p_(1); p_(2) = 0
+    (one token takes all the mass) gives 0. O(T) per step against O(T^3).
+    """
+    top2 = jax.lax.top_k(p, 2)[0]
+    high, low = top2[0], top2[1]
+
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = jnp.sqrt(lo) * jnp.sqrt(hi)
+        d = p - mid
+        h = jnp.sum(jnp.where(d == 0, jnp.zeros_like(p), p / jnp.where(d == 0, jnp.ones_like(d), d)))
+        return jnp.where(h > 0, lo, mid), jnp.where(h > 0, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, SECULAR_STEPS, halve, (low, high))
+    root = jnp.sqrt(lo) * jnp.sqrt(hi)
+    return jnp.where(low > 0, jnp.where(high > low, root, high), jnp.zeros_like(high))
