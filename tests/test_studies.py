@@ -89,7 +89,7 @@ def long_context_test_config():
     config.text.segment_stride = 32
     config.statistics.lengths = (16, 32)
     config.stream.update(length=32, windows=(4, 8), sinks=(4,), recompute_positions=2, bin=8)
-    config.ablation.length = 16
+    config.ablation.update(length=16, layers=(1,))
     return config
 
 
