@@ -101,6 +101,7 @@ def test_every_check_passes_where_the_claims_hold():
 BREAKS = [  # (check name prefix, edit that makes the claim false)
     ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(-0.02))),
     ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(0.005, 0.01))),  # spans 0
+    ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(0.01, 0.01))),  # low end 0
     ("window-only attention blows up past the window (W=256)",
      lambda s: s["stream"]["windows"]["256"]["beyond_ratio"].update(window_256=_iv(1.9, 0.2))),
     ("4 sinks + window recover re-computation (W=1024)",
