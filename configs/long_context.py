@@ -16,7 +16,8 @@ Three parts, one run per part and text segment (the segments are the seeds):
 * `ablation`: perplexity with attention to token 0 removed (renormalised) in
   all heads of one layer, per layer, and in all layers.
 
-Budget (default): statistics 3 forwards at T = 8192; stream 3 x 5 masked
+Budget (default, planned from per-forward timings; the whole default run has
+not been timed end to end): statistics 3 forwards at T = 8192; stream 3 x 7 masked
 forwards at T = 2048 plus 3 x 2 batches of 16 windows; ablation 3 x 31
 forwards at T = 1024 (one compile per edited layer, shared by the segments).
 """
