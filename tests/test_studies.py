@@ -21,13 +21,16 @@ import pytest
 from ml_collections import ConfigDict
 
 from attnjax import study as study_lib
+from configs import long_context as long_context_config
 from configs import power_iteration as power_iteration_config
 from configs import rank_collapse as rank_collapse_config
 from configs import softmax_scaling as softmax_scaling_config
 from experiments import cli
+from experiments.long_context import STUDY as LONG_CONTEXT
 from experiments.power_iteration import STUDY as POWER_ITERATION
 from experiments.rank_collapse import STUDY as RANK_COLLAPSE
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
+from tests import tiny_checkpoint
 from tests.conftest import RUN_DIR_VARIABLE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,10 +75,29 @@ def softmax_scaling_test_config():
     return config
 
 
+def long_context_test_config():
+    """The smoke variant on a 2-layer tiny llama (`tests/tiny_checkpoint.py`, written once per test run in the
+    run's scratch directory, so every worker gives the same config), at T <= 32."""
+    path = Path(os.environ[RUN_DIR_VARIABLE]) / "long_context_tiny"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / "long_context_tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "tokenizer.json").exists():
+            tiny_checkpoint.write(path, layers=2)
+    config = long_context_config.get_config("smoke")
+    config.model.path = str(path)
+    config.text.segment_stride = 32
+    config.statistics.lengths = (16, 32)
+    config.stream.update(length=32, windows=(4, 8), sinks=(4,), recompute_positions=2, bin=8)
+    config.ablation.update(length=16, layers=(1,))
+    return config
+
+
 STUDIES = {
     "rank_collapse": (RANK_COLLAPSE, rank_collapse_test_config, rank_collapse_config.get_config),
     "power_iteration": (POWER_ITERATION, power_iteration_test_config, power_iteration_config.get_config),
     "softmax_scaling": (SOFTMAX_SCALING, softmax_scaling_test_config, softmax_scaling_config.get_config),
+    "long_context": (LONG_CONTEXT, long_context_test_config, long_context_config.get_config),
 }
 NAMES = tuple(STUDIES)
 
@@ -258,6 +280,10 @@ BAD_CONFIGS = [
     ("softmax_scaling", lambda c: setattr(c, "dims", ()), r"config.dims must be a non-empty"),
     ("softmax_scaling", lambda c: setattr(c, "variance_tolerance", 1.5),
      r"config.variance_tolerance must be a number in"),
+    ("long_context", lambda c: setattr(c.statistics, "lengths", (32, 16)), r"statistics.lengths must be distinct"),
+    ("long_context", lambda c: setattr(c.stream, "windows", (4, 31)), r"stream.windows \(\(4, 31\)\) must be <"),
+    ("long_context", lambda c: setattr(c.text, "num_segments", 1), r"text.num_segments must be .* >= 2"),
+    ("long_context", lambda c: setattr(c.model, "path", "/nonexistent/model"), r"model.path .* does not exist"),
 ]
 
 _compiles = []

@@ -1,0 +1,16 @@
+"""The long-context study's report: `templates/report.md.j2` over the summary."""
+from __future__ import annotations
+
+from experiments.report_util import render
+
+
+def context(summary: dict) -> dict:
+    """The template's context: the summary, its predictions and sanity checks apart."""
+    records = summary["predictions"]
+    return {**summary, "predictions": [p for p in records if p.get("kind") != "sanity"],
+            "sanity": [p for p in records if p.get("kind") == "sanity"]}
+
+
+def markdown(summary: dict) -> str:
+    """The Markdown report of one run (`summary.json`, with its predictions and plots)."""
+    return render("long_context", "report.md.j2", **context(summary))
