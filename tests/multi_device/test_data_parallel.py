@@ -3,12 +3,15 @@
 Run in their own process with `ATTNJAX_TEST_DEVICES=8` (`tests/test_multi_device.py`
 starts it): the rest of the suite runs on one device.
 """
+# ruff: noqa: F401, F811
 import jax
 import numpy as np
 import pytest
 
 from attnjax import training
-from tests.test_training import _losses, _trainer
+
+# The fixtures `runner` and `two_seed_losses` are test_training's own (imported, so used by name).
+from tests.test_training import _losses, runner, two_seed_losses
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -16,16 +19,6 @@ def eight_devices():
     if jax.device_count() != 8:
         raise pytest.UsageError(f"these tests need 8 devices, found {jax.device_count()}: "
                                 "run them with ATTNJAX_TEST_DEVICES=8")
-
-
-@pytest.fixture(scope="module")
-def runner():
-    return training.SeedsRunner(_trainer(total_steps=20))
-
-
-@pytest.fixture(scope="module")
-def two_seed_losses(runner):
-    return _losses(runner, 2)
 
 
 def test_eight_device_data_parallel_equals_one_device(runner, two_seed_losses):
