@@ -118,6 +118,9 @@ def _pretrained():
         # as many threads as JAX uses. Targets: attnjax / PyTorch time ratios.
         bert_batch=32, bert_length=128, prefill_length=512, decode_prompt=64, decode_tokens=33, repeats=3,
         peak_matmul_size=2048, forward_target=1.1, decode_target=1.0,
+        # PyTorch's intra-op threads (0: one per core). On a machine whose cores are
+        # busy with other work, fewer threads than cores avoids OpenMP thrashing.
+        torch_threads=0,
     ))
 
 

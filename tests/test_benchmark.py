@@ -23,7 +23,10 @@ NOT_IN_COMMITTED_RUN: set = set()
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bench")
-    return workdir, suite.run(config_lib.get_config("smoke"), str(workdir), progress=lambda line: None)
+    config = config_lib.get_config("smoke")
+    # The other test workers share the cores: PyTorch's OpenMP threads, one per core, would thrash (10x slower).
+    config.pretrained.torch_threads = 1
+    return workdir, suite.run(config, str(workdir), progress=lambda line: None)
 
 
 def test_smoke_benchmark_writes_its_json_and_every_section(smoke):
@@ -100,6 +103,7 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     if missing is not None:
         assert all(r["note"] == f"not measured ({missing})" for r in torch_rows)
     else:
+        assert all("torch 1 threads" in r["note"] for r in torch_rows if "seconds" in r)  # the config's threads
         ratios = [r for r in rows if r["name"].endswith("attnjax / PyTorch")]
         assert len(ratios) == 3 and all(r.get("ratio", 1) > 0 or r["note"].startswith("not measured (")
                                         for r in ratios)

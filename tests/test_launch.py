@@ -55,7 +55,11 @@ def _kill_at_x4(spec, config, run):
 
 
 @pytest.mark.slow
-def test_a_killed_job_loses_only_its_unfinished_run(tmp_path):
+def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
+    import submitit
+
+    # A job that dies writes no result; submitit then waits this long for one (15 s, for network file systems).
+    monkeypatch.setattr(submitit.core.core.Job, "_results_timeout_s", 1)
     reference = _toy().run_one
     messages = []
     with pytest.raises(RuntimeError, match=r"1 of 2 jobs failed: job \S+ \(x2, x4\)") as error:

@@ -69,21 +69,30 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
 
 
-def torch_threads() -> int:
-    """The threads the PyTorch reference runs on: as many as the cores JAX's CPU client uses."""
+def torch_threads(requested: int = 0) -> int:
+    """The threads the PyTorch reference runs on: `requested`, or (0) as many as the cores JAX's CPU client
+    uses."""
+    if requested:
+        return requested
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def reference(build):
-    """`(call, None)` from `build()` (a zero-argument PyTorch call), or `(None, reason)` when torch or
-    transformers is missing or `build` raises."""
+def _threads_note() -> str:
+    import torch
+
+    return f"torch {torch.get_num_threads()} threads"
+
+
+def reference(build, threads: int = 0):
+    """`(call, None)` from `build()` (a zero-argument PyTorch call) on `torch_threads(threads)` threads, or
+    `(None, reason)` when torch or transformers is missing or `build` raises."""
     why = torch_missing()
     if why is not None:
         return None, why
     try:
         import torch
 
-        torch.set_num_threads(torch_threads())
+        torch.set_num_threads(torch_threads(threads))
         return build(), None
     except Exception as error:  # any failure of the optional reference is a row that says why
         return None, f"PyTorch reference failed: {_reason(error)}"
@@ -129,7 +138,7 @@ def _compare(name, shape, ours, theirs, why, tokens, flops, peak, repeats, targe
     if theirs is None:
         return rows + [not_measured(SECTION, f"{name}, {TORCH}", shape, why)]
     rows.append(_row(f"{name}, {TORCH}", shape, times[TORCH], tokens, flops, peak,
-                     note=f"torch {torch_threads()} threads"))
+                     note=_threads_note()))
     rows.append(ratio_row(SECTION, f"{name}, attnjax / PyTorch", shape, times[ATTNJAX], times[TORCH],
                           rows[1]["name"], target=f"<= {target:g}", note="attnjax s / PyTorch s"))
     return rows
@@ -180,7 +189,7 @@ def encoder_rows(cfg, peak: float) -> list[dict]:
         torch_model = transformers.BertModel.from_pretrained(bert.default_path()).eval()
         return _torch_call(torch_model, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)})
 
-    theirs, why = reference(build)
+    theirs, why = reference(build, cfg.torch_threads)
     return _compare(ENCODER, shape, ours, theirs, why, b * t, forward_flops(model, b, t), peak, cfg.repeats,
                     cfg.forward_target)
 
@@ -229,7 +238,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
                 not_measured(SECTION, f"{DECODE}, {ATTNJAX}", decode_shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (1, t), 0, model.config.vocab_size, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
-    torch_model, why = reference(lambda: torch_llama(model))
+    torch_model, why = reference(lambda: torch_llama(model), cfg.torch_threads)
     theirs = None if torch_model is None else _torch_call(torch_model, {"input_ids": ids})
     rows = _compare(PREFILL, prefill_shape, ours, theirs, why, t, forward_flops(model, 1, t), peak, cfg.repeats,
                     cfg.forward_target)
@@ -244,7 +253,9 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
             raise
         torch_model, why = None, f"PyTorch reference failed: {_reason(error)}"
         times = interleaved_median_times({k: v for k, v in calls.items() if k[0] == ATTNJAX}, repeats=cfg.repeats)
-    notes = {ATTNJAX: "Transformer.generate", TORCH: f"generate(do_sample=False), torch {torch_threads()} threads"}
+    notes = {ATTNJAX: "Transformer.generate", TORCH: "generate(do_sample=False)"}
+    if torch_model is not None:
+        notes[TORCH] += f", {_threads_note()}"
     decode_rows = {}
     for who in (ATTNJAX, TORCH) if torch_model is not None else (ATTNJAX,):
         decoding = times[(who, n)] - times[(who, 1)]
