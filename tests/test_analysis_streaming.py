@@ -94,29 +94,33 @@ def assert_statistics_equal(got, want, atol):
             np.testing.assert_array_less(np.abs(value - want[name]) / scale, atol, err_msg=name)
 
 
-def stats_fn(chunk_size, **kwargs):
+def stats_fn(chunk_size, query_chunk_size=128, **kwargs):
     """attention_statistics jitted in (q, k, bias), the case's masks and options fixed."""
     return jax.jit(lambda q, k, bias: attention_statistics(
-        q, k, bias=bias, sink_positions=SINKS, window=WINDOW, chunk_size=chunk_size, **kwargs))
+        q, k, bias=bias, sink_positions=SINKS, window=WINDOW, chunk_size=chunk_size,
+        query_chunk_size=query_chunk_size, **kwargs))
 
 
-CASES = [  # (mask case, key heads, bias, chunk size): 5 and 8 do not divide S = 37, 64 exceeds it
-    ("bidirectional", H, False, 5),
-    ("causal_window", 2, True, 8),
-    ("padding", 1, True, 37),
-    ("window_padding", H, False, 64),
-    ("causal_padding_mask", 2, True, 1),
+# (mask case, key heads, bias, key chunk, query block): 5 and 8 do not divide S = 37, 64 exceeds it; query
+# blocks of 5 and 7 do not divide T = 12 (padded queries), 4 and 1 do; with causal or a window some blocks
+# skip whole key chunks; 12 is one block.
+CASES = [
+    ("bidirectional", H, False, 5, 5),
+    ("causal_window", 2, True, 8, 4),
+    ("padding", 1, True, 37, 12),
+    ("window_padding", H, False, 64, 1),
+    ("causal_padding_mask", 2, True, 1, 7),
 ]
 
 
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-5), (jnp.float64, 1e-12)], ids=["f32", "f64"])
-@pytest.mark.parametrize("case, heads_kv, use_bias, chunk_size", CASES, ids=[c[0] for c in CASES])
-def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size, dtype, atol):
+@pytest.mark.parametrize("case, heads_kv, use_bias, chunk_size, query_chunk_size", CASES, ids=[c[0] for c in CASES])
+def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size, query_chunk_size, dtype, atol):
     q, key, bias = inputs(dtype, k=heads_kv)
     bias = bias if use_bias else None
     visible, kwargs = visible_matrix(case)
     with jax.default_matmul_precision("highest"):
-        got = stats_fn(chunk_size, **kwargs)(q, key, bias)
+        got = stats_fn(chunk_size, query_chunk_size, **kwargs)(q, key, bias)
     assert got.argmax.dtype == jnp.int32 and got.entropy.dtype == dtype
     assert_statistics_equal(got, dense_statistics(q, key, visible, bias), atol)
 
@@ -137,15 +141,17 @@ def test_square_causal_with_temperature_and_a_full_bias():
     q, key, _ = inputs(jnp.float64, t=16, s=16)
     bias = jax.random.normal(jax.random.key(3), (H, 16, 16), jnp.float64)
     visible, kwargs = visible_matrix("causal", t=16, s=16)
-    got = stats_fn(6, temperature=0.7, **kwargs)(q, key, bias)
+    got = stats_fn(6, 5, temperature=0.7, **kwargs)(q, key, bias)  # the bias sliced per block of 5 queries
     assert_statistics_equal(got, dense_statistics(q, key, visible, bias[None], temperature=0.7), 1e-12)
     assert np.all(np.asarray(got.normalized_entropy)[..., 0] == 0)
 
 
 @pytest.mark.parametrize("lse_dtype", [jnp.float32, jnp.bfloat16], ids=["lse_f32", "lse_bf16_rounded"])
 def test_lse_from_jax_nn_return_residual_gives_the_same_statistics(lse_dtype):
-    """One pass with p = exp(x - lse) from jax.nn; sums are renormalised, so even a bf16-rounded lse is exact."""
+    """One pass with p = exp(x - lse) from jax.nn; sums are renormalised, so even a bf16-rounded lse is exact.
+    Queries 5 onwards are 40x larger (logits in the hundreds): a block given another block's lse overflows."""
     q, key, _ = inputs(jnp.float32, k=2)
+    q = q * jnp.where(jnp.arange(T) < 5, 1.0, 40.0).astype(q.dtype)[None, :, None, None]
     visible, kwargs = visible_matrix("causal_padding")
     _, lse = jax.jit(lambda q, k, m: jax.nn.dot_product_attention(q, k, k, mask=m, return_residual=True))(
         q, key, jnp.asarray(visible))
@@ -158,7 +164,7 @@ def test_lse_from_jax_nn_return_residual_gives_the_same_statistics(lse_dtype):
 @jax.jit
 def given_lse(q, key, lse, padding):
     return attention_statistics(q, key, is_causal=True, key_padding=padding, lse=lse, sink_positions=SINKS,
-                                window=WINDOW, chunk_size=5)
+                                window=WINDOW, chunk_size=5, query_chunk_size=5)  # the lse sliced per block
 
 
 def test_bf16_inputs_accumulate_in_float32():
@@ -175,7 +181,8 @@ def test_vmap_over_batch_and_grad_of_entropy_are_finite_and_exact():
     visible, kwargs = visible_matrix("causal_padding")
 
     def mean_entropy(q, key, padding, reduce=True):
-        entropy = attention_statistics(q, key, is_causal=True, key_padding=padding, chunk_size=8).entropy
+        entropy = attention_statistics(q, key, is_causal=True, key_padding=padding, chunk_size=8,
+                                       query_chunk_size=5).entropy  # through the blocks and skipped chunks
         return jnp.sum(entropy) if reduce else entropy
 
     batched = jax.jit(lambda q, k, p: mean_entropy(q, k, p, reduce=False))(q, key, kwargs["key_padding"])
@@ -205,6 +212,8 @@ def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
     (((T, H, D), (S, H)), {}, r"key must have layout \[..., T, H, D\]"),
     (((B, T, 3, D), (B, S, 2, D)), {}, r"key heads \(2\) must divide query heads \(3\)"),
     (((B, T, H, D), (B, S, H, D)), {"chunk_size": 0}, r"chunk_size must be an int >= 1, got 0 \(key.shape"),
+    (((B, T, H, D), (B, S, H, D)), {"query_chunk_size": 1.5},
+     r"query_chunk_size must be an int >= 1, got 1.5 \(query.shape"),
     (((B, T, H, D), (B, S, H, D)), {"sink_positions": (0, S)}, r"sink_positions \[0, 37\] out of range .* S = 37"),
     (((B, T, H, D), (B, S, H, D)), {"lse": np.zeros((B, H, T))}, r"lse must have shape \[..., T, H\]"),
     (((B, T, H, D), (B, S, H, D)), {"key_padding": np.ones((B, T), bool)}, r"key_padding of shape \(2, 12\)"),

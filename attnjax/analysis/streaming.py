@@ -21,9 +21,14 @@ lse (e.g. from `jax.nn.dot_product_attention(..., return_residual=True)`),
 the reference is fixed at it: one pass, no rescaling, and the sums are still
 divided by L (1 up to rounding of the lse), so a bf16 lse costs no accuracy.
 
-No array larger than `[..., H, T, chunk]` exists (per step of the scan; the
-backward pass recomputes each step, `jax.checkpoint`), so memory grows like
-T x chunk, not T x S. Positions: query i and key j are indices (top-left
+Queries go in blocks (`query_chunk_size`, one after another, `jax.lax.map`),
+each over the key chunks (a `jax.lax.scan`); a chunk that the positions hide
+from the whole block (after a causal block's last query, outside a local
+window) is skipped. The logits of one step are `[..., H, Tq, C]`, small
+enough for the CPU's caches (at T = 4096 blocks of 128 queries run ~5x faster
+than all T queries per step); the statistics themselves are `[..., H, T]`, so
+memory grows like T, not T x S (the backward pass recomputes each step,
+`jax.checkpoint`). Positions: query i and key j are indices (top-left
 aligned, as jax.nn's `is_causal`). Masks: causal, sliding window
 (`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
 from positions; a full `mask` or `bias` broadcastable to `[..., H, T, S]` is
@@ -103,10 +108,14 @@ def _check_lse(lse, query):
     return lse
 
 
+def _check_chunk(name, value, label, array):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r} ({label}.shape={tuple(array.shape)})")
+
+
 def _check_options(query, key, chunk_size, window):
     checks.qkv(query, key, key)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r} (key.shape={tuple(key.shape)})")
+    _check_chunk("chunk_size", chunk_size, "key", key)
     if window is not None:
         checks.positive_int("window", window)
 
@@ -126,15 +135,32 @@ def _slice_last(x: Optional[Array], start, size: int, axis: int) -> Optional[Arr
     return jax.lax.dynamic_slice_in_dim(x, start, size, axis=axis % x.ndim)
 
 
+def map_query_blocks(body, q_len: int, block: int, axis: int):
+    """`body(q_start)` for q_start = 0, block, 2 block, ... (a `jax.lax.map`), its outputs joined along their
+    query axis `axis` (negative; `block` long in each output) and cut to `q_len`. One call when
+    `q_len <= block`."""
+    if q_len <= block:
+        return body(jnp.zeros((), jnp.int32))
+    starts = jnp.arange(-(-q_len // block), dtype=jnp.int32) * block
+
+    def join(x):
+        x = jnp.moveaxis(x, 0, x.ndim + axis - 1)  # next to the query axis
+        shape = x.shape[:x.ndim + axis - 1] + (-1,) + x.shape[x.ndim + axis + 1:]
+        return jax.lax.slice_in_dim(jnp.reshape(x, shape), 0, q_len, axis=len(shape) + axis)
+
+    return jax.tree_util.tree_map(join, jax.lax.map(body, starts))
+
+
 def _lift(x: Optional[Array], rank: int) -> Optional[Array]:
     return None if x is None else jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape)
 
 
-def _positions_mask(q_len, kv_len, start, size, is_causal, local_window):
-    """Query and key positions `[T, 1]`, `[1, C]` of a chunk, and its positional mask `[T, C]`."""
-    i = jnp.arange(q_len, dtype=jnp.int32)[:, None]
+def _positions_mask(q_start, q_size, kv_len, start, size, is_causal, local_window):
+    """Query and key positions `[Tq, 1]`, `[1, C]` of a block of queries and a chunk of keys, and its positional
+    mask `[Tq, C]`."""
+    i = q_start + jnp.arange(q_size, dtype=jnp.int32)[:, None]
     j = start + jnp.arange(size, dtype=jnp.int32)[None, :]
-    visible = jnp.broadcast_to(j < kv_len, (q_len, size))  # padding keys of the last chunk
+    visible = jnp.broadcast_to(j < kv_len, (q_size, size))  # padding keys of the last chunk
     if is_causal:
         visible = visible & (j <= i)
     if local_window is not None:
@@ -178,6 +204,7 @@ def attention_statistics(
     window: Optional[int] = None,
     lse: Optional[Array] = None,
     chunk_size: int = 512,
+    query_chunk_size: int = 128,
 ) -> AttentionStatistics:
     """Per-row statistics of softmax((Q K^T * scale + bias) / temperature), chunked over keys.
 
@@ -202,6 +229,9 @@ def attention_statistics(
         `return_residual` layout): one pass with p = exp(x - lse) instead of
         online rescaling.
       chunk_size: keys per step (int >= 1; need not divide S).
+      query_chunk_size: queries per block (int >= 1; need not divide T): the
+        blocks run one after another, each over every key chunk its positions
+        do not hide (a causal block skips the chunks after its last query).
 
     Returns:
       `AttentionStatistics`, each field `[..., H, T]`, float in
@@ -212,6 +242,7 @@ def attention_statistics(
       ValueError / TypeError naming the argument and shapes, before any compute.
     """
     _check_options(query, key, chunk_size, window)
+    _check_chunk("query_chunk_size", query_chunk_size, "query", query)
     checks.temperature(temperature)
     checks.boolean("is_causal", is_causal)
     batch_shape, (q_len, num_heads), kv_len = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
@@ -226,67 +257,85 @@ def attention_statistics(
     dtype = jnp.promote_types(query.dtype, jnp.float32)
     rank = len(target)
 
-    size = min(chunk_size, kv_len)
+    size, block = min(chunk_size, kv_len), min(query_chunk_size, q_len)
     num_chunks = -(-kv_len // size)
-    padded = num_chunks * size
-    key = _pad_last(key, padded, -3, 0)
-    mask, bias = _pad_last(_lift(mask, rank), padded, -1, False), _pad_last(_lift(bias, rank), padded, -1, 0)
+    padded, q_padded = num_chunks * size, -(-q_len // block) * block
+    key, query = _pad_last(key, padded, -3, 0), _pad_last(query, q_padded, -3, 0)
+    mask = _pad_last(_pad_last(_lift(mask, rank), padded, -1, False), q_padded, -2, False)
+    bias = _pad_last(_pad_last(_lift(bias, rank), padded, -1, 0), q_padded, -2, 0)
     key_padding = _pad_last(key_padding, padded, -1, False)
+    lse = _pad_last(lse, q_padded, -2, 0)
     temperature = jnp.asarray(temperature, dtype)
     fill = jnp.asarray(-jnp.finfo(dtype).max / 2, dtype)  # below every clipped logit (>= -max/4)
     online = lse is None
     one_sided = is_causal or (local_window is not None and local_window[1] == 0)  # no visible key j > i
-
-    def step(carry, start):
-        ref, top, arg, total, u, count, sink, win, distance = carry
-        x = attention_lib.grouped_logits(query, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3),
-                                         scale=scale)  # [..., H, T, C]
-        chunk_bias = _slice_last(bias, start, size, -1)
-        if chunk_bias is not None:
-            x = x + chunk_bias.astype(dtype)
-        x = clip_logits(x / temperature)
-        i, j, visible = _positions_mask(q_len, kv_len, start, size, is_causal, local_window)
-        visible = _lift(visible, rank)
-        if mask is not None:
-            visible = visible & _slice_last(mask, start, size, -1)
-        if key_padding is not None:
-            visible = visible & _lift(_slice_last(key_padding, start, size, -1)[..., None, None, :], rank)
-        visible = jnp.broadcast_to(visible, x.shape)
-        x = jnp.where(visible, x, fill)
-        chunk_top = jnp.max(x, axis=-1)
-        better = chunk_top > top
-        arg = jnp.where(better, start + jnp.argmax(x, axis=-1).astype(jnp.int32), arg)
-        top = jnp.maximum(top, chunk_top)
-        new_ref = jax.lax.stop_gradient(jnp.maximum(ref, chunk_top)) if online else ref
-        alpha = jnp.exp(ref - new_ref)
-        shifted = x - new_ref[..., None]  # <= 0 on visible keys when online
-        e = jnp.exp(jnp.where(visible, shifted, fill))  # exactly 0 on masked keys
-        chunk_total = jnp.sum(e, axis=-1)
-        # Weights of key j alone go through one matmul with e (fast); sum_j e |i - j| is
-        # (i - start) L - sum_j e (j - start), + 2 sum_{j > i} e (j - i) unless no key j > i is visible.
-        by_key = jnp.stack([jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1)
-        by_key = jnp.matmul(e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST)  # [..., H, T, 2]
-        chunk_distance = _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
-        if not one_sided:
-            chunk_distance = chunk_distance + 2 * jnp.sum(e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank), -1)
-        u = alpha * u + (alpha * total) * (ref - new_ref) + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
-        total = alpha * total + chunk_total
-        count = count + jnp.sum(visible, axis=-1, dtype=dtype)
-        distance = alpha * distance + chunk_distance
-        sink = alpha * sink + by_key[..., 0]
-        if window is not None:
-            win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
-        return (new_ref, top, arg, total, u, count, sink, win, distance), None
-
-    shape = batch_shape + (num_heads, q_len)
-    zeros = jnp.zeros(shape, dtype)
-    if online:
-        ref = jnp.full(shape, fill, dtype)
-    else:
-        bound = jnp.finfo(dtype).max / 4
-        ref = jax.lax.stop_gradient(jnp.clip(jnp.swapaxes(lse, -1, -2).astype(dtype), -bound, bound))
-    init = (ref, jnp.full(shape, fill, dtype), jnp.full(shape, -1, jnp.int32), zeros, zeros, zeros, zeros,
-            None if window is None else zeros, zeros)
     starts = jnp.arange(num_chunks, dtype=jnp.int32) * size
-    carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
-    return AttentionStatistics(**_finish(carry, dtype))
+
+    def block_statistics(q_start):
+        """The statistics of queries q_start .. q_start + block - 1, `[..., H, block]` each."""
+        q = jax.lax.dynamic_slice_in_dim(query, q_start, block, axis=query.ndim - 3)
+        block_mask, block_bias = _slice_last(mask, q_start, block, -2), _slice_last(bias, q_start, block, -2)
+
+        def accumulate(carry, start, i, j, visible):
+            ref, top, arg, total, u, count, sink, win, distance = carry
+            x = attention_lib.grouped_logits(q, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3),
+                                             scale=scale)  # [..., H, Tq, C]
+            chunk_bias = _slice_last(block_bias, start, size, -1)
+            if chunk_bias is not None:
+                x = x + chunk_bias.astype(dtype)
+            x = clip_logits(x / temperature)
+            visible = _lift(visible, rank)
+            if block_mask is not None:
+                visible = visible & _slice_last(block_mask, start, size, -1)
+            if key_padding is not None:
+                visible = visible & _lift(_slice_last(key_padding, start, size, -1)[..., None, None, :], rank)
+            visible = jnp.broadcast_to(visible, x.shape)
+            x = jnp.where(visible, x, fill)
+            chunk_top = jnp.max(x, axis=-1)
+            # The first key at the chunk's max, as a min-reduction (XLA's CPU argmax is ~10x slower than a max).
+            first = jnp.min(jnp.where(x == chunk_top[..., None], j[0], start + size), axis=-1)
+            arg = jnp.where(chunk_top > top, first, arg)
+            top = jnp.maximum(top, chunk_top)
+            new_ref = jax.lax.stop_gradient(jnp.maximum(ref, chunk_top)) if online else ref
+            alpha = jnp.exp(ref - new_ref)
+            shifted = x - new_ref[..., None]  # <= 0 on visible keys when online
+            e = jnp.exp(jnp.where(visible, shifted, fill))  # exactly 0 on masked keys
+            chunk_total = jnp.sum(e, axis=-1)
+            # Weights of key j alone go through one matmul with e (fast); sum_j e |i - j| is
+            # (i - start) L - sum_j e (j - start), + 2 sum_{j > i} e (j - i) unless no key j > i is visible.
+            by_key = jnp.stack([jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1)
+            by_key = jnp.matmul(e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST)  # [..., H, Tq, 2]
+            chunk_distance = _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
+            if not one_sided:
+                chunk_distance = chunk_distance + 2 * jnp.sum(e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank),
+                                                              -1)
+            u = alpha * u + (alpha * total) * (ref - new_ref) + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
+            total = alpha * total + chunk_total
+            count = count + jnp.sum(visible, axis=-1, dtype=dtype)
+            distance = alpha * distance + chunk_distance
+            sink = alpha * sink + by_key[..., 0]
+            if window is not None:
+                win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
+            return new_ref, top, arg, total, u, count, sink, win, distance
+
+        def step(carry, start):
+            # A chunk that the positions alone hide from the whole block (causal, local window) adds nothing:
+            # skipped (under vmap `cond` computes both branches; the result is the same).
+            i, j, visible = _positions_mask(q_start, block, kv_len, start, size, is_causal, local_window)
+            return jax.lax.cond(jnp.any(visible), accumulate, lambda carry, *_: carry, carry, start, i, j,
+                                visible), None
+
+        shape = batch_shape + (num_heads, block)
+        zeros = jnp.zeros(shape, dtype)
+        if online:
+            ref = jnp.full(shape, fill, dtype)
+        else:
+            bound = jnp.finfo(dtype).max / 4
+            block_lse = jax.lax.dynamic_slice_in_dim(lse, q_start, block, axis=lse.ndim - 2)
+            ref = jax.lax.stop_gradient(jnp.clip(jnp.swapaxes(block_lse, -1, -2).astype(dtype), -bound, bound))
+        init = (ref, jnp.full(shape, fill, dtype), jnp.full(shape, -1, jnp.int32), zeros, zeros, zeros, zeros,
+                None if window is None else zeros, zeros)
+        carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
+        return _finish(carry, dtype)
+
+    return AttentionStatistics(**map_query_blocks(block_statistics, q_len, block, -1))
