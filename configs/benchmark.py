@@ -128,7 +128,7 @@ def _streaming():
     return config_dict.ConfigDict(dict(
         # attnjax.analysis.attention_statistics against the forward pass of the same
         # causal attention at one SmolLM2-135M layer's shape (T=8192, H=9, K=3, D=64).
-        length=8192, heads=9, kv_heads=3, head_dim=64, repeats=3, chunk_size=256, target=2.0,
+        length=8192, heads=9, kv_heads=3, head_dim=64, repeats=3, chunk_size=256, query_chunk_size=128, target=2.0,
         sink_positions=(0,), window=128,
         # Compiled temp memory of the statistics program over T (H=8): growth per doubling.
         memory_lengths=(2048, 4096, 8192, 16384, 32768), memory_heads=8, memory_target=2.2,
@@ -170,8 +170,8 @@ def get_config(arg: str | None = None):
         # Both real models still load (their loading is most of this section's time).
         config.pretrained.update(bert_batch=2, bert_length=16, prefill_length=16, decode_prompt=8, decode_tokens=3,
                                  repeats=1, peak_matmul_size=256)
-        config.streaming.update(length=256, heads=2, kv_heads=1, repeats=1, chunk_size=64, window=16,
-                                memory_lengths=(128, 256), memory_heads=2)
+        config.streaming.update(length=256, heads=2, kv_heads=1, repeats=1, chunk_size=64, query_chunk_size=32,
+                                window=16, memory_lengths=(128, 256), memory_heads=2)
     elif arg not in (None, ""):
         raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
     return config
