@@ -125,6 +125,28 @@ def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size
     assert_statistics_equal(got, dense_statistics(q, key, visible, bias), atol)
 
 
+@pytest.mark.parametrize("is_causal, mask_shape, chunks", [
+    (True, (2, 1, 1, 13), (3, 5)),  # padding keys; blocks of 5 queries skip the key chunks after them
+    (False, (2, 4, 11, 13), (4, 1)),  # a full mask sliced per block of one query
+    (True, None, (13, 11)),  # one chunk, one block
+], ids=["causal-padding", "full-mask", "one-block"])
+def test_output_from_the_same_pass_equals_dot_product_attention(is_causal, mask_shape, chunks):
+    """`value=`: the attention output accumulated online beside the statistics, float64, GQA; its statistics are
+    those of the call without values."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    q = jax.random.normal(keys[0], (2, 11, 4, 8), jnp.float64)
+    k, v = (jax.random.normal(key, (2, 13, 2, d), jnp.float64) for key, d in zip(keys[1:3], (8, 5)))
+    mask = None if mask_shape is None else jax.random.bernoulli(keys[3], 0.7, mask_shape).at[..., 0].set(True)
+    kwargs = dict(mask=mask, is_causal=is_causal, scale=0.3, chunk_size=chunks[0], query_chunk_size=chunks[1])
+    stats, out = attention_statistics(q, k, value=v, **kwargs)
+    want = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, scale=0.3)
+    assert out.shape == (2, 11, 4, 5)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=0, atol=1e-12)
+    alone = attention_statistics(q, k, **kwargs)
+    for name in FIELDS:
+        np.testing.assert_array_equal(np.asarray(getattr(stats, name)), np.asarray(getattr(alone, name)))
+
+
 def test_fully_masked_rows_get_the_documented_values():
     q, key, _ = inputs(jnp.float64)
     visible, kwargs = visible_matrix("padding")

@@ -116,29 +116,6 @@ def test_bad_options_raise():
         model(jnp.asarray(IDS), return_intermediates="statistics", decode=True)
 
 
-@pytest.mark.parametrize("is_causal, mask_shape, chunks", [
-    (True, (2, 1, 1, 13), (3, 5)),  # padding keys; blocks of 5 queries skip the key chunks after them
-    (False, (2, 4, 11, 13), (4, 1)),  # a full mask sliced per block of one query
-    (True, None, (13, 11)),  # one chunk, one block
-], ids=["causal-padding", "full-mask", "one-block"])
-def test_chunked_attention_equals_dot_product_attention(is_causal, mask_shape, chunks):
-    """The output pass of the statistics forward, block of queries by chunk of keys, float64."""
-    from attnjax import attention as attention_lib
-    from attnjax.analysis import attention_statistics
-    from attnjax.nn import statistics
-
-    keys = jax.random.split(jax.random.key(0), 4)
-    q = jax.random.normal(keys[0], (2, 11, 4, 8), jnp.float64)
-    k, v = (jax.random.normal(key, (2, 13, 2, 8), jnp.float64) for key in keys[1:3])
-    mask = None if mask_shape is None else jax.random.bernoulli(keys[3], 0.7, mask_shape).at[..., 0].set(True)
-    scale = 0.3
-    lse = attention_statistics(q, k, mask=mask, is_causal=is_causal, scale=scale).lse
-    got = statistics.chunked_attention(q, k, v, lse, mask=mask, is_causal=is_causal, scale=scale,
-                                       chunk_size=chunks[0], query_chunk_size=chunks[1])
-    want = attention_lib.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, scale=scale)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-12)
-
-
 @pytest.mark.slow
 def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():
     t = 4096

@@ -205,7 +205,8 @@ def attention_statistics(
     lse: Optional[Array] = None,
     chunk_size: int = 512,
     query_chunk_size: int = 128,
-) -> AttentionStatistics:
+    value: Optional[Array] = None,
+) -> Union[AttentionStatistics, tuple[AttentionStatistics, Array]]:
     """Per-row statistics of softmax((Q K^T * scale + bias) / temperature), chunked over keys.
 
     Args:
@@ -232,16 +233,23 @@ def attention_statistics(
       query_chunk_size: queries per block (int >= 1; need not divide T): the
         blocks run one after another, each over every key chunk its positions
         do not hide (a causal block skips the chunks after its last query).
+      value: optional `[..., S, K, Dv]`: the same pass also accumulates the
+        attention output o_i = sum_j p_ij v_j (online, as flash attention),
+        returned as `(statistics, output [..., T, H, Dv])` in value's dtype
+        (0 in fully masked rows).
 
     Returns:
       `AttentionStatistics`, each field `[..., H, T]`, float in
       `promote_types(dtype, float32)` (argmax int32); see the module docstring
-      for fully masked rows. jit-, vmap- and grad-safe.
+      for fully masked rows; with `value`, `(statistics, output)`. jit-, vmap-
+      and grad-safe.
 
     Raises:
       ValueError / TypeError naming the argument and shapes, before any compute.
     """
     _check_options(query, key, chunk_size, window)
+    if value is not None:
+        checks.qkv(query, key, value)
     _check_chunk("query_chunk_size", query_chunk_size, "query", query)
     checks.temperature(temperature)
     checks.boolean("is_causal", is_causal)
@@ -261,6 +269,7 @@ def attention_statistics(
     num_chunks = -(-kv_len // size)
     padded, q_padded = num_chunks * size, -(-q_len // block) * block
     key, query = _pad_last(key, padded, -3, 0), _pad_last(query, q_padded, -3, 0)
+    value = _pad_last(value, padded, -3, 0)
     mask = _pad_last(_pad_last(_lift(mask, rank), padded, -1, False), q_padded, -2, False)
     bias = _pad_last(_pad_last(_lift(bias, rank), padded, -1, 0), q_padded, -2, 0)
     key_padding = _pad_last(key_padding, padded, -1, False)
@@ -277,7 +286,7 @@ def attention_statistics(
         block_mask, block_bias = _slice_last(mask, q_start, block, -2), _slice_last(bias, q_start, block, -2)
 
         def accumulate(carry, start, i, j, visible):
-            ref, top, arg, total, u, count, sink, win, distance = carry
+            ref, top, arg, total, u, count, sink, win, distance, out = carry
             x = attention_lib.grouped_logits(q, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3),
                                              scale=scale)  # [..., H, Tq, C]
             chunk_bias = _slice_last(block_bias, start, size, -1)
@@ -316,7 +325,10 @@ def attention_statistics(
             sink = alpha * sink + by_key[..., 0]
             if window is not None:
                 win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
-            return new_ref, top, arg, total, u, count, sink, win, distance
+            if value is not None:
+                out = alpha[..., None] * out + _weighted_values(e, jax.lax.dynamic_slice_in_dim(
+                    value, start, size, axis=value.ndim - 3))
+            return new_ref, top, arg, total, u, count, sink, win, distance, out
 
         def step(carry, start):
             # A chunk that the positions alone hide from the whole block (causal, local window) adds nothing:
@@ -333,9 +345,32 @@ def attention_statistics(
             bound = jnp.finfo(dtype).max / 4
             block_lse = jax.lax.dynamic_slice_in_dim(lse, q_start, block, axis=lse.ndim - 2)
             ref = jax.lax.stop_gradient(jnp.clip(jnp.swapaxes(block_lse, -1, -2).astype(dtype), -bound, bound))
+        out = None if value is None else jnp.zeros(shape + (value.shape[-1],), dtype)
         init = (ref, jnp.full(shape, fill, dtype), jnp.full(shape, -1, jnp.int32), zeros, zeros, zeros, zeros,
-                None if window is None else zeros, zeros)
+                None if window is None else zeros, zeros, out)
         carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
-        return _finish(carry, dtype)
+        return _finish(carry[:-1], dtype), _normalized_output(carry[-1], carry[3])
 
-    return AttentionStatistics(**map_query_blocks(block_statistics, q_len, block, -1))
+    statistics, output = map_query_blocks(block_statistics, q_len, block, -1)
+    if value is None:
+        return AttentionStatistics(**statistics)
+    return AttentionStatistics(**statistics), jnp.moveaxis(output, -1, -3).astype(value.dtype)  # [..., T, H, Dv]
+
+
+def _weighted_values(e: Array, value: Array) -> Array:
+    """sum_j e_ij v_j per head: e `[..., H, Tq, C]`, value `[..., C, K, Dv]` (head h reads key head h // (H / K))
+    -> `[..., H, Tq, Dv]`, in e's dtype."""
+    *batch, heads, q_len, size = e.shape
+    kv_heads = value.shape[-2]
+    grouped = jnp.reshape(e, (*batch, kv_heads, heads // kv_heads, q_len, size))
+    out = jnp.einsum("...kgtc,...ckd->...kgtd", grouped, value.astype(e.dtype), precision=jax.lax.Precision.HIGHEST)
+    return jnp.reshape(out, (*batch, heads, q_len, value.shape[-1]))
+
+
+def _normalized_output(out: Optional[Array], total: Array) -> Optional[Array]:
+    """o = (sum_j e_ij v_j) / sum_j e_ij, as `[..., H, Dv, Tq]` (query axis last, as the statistics'); 0 in
+    fully masked rows; None without values."""
+    if out is None:
+        return None
+    has = (total > 0)[..., None]
+    return jnp.swapaxes(jnp.where(has, out / jnp.where(has, total[..., None], 1), 0), -1, -2)
