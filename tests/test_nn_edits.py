@@ -131,10 +131,11 @@ def test_generate_applies_the_edits_at_every_step(model_edits):
     # forward of all 9 tokens are those of a forward of the first t, and each new token is their argmax.
     full = model(tokens, edits=model_edits)
     np.testing.assert_array_equal(np.asarray(tokens[:, 3:]), np.argmax(np.asarray(full)[:, 2:-1], -1))
-    # the cached decoding path itself, logit by logit: a prefill chunk, then one token at a time
+    # the cached decoding path itself, logit by logit: a prefill chunk, then one token at a time (jitted: two
+    # programs, where eager dispatch compiles each operation of both alone)
     model.init_cache(2, 12)
-    decoded = [model(tokens[:, :3], decode=True, edits=model_edits)]
-    decoded += [model(tokens[:, t:t + 1], decode=True, edits=model_edits) for t in range(3, tokens.shape[1])]
+    step = nnx.jit(lambda m, chunk: m(chunk, decode=True, edits=model_edits))
+    decoded = [step(model, tokens[:, :3])] + [step(model, tokens[:, t:t + 1]) for t in range(3, tokens.shape[1])]
     np.testing.assert_allclose(np.concatenate([np.asarray(d) for d in decoded], axis=1), np.asarray(full), **TOL)
     assert np.max(np.abs(np.asarray(full) - np.asarray(model(tokens)))) > 1e-3
 
