@@ -29,6 +29,11 @@ def _decode_in_chunks(module, inputs, sizes, **kwargs):
     return jnp.concatenate([step(module, inputs[:, a:b]) for a, b in zip(starts[:-1], starts[1:])], axis=1)
 
 
+def _forward(module, inputs, **kwargs):
+    """The full forward as one jitted program (eager dispatch would compile each of its operations alone)."""
+    return nnx.jit(lambda m, x: m(x, **kwargs))(module, inputs)
+
+
 # ------------------------------------------------------------------ module
 
 
@@ -44,7 +49,7 @@ MODULES = {
 def test_module_decoding_equals_the_causal_forward(name):
     mha = nn.MultiHeadAttention(16, 4, param_dtype=F64, rngs=nnx.Rngs(0), **MODULES[name])
     x = _x()
-    full = mha(x, is_causal=True)  # linear attention: the chunked causal form
+    full = _forward(mha, x, is_causal=True)  # linear attention: the chunked causal form
     mha.init_cache(B, T + 2)
     np.testing.assert_allclose(_decode_in_chunks(mha, x, CHUNKS), full, atol=TOL, rtol=0)
     assert int(mha.cache_index[...]) == T
@@ -69,7 +74,7 @@ def test_cache_holds_only_the_key_value_heads():
 def test_decode_weights_are_the_causal_weights_padded_to_the_cache():
     mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, param_dtype=F64, rngs=nnx.Rngs(0))
     x = _x()
-    _, full = mha(x, is_causal=True, return_weights=True)
+    _, full = _forward(mha, x, is_causal=True, return_weights=True)
     mha.init_cache(B, T + 3)
     mha(x[:, :4], decode=True)
     _, w = mha(x[:, 4:6], decode=True, return_weights=True)
@@ -83,7 +88,7 @@ def test_decode_combines_a_key_padding_mask_with_the_cache_mask():
     x = _x()
     valid = jnp.arange(T + 2)[None, :] != jnp.array([1, 2])[:, None]  # drop key 1 of sequence 0, key 2 of sequence 1
     padding = valid[:, None, None, :]
-    full = mha(x, mask=padding[..., :T], is_causal=True)
+    full = _forward(mha, x, mask=padding[..., :T], is_causal=True)
     mha.init_cache(B, T + 2)
     np.testing.assert_allclose(_decode_in_chunks(mha, x, CHUNKS, mask=padding), full, atol=TOL, rtol=0)
 
@@ -92,7 +97,7 @@ def test_decode_through_jax_nn_attention():
     """The cache mask is handed to attention_fn: jax.nn's function decodes too (float32)."""
     mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, attention_fn=jax.nn.dot_product_attention, rngs=nnx.Rngs(0))
     x = _x(dtype=jnp.float32)
-    full = mha(x, is_causal=True)
+    full = _forward(mha, x, is_causal=True)
     mha.init_cache(B, T)
     np.testing.assert_allclose(_decode_in_chunks(mha, x, CHUNKS), full, atol=1e-6, rtol=0)
 
@@ -150,9 +155,10 @@ def test_init_cache_validates_its_arguments(kwargs, error, message):
 
 
 def _model(**kwargs):
-    """A causal model with GQA (K = 2); `attention` holds extra AttentionConfig fields."""
+    """A causal model with GQA (K = 2); `attention` holds extra AttentionConfig fields. Two layers: the second
+    attends to a cache filled from the first's decoded outputs, and each more layer only adds compile time."""
     attention = nn.AttentionConfig(num_kv_heads=2, **kwargs.pop("attention", {}))
-    base = dict(num_layers=3, features=16, num_heads=4, attention=attention, vocab_size=11, max_len=16, causal=True,
+    base = dict(num_layers=2, features=16, num_heads=4, attention=attention, vocab_size=11, max_len=16, causal=True,
                 param_dtype=F64)
     base.update(kwargs)
     return nn.Transformer(nn.TransformerConfig.create(**base), rngs=nnx.Rngs(0))
@@ -178,44 +184,42 @@ PREFILL_THEN_STEPS, STEPS = [4] + [1] * 5, [1] * 9
 def test_transformer_decoding_equals_the_full_forward(name, sizes):
     """Decoding in chunks of `sizes`: every layer reads its cache, positions are offset by the cache index."""
     model = _model(**MODELS[name])
-    full = model(TOKENS)
+    full = _forward(model, TOKENS)
     model.init_cache(B, 12)
     if name.startswith("softmax"):
-        assert model.blocks.attention.cached_key.shape == (3, B, 12, 2, 4)  # stacked over layers
+        assert model.blocks.attention.cached_key.shape == (2, B, 12, 2, 4)  # stacked over layers
     decoded = _decode_in_chunks(model, TOKENS, sizes)
     np.testing.assert_allclose(decoded, full, atol=TOL, rtol=0)
-    np.testing.assert_array_equal(model.blocks.attention.cache_index[...], [9, 9, 9])
-
-
-def _greedy_uncached(model, prompt, steps):
-    tokens = prompt
-    for _ in range(steps):
-        following = jnp.argmax(model(tokens)[:, -1], axis=-1).astype(tokens.dtype)
-        tokens = jnp.concatenate([tokens, following[:, None]], axis=1)
-    return tokens
+    np.testing.assert_array_equal(model.blocks.attention.cache_index[...], [9, 9])
 
 
 @pytest.mark.parametrize("name", ["softmax_learned", "linear_learned"])
 def test_greedy_generate_equals_argmax_of_the_uncached_forward(name):
+    """Every new token is the argmax of the uncached forward at the position before it. One forward of the
+    generated sequence checks them all: the model is causal, so position t - 1 sees only tokens 0..t - 1, as
+    in a forward of the sequence grown to length t (and one program instead of one per length)."""
     model = _model(**MODELS[name])
     prompt = TOKENS[:, :3]
     generated = model.generate(prompt, 5)
     assert generated.shape == (B, 8) and generated.dtype == prompt.dtype
-    np.testing.assert_array_equal(generated, _greedy_uncached(model, prompt, 5))
+    np.testing.assert_array_equal(generated[:, :3], prompt)
+    greedy = jnp.argmax(_forward(model, generated)[:, 2:-1], axis=-1).astype(prompt.dtype)
+    np.testing.assert_array_equal(generated[:, 3:], greedy)
     assert getattr(model.blocks.attention, "cache_index", None) is None  # the model is not modified
 
 
 def test_sampling_is_reproducible_per_key():
+    """5 new tokens, as in the greedy test above: its greedy program is reused (same model structure)."""
     model = _model()
     prompt = TOKENS[:, :3]
-    a = model.generate(prompt, 6, key=jax.random.key(0), temperature=1.0)
-    np.testing.assert_array_equal(model.generate(prompt, 6, key=jax.random.key(0), temperature=1.0), a)
-    assert np.any(model.generate(prompt, 6, key=jax.random.key(1), temperature=1.0) != a)
+    a = model.generate(prompt, 5, key=jax.random.key(0), temperature=1.0)
+    np.testing.assert_array_equal(model.generate(prompt, 5, key=jax.random.key(0), temperature=1.0), a)
+    assert np.any(model.generate(prompt, 5, key=jax.random.key(1), temperature=1.0) != a)
     np.testing.assert_array_equal(a[:, :3], prompt)
     assert np.all((a >= 0) & (a < 11))
     # A vanishing temperature samples the argmax.
-    np.testing.assert_array_equal(model.generate(prompt, 6, key=jax.random.key(1), temperature=1e-9),
-                                  model.generate(prompt, 6))
+    np.testing.assert_array_equal(model.generate(prompt, 5, key=jax.random.key(1), temperature=1e-9),
+                                  model.generate(prompt, 5))
 
 
 def test_transformer_decoding_errors():

@@ -4,6 +4,8 @@ softmax(logits / temperature) of the model's own float64 logits, by a chi-square
 The threshold is fixed before looking: the statistic over V categories fails above the
 chi-square(V - 1) quantile at 1 - 1e-3. Fixed keys, so the verdict is reproducible.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,6 +28,15 @@ def model():
     return model
 
 
+@pytest.fixture(scope="module")
+def sampled(model):
+    """temperature -> `generate`'s tokens `[SAMPLES, 4]` after the prompt [1, 3] (key 7), made once per
+    temperature: token t uses fold_in(key, t), so the first new token is the same however many follow."""
+    prompt = jnp.asarray(np.full((SAMPLES, 2), [1, 3], np.int32))
+    return functools.cache(lambda temperature: np.asarray(
+        model.generate(prompt, 2, key=jax.random.key(7), temperature=temperature)))
+
+
 def _probs(model, tokens, temperature):
     logits = np.asarray(model(jnp.asarray(tokens))[:, -1], np.float64)
     z = logits / temperature
@@ -40,10 +51,9 @@ def _chi_square(samples, probs):
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
-def test_sampled_tokens_follow_softmax_of_logits_over_temperature(model, temperature):
-    prompt = np.full((SAMPLES, 2), [1, 3], np.int32)
-    out = np.asarray(model.generate(jnp.asarray(prompt), 2, key=jax.random.key(7), temperature=temperature))
-    first = _probs(model, prompt[:1], temperature)[0]
+def test_sampled_tokens_follow_softmax_of_logits_over_temperature(model, sampled, temperature):
+    out = sampled(temperature)
+    first = _probs(model, out[:1, :2], temperature)[0]
     assert max(first) < 0.9 and max(first) - min(first) > 0.05  # a non-degenerate distribution to test
     assert _chi_square(out[:, 2], first) < THRESHOLD
     common = np.bincount(out[:, 2]).argmax()  # the second token, given the most common first token
@@ -52,8 +62,7 @@ def test_sampled_tokens_follow_softmax_of_logits_over_temperature(model, tempera
     assert _chi_square(out[rows, 3], second) < THRESHOLD
 
 
-def test_chi_square_rejects_the_wrong_temperature(model):
+def test_chi_square_rejects_the_wrong_temperature(model, sampled):
     """Power: the same samples fail against the distribution of another temperature."""
-    prompt = np.full((SAMPLES, 2), [1, 3], np.int32)
-    out = np.asarray(model.generate(jnp.asarray(prompt), 1, key=jax.random.key(7), temperature=0.5))
-    assert _chi_square(out[:, 2], _probs(model, prompt[:1], 1.0)[0]) > THRESHOLD
+    out = sampled(0.5)
+    assert _chi_square(out[:, 2], _probs(model, out[:1, :2], 1.0)[0]) > THRESHOLD

