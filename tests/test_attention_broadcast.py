@@ -14,6 +14,7 @@ from flax import nnx
 
 import attnjax
 from attnjax import nn
+from tests import host_random
 
 B, T, S, H, D = 2, 5, 7, 4, 8
 
@@ -24,16 +25,14 @@ SHAPES = [
 
 
 def _inputs(num_kv, seed=0, t=T, s=S):
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    q = jax.random.normal(k1, (B, t, H, D), jnp.float32)
-    k = jax.random.normal(k2, (B, s, num_kv, D), jnp.float32)
-    v = jax.random.normal(k3, (B, s, num_kv, D), jnp.float32)
-    return q, k, v
+    rng = np.random.default_rng(seed)  # host draws: eager jax.random compiles per shape
+    return tuple(jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+                 for shape in ((B, t, H, D), (B, s, num_kv, D), (B, s, num_kv, D)))
 
 
 def _mask(shape, seed):
     """Random boolean mask; where it has a key axis, key 0 is always allowed."""
-    m = np.array(jax.random.bernoulli(jax.random.key(seed), 0.7, shape))
+    m = np.random.default_rng(seed).random(shape) < 0.7
     if shape[-1] > 1:
         m[..., 0] = True
     if not m.any():
@@ -70,11 +69,11 @@ def _outputs_and_grads(fn, q, k, v, bias, cotangent):
 def test_broadcast_shapes_match_jax_nn(shape, kind, causal, num_kv):
     q, k, v = _inputs(num_kv)
     mask = _mask(shape, 1) if kind in ("mask", "both") else None
-    bias = (jax.random.normal(jax.random.key(2), shape, jnp.float32) if kind in ("bias", "both")
+    bias = (host_random.normal(2, shape, jnp.float32) if kind in ("bias", "both")
             else jnp.zeros((), jnp.float32))
     bias_arg = None if kind == "mask" else bias
     valid = _row_valid(mask, causal).astype(jnp.float32)
-    cotangent = jax.random.normal(jax.random.key(3), (B, T, H, D), jnp.float32)
+    cotangent = host_random.normal(3, (B, T, H, D), jnp.float32)
 
     def ours(q, k, v, b):
         return attnjax.dot_product_attention(q, k, v, None if bias_arg is None else b, mask, is_causal=causal)
@@ -94,7 +93,7 @@ def test_broadcast_shapes_match_jax_nn(shape, kind, causal, num_kv):
 
 def test_the_reported_padding_mask_runs_bidirectionally():
     """The reported failure: key_padding_mask [2, 1, 1, 5] with is_causal=False."""
-    q = k = v = jax.random.normal(jax.random.key(4), (2, 5, 4, 8), jnp.float32)
+    q = k = v = host_random.normal(4, (2, 5, 4, 8), jnp.float32)
     valid = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
     m = attnjax.key_padding_mask(valid=valid)
     got = attnjax.dot_product_attention(q, k, v, mask=m)
@@ -146,7 +145,7 @@ def test_numeric_zero_one_masks_equal_boolean_masks(dtype):
 
 def test_flax_masks_work_through_the_module():
     """flax's make_attention_mask returns float32 {0, 1} `[B, 1, T, S]`."""
-    x = jax.random.normal(jax.random.key(10), (B, T, 16), jnp.float32)
+    x = host_random.normal(10, (B, T, 16), jnp.float32)
     valid = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], jnp.int32)
     flax_mask = nnx.make_attention_mask(valid, valid)
     assert flax_mask.dtype == jnp.float32
@@ -160,7 +159,7 @@ def test_flax_masks_work_through_the_module():
 
 def test_positional_call_in_jax_nn_order():
     q, k, v = _inputs(2, seed=11)
-    bias = jax.random.normal(jax.random.key(12), (1, H, T, S), jnp.float32)
+    bias = host_random.normal(12, (1, H, T, S), jnp.float32)
     mask = _mask((B, 1, 1, S), 13)
     np.testing.assert_array_equal(attnjax.dot_product_attention(q, k, v, bias, mask),
                                   attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias))
@@ -173,7 +172,7 @@ def test_padding_mask_through_a_bidirectional_transformer():
     config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=4, vocab_size=11, max_len=8, causal=False,
                                          attention=nn.AttentionConfig(num_kv_heads=2))
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
-    tokens = jax.random.randint(jax.random.key(14), (2, 6), 0, 11)
+    tokens = host_random.randint(14, (2, 6), 0, 11)
     lengths = jnp.array([4, 6], jnp.int32)
     mask = attnjax.key_padding_mask(lengths=lengths, kv_len=6)
     logits, inter = model(tokens, mask=mask, return_intermediates=True)

@@ -9,12 +9,13 @@ import pytest
 from flax import nnx
 
 from attnjax import nn
+from tests import host_random
 
 F32, F64 = jnp.float32, jnp.float64
 
 
 def _x(shape=(2, 6, 16), dtype=F32, seed=1):
-    return jax.random.normal(jax.random.key(seed), shape, dtype)
+    return host_random.normal(seed, shape, dtype)
 
 
 def _config(**kwargs):
@@ -23,7 +24,7 @@ def _config(**kwargs):
     return nn.TransformerConfig.create(**base)
 
 
-TOKENS = jax.random.randint(jax.random.key(3), (2, 7), 0, 11)
+TOKENS = host_random.randint(3, (2, 7), 0, 11)
 
 
 # ------------------------------------------------------ one AttentionConfig

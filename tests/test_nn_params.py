@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 
 from attnjax import nn, training
+from tests import host_random
 
 H, K, D, L = 4, 2, 16, 2  # query heads, key/value heads, width, layers
 DH = D // H
@@ -31,11 +32,18 @@ def _models(num_kv_heads=K):
     return separate, fused
 
 
+@pytest.fixture(scope="module")
+def models():
+    """Built once: both tests below only read the models."""
+    return _models()
+
+
 @pytest.mark.slow
-def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups():
-    separate, fused = _models()
-    tokens = jax.random.randint(jax.random.key(2), (2, 7), 0, 11)
-    np.testing.assert_allclose(fused(tokens), separate(tokens), atol=1e-12)  # the same model
+def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups(models):
+    separate, fused = models
+    tokens = host_random.randint(2, (2, 7), 0, 11)
+    forward = nnx.jit(lambda m: m(tokens))
+    np.testing.assert_allclose(forward(fused), forward(separate), atol=1e-12)  # the same model
     params = {m: nnx.state(model, nnx.Param) for m, model in (("separate", separate), ("fused", fused))}
     kernels = {m: nn.params.attention_kernels(p, H, K) for m, p in params.items()}
     shapes = {"query": (L, D, H, DH), "key": (L, D, K, DH), "value": (L, D, K, DH), "out": (L, H, DH, D)}
@@ -48,12 +56,12 @@ def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups():
     biases = {m: nn.params.attention_params(p, H, K)["value"]["bias"] for m, p in params.items()}
     np.testing.assert_array_equal(biases["fused"], biases["separate"])
 
-    def grads(model):
-        loss = lambda m: jnp.mean(m(tokens) ** 2)  # noqa: E731
-        return nnx.grad(loss)(model)
+    @nnx.jit  # one compilation per model: eager op-by-op dispatch of the backward pass costs more
+    def grad_norms(model):
+        grads = nnx.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+        return training.grad_norms(nnx.state(grads, nnx.Param), H, K)
 
-    norms = {m: training.grad_norms(nnx.state(grads(model), nnx.Param), H, K)
-             for m, model in (("separate", separate), ("fused", fused))}
+    norms = {m: grad_norms(model) for m, model in (("separate", separate), ("fused", fused))}
     assert set(norms["fused"]) == set(norms["separate"]) == {f"grad_norm/{g}" for g in nn.params.GROUPS} | {
         "grad_norm/total"}
     for name, value in norms["separate"].items():
@@ -62,13 +70,13 @@ def test_fused_and_separate_models_have_the_same_kernels_and_gradient_groups():
 
 
 @pytest.mark.slow
-def test_group_of_names_every_parameter_and_a_fused_kernel_needs_the_heads():
+def test_group_of_names_every_parameter_and_a_fused_kernel_needs_the_heads(models):
     assert nn.params.group_of(("blocks", "attention", "key", "kernel")) == "key"
     assert nn.params.group_of(("blocks", "attention", "qkv", "bias")) == "qkv"
     assert nn.params.group_of(("blocks", "attention", "query_ln", "scale")) == "other"
     assert nn.params.group_of(("blocks", "mlp", "fc1", "kernel")) == "mlp"
     assert nn.params.group_of(("embed", "embedding")) == "other"
-    _, fused = _models()
+    _, fused = models
     with pytest.raises(ValueError, match=r"\(blocks/attention/qkv/bias\S*, shape \(2, 32\)\) splits .* with num_heads"):
         nn.params.grouped(nnx.state(fused, nnx.Param))
     with pytest.raises(ValueError, match=r"shape \(2, 16, 32\) does not split into H \+ 2K = 3 \+ 2 \* 3"):

@@ -49,6 +49,7 @@ from flax import nnx
 
 import attnjax
 from attnjax import nn
+from tests import host_random
 from tests.reference import softmax_attention
 
 # Tolerances for float32 comparisons against jax.nn (both at HIGHEST precision).
@@ -63,17 +64,14 @@ B_, T_, S_, H_, K_, D_ = 2, 5, 7, 4, 2, 8
 
 
 def _qkv(seed, batch, t, s, h, kv, d, dtype=jnp.float32):
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    return (
-        jax.random.normal(k1, batch + (t, h, d), dtype),
-        jax.random.normal(k2, batch + (s, kv, d), dtype),
-        jax.random.normal(k3, batch + (s, kv, d), dtype),
-    )
+    rng = np.random.default_rng(seed)  # host draws: eager jax.random compiles per shape and dtype
+    return tuple(jnp.asarray(rng.standard_normal(shape).astype(jnp.dtype(dtype)))
+                 for shape in (batch + (t, h, d), batch + (s, kv, d), batch + (s, kv, d)))
 
 
 def _random_mask(seed, shape, p=0.6):
     """Random boolean mask that never masks key 0, so no query row is empty."""
-    m = np.array(jax.random.bernoulli(jax.random.key(seed), p, shape))
+    m = np.random.default_rng(seed).random(shape) < p
     m[..., 0] = True
     return jnp.asarray(m)
 
@@ -99,7 +97,7 @@ def _value_and_vjp(fn, args, cotangent_seed, *, jit=False):
 
     def run(*args):
         out, pullback = jax.vjp(fn, *args)
-        cotangent = jax.random.normal(jax.random.key(cotangent_seed), out.shape, out.dtype)
+        cotangent = host_random.normal(cotangent_seed, out.shape, out.dtype)
         return out, pullback(cotangent)
 
     with jax.default_matmul_precision("highest"):
@@ -193,7 +191,7 @@ def test_mask_modes_match_jax_nn(mask_mode, dtype):
     if "custom" in mask_mode:
         mask = jnp.tril(jnp.ones((T, S), jnp.bool_))[None, None]
     if "bias" in mask_mode:
-        bias = jax.random.normal(jax.random.key(2), (1, N, T, S), dtype)
+        bias = host_random.normal(2, (1, N, T, S), dtype)
     if "sliding_window" in mask_mode:
         window = (3, 2) if is_causal else (3, 0)
     if mask_mode == ("sliding_window",):
@@ -258,8 +256,8 @@ def test_self_attention_bias_gradient_matches_jax_nn(batch_size, use_vmap):
     and under `vmap`; output at bf16's default 0.01, dbias within upstream's
     0.1. (Upstream's batch 16 is 4 here, and its batch x vmap product two cases.)"""
     B, S, N, H = batch_size, 128, 4, 32
-    x = jax.random.normal(jax.random.key(3), (B, S, N, H), jnp.bfloat16)
-    bias = jax.random.normal(jax.random.key(4), (B, N, S, S), jnp.bfloat16)
+    x = host_random.normal(3, (B, S, N, H), jnp.bfloat16)
+    bias = host_random.normal(4, (B, N, S, S), jnp.bfloat16)
     mask = jnp.ones((1, 1, S), jnp.bool_)
 
     def attention(fn, x, bias, mask):
@@ -306,7 +304,7 @@ def test_mask_and_bias_broadcast_shapes_match_jax_nn(shape, is_causal):
     full = (B_, H_, T_, S_)
     q, k, v = _qkv(5, (B_,), T_, S_, H_, K_, D_)
     mask = _random_mask(6, shape)
-    bias = jax.random.normal(jax.random.key(7), shape, jnp.float32)
+    bias = host_random.normal(7, shape, jnp.float32)
 
     def ours(q, k, v, b):
         return attnjax.dot_product_attention(q, k, v, b, mask, is_causal=is_causal)
@@ -329,7 +327,7 @@ def test_unbatched_inputs_match_jax_nn(mask_shape):
     example repeated into a batch of two (the shapes the other tests use)."""
     q, k, v = (x[0] for x in _qkv(8, (B_,), T_, S_, H_, K_, D_))
     mask = None if mask_shape is None else _random_mask(9, mask_shape)
-    bias = jax.random.normal(jax.random.key(10), (1, H_, T_, S_), jnp.float32)
+    bias = host_random.normal(10, (1, H_, T_, S_), jnp.float32)
     full = (B_, H_, T_, S_)
 
     def ours(q, k, v, b):
@@ -349,7 +347,7 @@ def test_unbatched_inputs_match_jax_nn(mask_shape):
 def test_positional_bias_and_mask_like_jax_nn():
     """jax.nn's positional order is `(query, key, value, bias, mask)`."""
     q, k, v = _qkv(11, (B_,), T_, S_, H_, K_, D_)
-    bias = jax.random.normal(jax.random.key(12), (B_, 1, T_, S_), jnp.float32)
+    bias = host_random.normal(12, (B_, 1, T_, S_), jnp.float32)
     mask = _random_mask(13, (B_, H_, T_, S_))
     with jax.default_matmul_precision("highest"):
         positional = attnjax.dot_product_attention(q, k, v, bias, mask)
@@ -405,7 +403,7 @@ def test_flax_make_attention_mask_output_is_accepted():
 @pytest.mark.parametrize("scale", [0.1, 1.0, 2.5])
 def test_scale_matches_jax_nn_and_float64_reference(scale):
     q, k, v = _qkv(17, (B_,), T_, S_, H_, K_, D_)
-    bias = jax.random.normal(jax.random.key(18), (H_, T_, S_), jnp.float32)
+    bias = host_random.normal(18, (H_, T_, S_), jnp.float32)
 
     def ours(q, k, v):
         return attnjax.dot_product_attention(q, k, v, bias=bias, scale=scale)
@@ -423,7 +421,7 @@ def test_scale_matches_jax_nn_and_float64_reference(scale):
 def test_temperature_is_scale_and_bias_over_temperature():
     """attnjax's temperature t equals jax.nn with scale / t and bias / t."""
     q, k, v = _qkv(19, (B_,), T_, S_, H_, K_, D_)
-    bias = jax.random.normal(jax.random.key(20), (B_, 1, T_, S_), jnp.float32)
+    bias = host_random.normal(20, (B_, 1, T_, S_), jnp.float32)
     t = 0.7
 
     def ours(q, k, v, b):
@@ -455,7 +453,7 @@ def test_sequence_lengths_match_jax_nn_and_padding_masks(which, is_causal):
     zeroes the outputs of queries t >= L_q[b] (in jax.nn too); T != S, GQA,
     combined with a bias and a mask."""
     q, k, v = _qkv(23, (B_,), T_, S_, H_, K_, D_)
-    bias = jax.random.normal(jax.random.key(24), (B_, H_, T_, S_), jnp.float32)
+    bias = host_random.normal(24, (B_, H_, T_, S_), jnp.float32)
     mask = _random_mask(25, (1, H_, T_, S_))
     q_len = jnp.array([T_, 2], jnp.int32) if which in ("q", "both") else None
     kv_len = jnp.array([3, S_], jnp.int32) if which in ("kv", "both") else None
@@ -510,7 +508,7 @@ def test_local_window_matches_jax_nn(window, is_causal):
     (an int w means (w, w)), aligned top-left for T != S as in jax.nn; the
     same as `attnjax.local_window_mask` passed as a mask."""
     q, k, v = _qkv(27, (B_,), T_, S_, H_, K_, D_)
-    bias = jax.random.normal(jax.random.key(28), (1, H_, T_, S_), jnp.float32)
+    bias = host_random.normal(28, (1, H_, T_, S_), jnp.float32)
 
     def ours(q, k, v, b):
         return attnjax.dot_product_attention(q, k, v, b, local_window_size=window, is_causal=is_causal)
@@ -684,14 +682,15 @@ def _flax_mha(num_heads, in_features, **kwargs):
 
 def _randomise_flax_params(theirs, seed):
     """Give flax's biases and LayerNorm scales non-trivial values, so copying them matters."""
-    keys = iter(jax.random.split(jax.random.key(seed), 16))
+    rng = np.random.default_rng(seed)
+    draw = lambda x: jnp.asarray(rng.standard_normal(x.shape).astype(x.dtype))  # noqa: E731
     for name in ("query", "key", "value", "out"):
         layer = getattr(theirs, name)
         if layer.bias is not None:
-            layer.bias[...] = 0.1 * jax.random.normal(next(keys), layer.bias.shape, layer.bias.dtype)
+            layer.bias[...] = 0.1 * draw(layer.bias)
     if theirs.normalize_qk:
         for ln in (theirs.query_ln, theirs.key_ln):
-            ln.scale[...] = 1.0 + 0.1 * jax.random.normal(next(keys), ln.scale.shape, ln.scale.dtype)
+            ln.scale[...] = 1.0 + 0.1 * draw(ln.scale)
 
 
 def _copy_flax_into_ours(theirs: nnx.MultiHeadAttention, ours: nn.MultiHeadAttention) -> None:
@@ -720,7 +719,7 @@ F_, MH_, MT_ = 16, 4, 6
 
 
 def _x(seed):
-    return jax.random.normal(jax.random.key(seed), (2, MT_, F_), jnp.float32)
+    return host_random.normal(seed, (2, MT_, F_), jnp.float32)
 
 
 def test_module_basic_shapes():
