@@ -16,12 +16,12 @@ Three parts, one run per part and text segment (the segments are the seeds):
 * `ablation`: perplexity with attention to token 0 removed (renormalised) in
   all heads of one layer, per layer, and in all layers.
 
-Budget (default; a statistics forward at T = 8192 is ~80 s on a 2-core CPU,
-its attention computed block of queries by chunk of keys, the chunks after a
-block's last query skipped): statistics 3 forwards at T = 8192; stream 3 x 7
-masked forwards at T = 2048 plus 3 x 2 batches of 16 windows; ablation 3 x 32
-forwards at T = 512 (one compile per edited layer, shared by the segments; at
-T = 512 every layer's ablation fits the budget, at 1024 it would not).
+Budget (default, <= 10 min on a 2-core CPU; a statistics forward at T = 8192
+is about 90 s there, its attention computed block of queries by chunk of keys
+with the chunks after a block's last query skipped, the unused head not run):
+statistics 3 forwards at T = 8192; stream 3 x 7 masked forwards at T = 1536
+plus 3 x 2 batches of 8 re-computation windows; ablation 3 x 32 forwards at
+T = 256 (one compile per edited layer, shared by the segments).
 """
 from ml_collections import config_dict
 
@@ -47,11 +47,11 @@ def get_config(arg: str | None = None):
     # (b) StreamingLLM's comparison at `length` tokens: windows W, sinks n_sink (+ window),
     # re-computation at `recompute_positions` evenly spaced positions >= max(windows) per segment;
     # perplexity per position in bins of `bin` positions.
-    config.stream = config_dict.ConfigDict(dict(length=2048, windows=(256, 1024), sinks=(1, 4),
-                                                recompute_positions=16, bin=128))
+    config.stream = config_dict.ConfigDict(dict(length=1536, windows=(256, 1024), sinks=(1, 4),
+                                                recompute_positions=8, bin=128))
     # (c) Attention to token 0 removed in one layer (each of `layers`; () = every layer) or all layers,
     # at `length` tokens.
-    config.ablation = config_dict.ConfigDict(dict(length=512, layers=()))
+    config.ablation = config_dict.ConfigDict(dict(length=256, layers=()))
     if arg == "smoke":
         config.text.update(num_segments=2, segment_stride=256)
         config.statistics.lengths = (32, 64, 128)

@@ -126,3 +126,25 @@ def test_an_unresolved_interval_is_not_measured():
     s = _summary()
     s["ablation"]["all_ratio"] = {"mean": 4.0, "low": float("nan"), "high": float("nan"), "n": 1}
     assert _one(s, "removing attention to token 0") == "not measured"
+
+
+def test_committed_results_are_their_summary_rendered():
+    """The committed report and README section are the committed default summary rendered; its checks give
+    its verdicts; the run is the default config."""
+    import json
+    from pathlib import Path
+
+    from attnjax import workdir
+    from experiments.long_context import report
+
+    repo = Path(__file__).resolve().parent.parent
+    results = repo / report.README_RESULTS
+    committed = json.loads((results / "summary.json").read_text())
+    timing = json.loads((results / "timing.json").read_text())
+    assert committed["config"] == json.loads(json.dumps(long_context_config.get_config().to_dict()))
+    assert workdir.json_form(checks.predictions(committed)) == committed["predictions"]
+    assert (results / "report.md").read_text() == report.markdown(committed)
+    assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]
+    readme = (repo / "README.md").read_text()
+    start = readme.index("<!-- long_context results -->\n") + len("<!-- long_context results -->\n")
+    assert readme[start:].startswith(report.readme_section(committed, timing) + "\n")

@@ -248,8 +248,9 @@ class Transformer(nnx.Module):
             `attnjax.analysis.AttentionStatistics` of `[L, B, H, T]` arrays
             from each layer's own q and k (after RoPE, with its scale,
             temperature, mask and GQA) and `sink_positions`, with the layers'
-            outputs computed chunk by chunk: memory linear in T, no weights
-            (`attnjax.nn.statistics`; softmax attention, not decoding).
+            outputs accumulated in the same pass, block of queries by chunk
+            of keys: memory linear in T, no weights (`attnjax.nn.statistics`;
+            softmax attention, not decoding).
           decode: `inputs` are the next T positions of the sequences in the
             caches (`init_cache`; causal models only): positions are offset
             by the cache index, every layer attends to its cache and advances.

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from experiments.report_util import render
 
+README_RESULTS = "experiments/results/long_context"
+
 
 def context(summary: dict) -> dict:
     """The template's context: the summary, its predictions and sanity checks apart."""
@@ -14,3 +16,9 @@ def context(summary: dict) -> dict:
 def markdown(summary: dict) -> str:
     """The Markdown report of one run (`summary.json`, with its predictions and plots)."""
     return render("long_context", "report.md.j2", **context(summary))
+
+
+def readme_section(summary: dict, timing: dict, results: str = README_RESULTS) -> str:
+    """The README's long-context results section, from the committed summary and `timing.json`
+    (`{"default": ..., "smoke": ..., "note": ...}`)."""
+    return render("long_context", "readme.md.j2", results=results, timing=timing, **context(summary))
