@@ -44,7 +44,7 @@ def test_within_the_cache_it_equals_plain_cached_generation():
     model = _model(dtype=jnp.float64)
     randomize(model, 0)
     prompt = jax.random.randint(jax.random.key(1), (2, 8), 0, 40)
-    sample = dict(temperature=1.0, key=jax.random.key(3))
+    sample = dict(temperature=3.0, key=jax.random.key(3))  # flat enough that the sampled tokens vary
     plain = model.generate(prompt, 40, **sample)
     streamed = model.generate(prompt, 40, sink_cache=(4, 256), **sample)
     np.testing.assert_array_equal(np.asarray(streamed), np.asarray(plain))
