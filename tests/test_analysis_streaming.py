@@ -238,6 +238,8 @@ def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
     (((T, H, D), (S, H)), {}, r"key must have layout \[..., T, H, D\]"),
     (((B, T, 3, D), (B, S, 2, D)), {}, r"key heads \(2\) must divide query heads \(3\)"),
     (((B, T, H, D), (B, S, H, D)), {"chunk_size": 0}, r"chunk_size must be an int >= 1, got 0 \(key.shape"),
+    (((B, T, H, D), (B, S, H, D)), {"value": np.zeros((B, S - 1, H, D))},
+     r"key and value must agree on \[..., S, K\]"),
     (((B, T, H, D), (B, S, H, D)), {"query_chunk_size": 1.5},
      r"query_chunk_size must be an int >= 1, got 1.5 \(query.shape"),
     (((B, T, H, D), (B, S, H, D)), {"sink_positions": (0, S)}, r"sink_positions \[0, 37\] out of range .* S = 37"),

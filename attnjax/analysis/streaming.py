@@ -113,8 +113,8 @@ def _check_chunk(name, value, label, array):
         raise ValueError(f"{name} must be an int >= 1, got {value!r} ({label}.shape={tuple(array.shape)})")
 
 
-def _check_options(query, key, chunk_size, window):
-    checks.qkv(query, key, key)
+def _check_options(query, key, value, chunk_size, window):
+    checks.qkv(query, key, key if value is None else value)
     _check_chunk("chunk_size", chunk_size, "key", key)
     if window is not None:
         checks.positive_int("window", window)
@@ -135,7 +135,7 @@ def _slice_last(x: Optional[Array], start, size: int, axis: int) -> Optional[Arr
     return jax.lax.dynamic_slice_in_dim(x, start, size, axis=axis % x.ndim)
 
 
-def map_query_blocks(body, q_len: int, block: int, axis: int):
+def _map_query_blocks(body, q_len: int, block: int, axis: int):
     """`body(q_start)` for q_start = 0, block, 2 block, ... (a `jax.lax.map`), its outputs joined along their
     query axis `axis` (negative; `block` long in each output) and cut to `q_len`. One call when
     `q_len <= block`."""
@@ -247,9 +247,7 @@ def attention_statistics(
     Raises:
       ValueError / TypeError naming the argument and shapes, before any compute.
     """
-    _check_options(query, key, chunk_size, window)
-    if value is not None:
-        checks.qkv(query, key, value)
+    _check_options(query, key, value, chunk_size, window)
     _check_chunk("query_chunk_size", query_chunk_size, "query", query)
     checks.temperature(temperature)
     checks.boolean("is_causal", is_causal)
@@ -351,7 +349,7 @@ def attention_statistics(
         carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
         return _finish(carry[:-1], dtype), _normalized_output(carry[-1], carry[3])
 
-    statistics, output = map_query_blocks(block_statistics, q_len, block, -1)
+    statistics, output = _map_query_blocks(block_statistics, q_len, block, -1)
     if value is None:
         return AttentionStatistics(**statistics)
     return AttentionStatistics(**statistics), jnp.moveaxis(output, -1, -3).astype(value.dtype)  # [..., T, H, Dv]
