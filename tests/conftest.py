@@ -65,9 +65,13 @@ RUN_DIR_VARIABLE = "ATTNJAX_TEST_RUN_DIR"
 _OWNS_RUN_DIR = RUN_DIR_VARIABLE not in os.environ
 if _OWNS_RUN_DIR:
     os.environ[RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="attnjax-tests-")
-jax.config.update("jax_compilation_cache_dir", os.path.join(os.environ[RUN_DIR_VARIABLE], "compilation_cache"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# Set in the environment, so that the processes the tests start (study commands,
+# launcher jobs, distributed workers) read and fill the same cache.
+_CACHE_SETTINGS = {"jax_compilation_cache_dir": os.path.join(os.environ[RUN_DIR_VARIABLE], "compilation_cache"),
+                   "jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+for _name, _value in _CACHE_SETTINGS.items():
+    os.environ[_name.upper()] = str(_value)
+    jax.config.update(_name, _value)
 
 
 def pytest_unconfigure(config):
