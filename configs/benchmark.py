@@ -116,6 +116,9 @@ def _pretrained():
         # MiniLM encoder forward; SmolLM2 prefill and cached greedy decoding
         # (tokens/s); against Hugging Face's PyTorch models where installed, on
         # as many threads as JAX uses. Targets: attnjax / PyTorch time ratios.
+        # The checkpoints: '' for the bundled all-MiniLM-L6-v2 and SmolLM2-135M, else a
+        # BERT-family directory and a llama-family GGUF file or directory.
+        encoder_path="", causal_lm_path="",
         bert_batch=32, bert_length=128, prefill_length=512, decode_prompt=64, decode_tokens=33, repeats=3,
         peak_matmul_size=2048, forward_target=1.1, decode_target=1.0,
         # PyTorch's intra-op threads (0: one per core). On a machine whose cores are

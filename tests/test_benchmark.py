@@ -13,9 +13,11 @@ from experiments.benchmark import report as bench_report
 from experiments.benchmark import suite
 from experiments.benchmark import train_step as bench_train_step
 from experiments.benchmark import util as bench_util
+from tests import tiny_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results", "benchmark_cpu", "benchmark.json")
+TINY_BERT, TINY_LLAMA = "tiny_bert", "tiny_llama"
 # Sections added since the committed run: they join it when the whole benchmark is next run.
 NOT_IN_COMMITTED_RUN: set = set()
 
@@ -26,6 +28,11 @@ def smoke(tmp_path_factory):
     config = config_lib.get_config("smoke")
     # The other test workers share the cores: PyTorch's OpenMP threads, one per core, would thrash (10x slower).
     config.pretrained.torch_threads = 1
+    # Tiny checkpoints (the bundled models' loading and inference have their own tests, and were half of the
+    # smoke run): the section's code paths, PyTorch's rows included, are the same for any checkpoint.
+    checkpoints = tmp_path_factory.mktemp("checkpoints")
+    config.pretrained.encoder_path = str(tiny_checkpoint.write_bert(checkpoints / TINY_BERT))
+    config.pretrained.causal_lm_path = str(tiny_checkpoint.write(checkpoints / TINY_LLAMA, layers=2))
     return workdir, suite.run(config, str(workdir), progress=lambda line: None)
 
 
@@ -92,8 +99,9 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     _, payload = smoke
     rows = [r for r in payload["rows"] if r["section"] == "pretrained"]
     names = {r["name"] for r in rows}
-    for model in (bench_pretrained.ENCODER, bench_pretrained.PREFILL):
-        assert f"{model}, attnjax" in names
+    for name in (f"{TINY_BERT} {bench_pretrained.ENCODER}", f"{TINY_LLAMA} {bench_pretrained.PREFILL}",
+                 f"{TINY_LLAMA} {bench_pretrained.DECODE}"):
+        assert f"{name}, attnjax" in names
     for row in rows:  # measured (a time or a ratio), or saying why not
         measured = row.get("tokens_per_s", 0) > 0 or (row.get("ratio") or 0) > 0
         assert measured or row["note"].startswith("not measured (") or "no time difference" in row["note"], row
@@ -103,7 +111,9 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     if missing is not None:
         assert all(r["note"] == f"not measured ({missing})" for r in torch_rows)
     else:
-        assert all("torch 1 threads" in r["note"] for r in torch_rows if "seconds" in r)  # the config's threads
+        # Built and run: each measured on the config's threads (decoding may show no time difference).
+        assert all("seconds" in r or "no time difference" in r["note"] for r in torch_rows), torch_rows
+        assert all("torch 1 threads" in r["note"] for r in torch_rows)
         ratios = [r for r in rows if r["name"].endswith("attnjax / PyTorch")]
         assert len(ratios) == 3 and all(r.get("ratio", 1) > 0 or r["note"].startswith("not measured (")
                                         for r in ratios)
@@ -177,6 +187,19 @@ def test_flax_reference_model_has_attnjax_models_parameter_count(shape):
     assert count["flax"] == count["attnjax"]
 
 
+def test_rows_are_named_after_the_checkpoint():
+    assert bench_pretrained.label("", "MiniLM-L6") == "MiniLM-L6"
+    assert bench_pretrained.label("/models/my-bert/", "MiniLM-L6") == "my-bert"
+    assert bench_pretrained.label("/models/tiny.Q8_0.gguf", "SmolLM2-135M") == "tiny.Q8_0"
+
+
+def test_an_encoder_given_as_the_causal_lm_is_refused(tmp_path):
+    config = config_lib.get_config("smoke").pretrained
+    config.causal_lm_path = str(tiny_checkpoint.write_bert(tmp_path / "bert"))
+    with pytest.raises(ValueError, match="causal_lm_path .* holds an encoder, not a causal LM"):
+        bench_pretrained.causal_lm_rows(config, 1.0)
+
+
 def test_pretrained_rows_say_not_measured_without_the_model_wheels(monkeypatch):
     from attnjax import pretrained
 
@@ -187,7 +210,10 @@ def test_pretrained_rows_say_not_measured_without_the_model_wheels(monkeypatch):
     monkeypatch.setattr(pretrained, "load_llama", absent)
     config = config_lib.get_config("smoke").pretrained
     rows = bench_pretrained.encoder_rows(config, 1.0) + bench_pretrained.causal_lm_rows(config, 1.0)
-    assert len(rows) == 3
+    # The bundled checkpoints name the rows as in the committed run.
+    assert [r["name"] for r in rows] == ["MiniLM-L6 encoder forward, attnjax",
+                                         "SmolLM2-135M prefill (forward), attnjax",
+                                         "SmolLM2-135M cached greedy decoding, attnjax"]
     assert all(r["note"] == "not measured (model not installed: no path given and package 'x' is not installed)"
                for r in rows)
 

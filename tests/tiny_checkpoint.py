@@ -1,10 +1,12 @@
-"""A tiny llama checkpoint written by hand (NumPy, `safetensors`, a word-level `tokenizer.json` as JSON):
-a Hugging Face directory for the tests that need neither torch nor transformers.
+"""Tiny checkpoints written by hand (NumPy, `safetensors`, a word-level `tokenizer.json` as JSON):
+Hugging Face directories for the tests that need neither torch nor transformers to write them.
 
 `write(path, layers=L)`: config.json, model.safetensors and tokenizer.json of a
 llama of width 8, 2 heads (1 key/value head), tied head; `config=` and
 `tensors=` replace what is written, `tokenizer=False` leaves the tokenizer out.
-The tokenizer splits on whitespace; words other than a, b, c, d are <unk>.
+`write_bert(path)`: the same files of a one-layer BERT encoder of width 8
+(`BertModel`'s tensor names, GELU, 2 token types). The tokenizer splits on
+whitespace; words other than a, b, c, d are <unk>.
 """
 import json
 
@@ -46,3 +48,29 @@ def write(path, *, config=None, tensors_=None, tokenizer: bool = True, layers: i
     if tokenizer:
         (path / "tokenizer.json").write_text(json.dumps(TOKENIZER))
     return path
+
+
+BERT_CONFIG = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": D, "num_hidden_layers": 1,
+               "num_attention_heads": HEADS, "intermediate_size": FFN, "vocab_size": VOCAB, "type_vocab_size": 2,
+               "max_position_embeddings": 64, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+               "position_embedding_type": "absolute", "pad_token_id": 0}
+
+
+def bert_tensors() -> dict:
+    """`write_bert`'s tensors (`BertModel` names, torch layout `[out, in]`), standard normal, float32."""
+    rng = np.random.default_rng(1)
+    linear = lambda name, out, inp: {f"{name}.weight": (out, inp), f"{name}.bias": (out,)}  # noqa: E731
+    norm = lambda name: {f"{name}.weight": (D,), f"{name}.bias": (D,)}  # noqa: E731
+    p = "encoder.layer.0."
+    shapes = {"embeddings.word_embeddings.weight": (VOCAB, D), "embeddings.token_type_embeddings.weight": (2, D),
+              "embeddings.position_embeddings.weight": (64, D), **norm("embeddings.LayerNorm"),
+              **linear(p + "attention.self.query", D, D), **linear(p + "attention.self.key", D, D),
+              **linear(p + "attention.self.value", D, D), **linear(p + "attention.output.dense", D, D),
+              **norm(p + "attention.output.LayerNorm"), **linear(p + "intermediate.dense", FFN, D),
+              **linear(p + "output.dense", D, FFN), **norm(p + "output.LayerNorm")}
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def write_bert(path):
+    """Write the tiny BERT encoder into directory `path` (a `pathlib.Path`); returns it."""
+    return write(path, config=BERT_CONFIG, tensors_=bert_tensors())

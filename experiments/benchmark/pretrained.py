@@ -2,6 +2,11 @@
 
 Config: `configs/benchmark.py`, `pretrained`. float32 throughout.
 
+Checkpoints: `encoder_path` and `causal_lm_path` ('' for the bundled ones
+below; any local BERT-family directory, and any llama-family GGUF file or
+checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
+"SmolLM2-135M", or the file's or directory's name).
+
 * MiniLM encoder (all-MiniLM-L6-v2, `load_bert()`): the forward pass of
   `bert_batch` sequences of `bert_length` tokens (no padding), seconds,
   tokens/s and TFLOP/s.
@@ -44,9 +49,8 @@ from flax import nnx
 from experiments.benchmark.util import interleaved_median_times, median_time, not_measured, ratio_row
 
 SECTION = "pretrained"
-ENCODER = "MiniLM-L6 encoder forward"
-PREFILL = "SmolLM2-135M prefill (forward)"
-DECODE = "SmolLM2-135M cached greedy decoding"
+ENCODER_LABEL, CAUSAL_LM_LABEL = "MiniLM-L6", "SmolLM2-135M"  # the bundled checkpoints
+ENCODER, PREFILL, DECODE = "encoder forward", "prefill (forward)", "cached greedy decoding"
 ATTNJAX = "attnjax"
 TORCH = "transformers (PyTorch)"
 
@@ -67,6 +71,15 @@ def _reason(error: BaseException) -> str:
     """An exception in a few words, for a "not measured (...)" note."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
+def label(path: str, bundled: str) -> str:
+    """The name rows carry for the checkpoint at `path`: `bundled` for '' (the bundled one), else the file's or
+    directory's name (without `.gguf`)."""
+    if not path:
+        return bundled
+    name = os.path.basename(os.path.normpath(path))
+    return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
 
 def torch_threads(requested: int = 0) -> int:
@@ -172,25 +185,30 @@ def _jitted_forward(model, ids):
 
 
 def encoder_rows(cfg, peak: float) -> list[dict]:
+    """The encoder rows: `cfg.encoder_path` (a BERT-family checkpoint directory; '': the bundled MiniLM)."""
     from attnjax import pretrained
     from attnjax.pretrained import bert
 
     b, t = cfg.bert_batch, cfg.bert_length
-    shape = f"B={b} T={t} f32"
-    model, tokenizer = _load(pretrained.load_bert)
+    shape, name = f"B={b} T={t} f32", f"{label(cfg.encoder_path, ENCODER_LABEL)} {ENCODER}"
+    model, tokenizer = _load(lambda: pretrained.load_bert(cfg.encoder_path or None))
     if model is None:
-        return [not_measured(SECTION, f"{ENCODER}, {ATTNJAX}", shape, tokenizer)]
-    ids = jax.random.randint(jax.random.key(0), (b, t), 1000, model.config.vocab_size, dtype=jnp.int32)
+        return [not_measured(SECTION, f"{name}, {ATTNJAX}", shape, tokenizer)]
+    vocab = model.config.vocab_size
+    # Ids from 1000 up skip MiniLM's [PAD], [unused*] and special tokens (all of a small vocabulary's upper half).
+    ids = jax.random.randint(jax.random.key(0), (b, t), min(1000, vocab // 2), vocab, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
 
     def build():
         import transformers
 
-        torch_model = transformers.BertModel.from_pretrained(bert.default_path()).eval()
+        # No pooler: attnjax's encoder returns the hidden states only, so both sides do the same work.
+        torch_model = transformers.BertModel.from_pretrained(cfg.encoder_path or bert.default_path(),
+                                                             add_pooling_layer=False).eval()
         return _torch_call(torch_model, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)})
 
     theirs, why = reference(build, cfg.torch_threads)
-    return _compare(ENCODER, shape, ours, theirs, why, b * t, forward_flops(model, b, t), peak, cfg.repeats,
+    return _compare(name, shape, ours, theirs, why, b * t, forward_flops(model, b, t), peak, cfg.repeats,
                     cfg.forward_target)
 
 
@@ -227,20 +245,36 @@ def _generator(model, prompt, tokens: int):
     return lambda: model.generate(prompt, tokens)
 
 
-def causal_lm_rows(cfg, peak: float) -> list[dict]:
+def _load_causal_lm(path: str):
+    """`load_llama` for '' (the bundled SmolLM2) or a `.gguf` file, else `from_pretrained` of a llama-family
+    checkpoint directory."""
     from attnjax import pretrained
 
+    if not path or path.endswith(".gguf"):
+        return pretrained.load_llama(path or None)
+    model, tokenizer = pretrained.from_pretrained(path)
+    if not model.config.causal:
+        raise ValueError(f"pretrained.causal_lm_path {path!r} holds an encoder, not a causal LM; give a "
+                         f"llama-family GGUF file or checkpoint directory")
+    return model, tokenizer
+
+
+def causal_lm_rows(cfg, peak: float) -> list[dict]:
+    """The causal LM rows: `cfg.causal_lm_path` (a llama-family GGUF file or checkpoint directory; '': the
+    bundled SmolLM2)."""
     t, p, n = cfg.prefill_length, cfg.decode_prompt, cfg.decode_tokens
     prefill_shape, decode_shape = f"B=1 T={t} f32", f"B=1 prompt={p} new={n} f32"
-    model, tokenizer = _load(pretrained.load_llama)
+    model_label = label(cfg.causal_lm_path, CAUSAL_LM_LABEL)
+    prefill_name, decode_name = f"{model_label} {PREFILL}", f"{model_label} {DECODE}"
+    model, tokenizer = _load(lambda: _load_causal_lm(cfg.causal_lm_path))
     if model is None:
-        return [not_measured(SECTION, f"{PREFILL}, {ATTNJAX}", prefill_shape, tokenizer),
-                not_measured(SECTION, f"{DECODE}, {ATTNJAX}", decode_shape, tokenizer)]
+        return [not_measured(SECTION, f"{prefill_name}, {ATTNJAX}", prefill_shape, tokenizer),
+                not_measured(SECTION, f"{decode_name}, {ATTNJAX}", decode_shape, tokenizer)]
     ids = jax.random.randint(jax.random.key(0), (1, t), 0, model.config.vocab_size, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
     torch_model, why = reference(lambda: torch_llama(model), cfg.torch_threads)
     theirs = None if torch_model is None else _torch_call(torch_model, {"input_ids": ids})
-    rows = _compare(PREFILL, prefill_shape, ours, theirs, why, t, forward_flops(model, 1, t), peak, cfg.repeats,
+    rows = _compare(prefill_name, prefill_shape, ours, theirs, why, t, forward_flops(model, 1, t), peak, cfg.repeats,
                     cfg.forward_target)
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
@@ -259,7 +293,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
     decode_rows = {}
     for who in (ATTNJAX, TORCH) if torch_model is not None else (ATTNJAX,):
         decoding = times[(who, n)] - times[(who, 1)]
-        row = {"section": SECTION, "name": f"{DECODE}, {who}", "shape": decode_shape,
+        row = {"section": SECTION, "name": f"{decode_name}, {who}", "shape": decode_shape,
                "note": f"{notes[who]}; {n - 1} tokens after the first"}
         if decoding > 0:
             row.update(seconds=decoding / (n - 1), tokens_per_s=(n - 1) / decoding)
@@ -268,12 +302,12 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         decode_rows[who] = row
     rows.append(decode_rows[ATTNJAX])
     if torch_model is None:
-        return rows + [not_measured(SECTION, f"{DECODE}, {TORCH}", decode_shape, why)]
+        return rows + [not_measured(SECTION, f"{decode_name}, {TORCH}", decode_shape, why)]
     rows.append(decode_rows[TORCH])
     if "seconds" not in decode_rows[ATTNJAX] or "seconds" not in decode_rows[TORCH]:
-        return rows + [not_measured(SECTION, f"{DECODE}, attnjax / PyTorch", decode_shape,
+        return rows + [not_measured(SECTION, f"{decode_name}, attnjax / PyTorch", decode_shape,
                                     "no time difference measurable")]
-    rows.append(ratio_row(SECTION, f"{DECODE}, attnjax / PyTorch", decode_shape,
+    rows.append(ratio_row(SECTION, f"{decode_name}, attnjax / PyTorch", decode_shape,
                           decode_rows[ATTNJAX].get("seconds"), decode_rows[TORCH].get("seconds"),
                           decode_rows[TORCH]["name"], target=f"<= {cfg.decode_target:g}",
                           note="attnjax s per token / PyTorch s per token"))
