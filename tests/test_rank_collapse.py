@@ -94,13 +94,14 @@ def test_training_check_needs_every_seed():
     assert checks.training_checks(summary_with([1.0, 0.26]))[0]["verdict"] == "fail"
 
 
-def _with_finished_init_runs(run, path):
-    """A workdir holding the finished study's config and init-sweep records: a
-    re-run skips those runs and starts with the training run."""
+def _with_every_run_but_training(run, path):
+    """A workdir holding the finished study's config and the records of every run but the training run:
+    a re-run skips those runs and does only the training run."""
     shutil.copy(run.workdir / "config.json", path / "config.json")
     (path / "runs").mkdir()
-    for record in (run.workdir / "runs").glob("init-*.json"):
-        shutil.copy(record, path / "runs" / record.name)
+    for record in (run.workdir / "runs").glob("*.json"):
+        if record.stem != TRAIN_RUN:
+            shutil.copy(record, path / "runs" / record.name)
 
 
 def _run(path, progress=lambda line: None):
@@ -108,7 +109,7 @@ def _run(path, progress=lambda line: None):
 
 
 def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch):
-    _with_finished_init_runs(run, tmp_path)
+    _with_every_run_but_training(run, tmp_path)
     real_save = training.Checkpointer.save
 
     def save_then_die(self, step, state):
@@ -124,6 +125,8 @@ def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch)
     messages = []
     assert _run(tmp_path, messages.append) == run.summary
     assert any("resumed from step 2" in m for m in messages)
+    runs = len(run.summary["runs"])
+    assert messages[0].startswith(f"rank_collapse: {runs} runs ({runs - 1} already done)")  # only the killed run
     assert not (tmp_path / "checkpoints" / TRAIN_RUN).exists()
 
 
