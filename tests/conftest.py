@@ -49,6 +49,7 @@ os.environ["XLA_FLAGS"] = " ".join(
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("attnjax", derandomize=True, database=None)
@@ -72,6 +73,16 @@ _CACHE_SETTINGS = {"jax_compilation_cache_dir": os.path.join(os.environ[RUN_DIR_
 for _name, _value in _CACHE_SETTINGS.items():
     os.environ[_name.upper()] = str(_value)
     jax.config.update(_name, _value)
+
+
+@pytest.fixture
+def figures_not_rendered(monkeypatch):
+    """For tests of records, resumes and summaries: a study run still builds every figure (the summary lists
+    their names), but renders no PNG (about a second per figure). The smoke-run tests check the rendered
+    figures of every study."""
+    from attnjax.workdir import Workdir
+
+    monkeypatch.setattr(Workdir, "write_figure", lambda self, name, figure: self.file("plots", f"{name}.png"))
 
 
 def pytest_unconfigure(config):

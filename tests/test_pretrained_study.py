@@ -90,7 +90,7 @@ def test_smoke_run_writes_the_outputs(variant):
 
 @needs_models
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_rerun_skips_finished_runs(variant):
+def test_rerun_skips_finished_runs(variant, figures_not_rendered):
     run = finished(variant)
     metrics = (run.workdir / "metrics.jsonl").read_text()
     again = study_lib.run(dataclasses.replace(STUDY, run_one=refuse), pretrained_config.get_config(variant),
@@ -99,7 +99,7 @@ def test_rerun_skips_finished_runs(variant):
 
 
 @needs_models
-def test_resume_after_a_kill_gives_the_same_summary(tmp_path):
+def test_resume_after_a_kill_gives_the_same_summary(tmp_path, figures_not_rendered):
     run, config = finished("smoke"), pretrained_config.get_config("smoke")
     killed_id = "depth-no_skip"
     workdir = tmp_path / "killed"

@@ -108,7 +108,7 @@ def _run(path, progress=lambda line: None):
     return study_lib.run(STUDY, rank_collapse_test_config(), str(path), progress=progress)
 
 
-def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch):
+def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch, figures_not_rendered):
     _with_every_run_but_training(run, tmp_path)
     real_save = training.Checkpointer.save
 

@@ -201,7 +201,7 @@ def test_smoke_run_writes_the_five_outputs(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_rerun_skips_finished_runs(name):
+def test_rerun_skips_finished_runs(name, figures_not_rendered):
     study, test_config, _ = STUDIES[name]
     run = finished(name)
     metrics = (run.workdir / "metrics.jsonl").read_text()
@@ -211,7 +211,7 @@ def test_rerun_skips_finished_runs(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path):
+def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_rendered):
     """A kill during a run leaves no record for it (and maybe its scratch); a re-run redoes that run only."""
     study, test_config, _ = STUDIES[name]
     run = finished(name)
