@@ -164,7 +164,16 @@ def test_config_typo_lists_the_valid_keys(name, capsys):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_command_line_typo_fails_before_running(name, tmp_path):
+def test_each_command_is_the_shared_entry_point_of_its_study(name):
+    """`python -m experiments.<name>` is `cli.study_main` of that study's STUDY, so the command-line test below,
+    run as a process for one study, holds for every study."""
+    source = (REPO / "experiments" / name / "__main__.py").read_text()
+    assert f"from experiments.{name} import STUDY\n" in source and "study_main(STUDY)\n" in source
+    assert STUDIES[name][0].name == name  # study_main reads configs/<STUDY.name>.py
+
+
+def test_command_line_typo_fails_before_running(tmp_path):
+    name = "rank_collapse"  # every study's command is the same entry point (the test above)
     cmd = [sys.executable, "-m", f"experiments.{name}", "--config", f"configs/{name}.py:smoke",
            "--config.seedz=3", "--workdir", str(tmp_path / "out")]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
