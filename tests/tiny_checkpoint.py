@@ -62,8 +62,9 @@ def bert_tensors() -> dict:
     linear = lambda name, out, inp: {f"{name}.weight": (out, inp), f"{name}.bias": (out,)}  # noqa: E731
     norm = lambda name: {f"{name}.weight": (D,), f"{name}.bias": (D,)}  # noqa: E731
     p = "encoder.layer.0."
-    shapes = {"embeddings.word_embeddings.weight": (VOCAB, D), "embeddings.token_type_embeddings.weight": (2, D),
-              "embeddings.position_embeddings.weight": (64, D), **norm("embeddings.LayerNorm"),
+    types, positions = BERT_CONFIG["type_vocab_size"], BERT_CONFIG["max_position_embeddings"]
+    shapes = {"embeddings.word_embeddings.weight": (VOCAB, D), "embeddings.token_type_embeddings.weight": (types, D),
+              "embeddings.position_embeddings.weight": (positions, D), **norm("embeddings.LayerNorm"),
               **linear(p + "attention.self.query", D, D), **linear(p + "attention.self.key", D, D),
               **linear(p + "attention.self.value", D, D), **linear(p + "attention.output.dense", D, D),
               **norm(p + "attention.output.LayerNorm"), **linear(p + "intermediate.dense", FFN, D),
