@@ -43,6 +43,28 @@ def default_path() -> str:
     return os.path.join(checkpoint.package_dir(SMOLLM_PACKAGE, SMOLLM_HINT), SMOLLM_FILE)
 
 
+def gguf_reader(path: str):
+    """`gguf.GGUFReader` of `path`, parsing from a plain ndarray view of the memory-mapped file.
+
+    The reader slices its `data` (an `np.memmap`) once per metadata element; on a
+    memmap each slice pays the subclass's bookkeeping, which made parsing
+    SmolLM2's 49k-token vocabulary and its merges 3x slower. The ndarray view maps
+    the same file: nothing is read until used, tensors stay views of the file.
+    """
+    import gguf
+
+    class PlainArrayReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._array
+
+        @data.setter
+        def data(self, value):
+            self._array = np.asarray(value)
+
+    return PlainArrayReader(path)
+
+
 def _field(reader, name: str, default=None):
     field = reader.fields.get(name)
     if field is None:
@@ -132,12 +154,10 @@ def load_llama(path: Optional[str] = None, *, dtype=None,
       `(model, tokenizer)`: a causal `nn.Transformer` whose output is logits
       `[B, T, vocab]`, and a `TextTokenizer` (`encode`, `decode`).
     """
-    import gguf
-
     path = default_path() if path is None else path
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file {path!r} does not exist")
-    reader = gguf.GGUFReader(path)
+    reader = gguf_reader(path)
     raw = {t.name: t for t in reader.tensors}
     tied = "output.weight" not in raw
     config = llama_config(reader, dtype=dtype, param_dtype=param_dtype, tied=tied)
