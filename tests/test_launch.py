@@ -2,7 +2,7 @@
 
 The command-line test runs the softmax-scaling study's test config, made
 smaller still (two widths, few samples: compile time, not results, is what a
-job costs here), as one process and as two local jobs; the kill and shard
+job costs here), in the test's process and, by its command, as two local jobs; the kill and shard
 tests use the runner's toy study (no JAX), so that a job is a process start.
 """
 import inspect
@@ -13,30 +13,39 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 from ml_collections import ConfigDict
 
 from attnjax import launch
+from attnjax import study as study_lib
+from configs import softmax_scaling as softmax_scaling_config
+from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
 from tests.test_studies import REPO, _toy
 
 pytest.importorskip("submitit")  # the `cluster` extra, part of `dev`
 
-TINY = ["--config", "configs/softmax_scaling.py:smoke", "--config.dims=(4, 8)", "--config.num_samples=4096",
-        "--config.saturation_samples=64", "--config.flat_min_dim=8", "--config.gradient_samples=16",
-        "--config.rate_dims=(256, 4096)", "--config.rate_samples=256"]
+# Overrides of the smoke variant (the command line gets them as `--config.<key>=<value>`).
+TINY = {"dims": (4, 8), "num_samples": 4096, "saturation_samples": 64, "flat_min_dim": 8, "gradient_samples": 16,
+        "rate_dims": (256, 4096), "rate_samples": 256}
 TOY_CONFIG = ConfigDict({"xs": (1, 2, 3, 4, 5)})
 
 
 def _study_command(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "experiments.softmax_scaling", *TINY, "--workdir", str(workdir), *extra]
+    overrides = [f"--config.{key}={value}" for key, value in TINY.items()]
+    cmd = [sys.executable, "-m", "experiments.softmax_scaling", "--config", "configs/softmax_scaling.py:smoke",
+           *overrides, "--workdir", str(workdir), *extra]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 @pytest.mark.slow
-def test_two_local_jobs_give_the_summary_of_one_process(tmp_path):
-    _study_command(tmp_path / "one")
+def test_two_local_jobs_give_the_summary_of_one_process(tmp_path, figures_not_rendered):
+    config = softmax_scaling_config.get_config("smoke")
+    config.update(TINY)
+    with jax.enable_x64(False):  # as the command runs it (the suite turns float64 on)
+        study_lib.run(SOFTMAX_SCALING, config, str(tmp_path / "one"), progress=lambda line: None)
     result = _study_command(tmp_path / "jobs", "--launcher=local", "--jobs=2")
     assert "submitting 2 local jobs for the 4 runs of 4 without a record" in result.stdout
     one, jobs = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("one", "jobs"))
