@@ -15,17 +15,22 @@
   for 'default', 'linear' and 'llama3') and checked against Hugging Face's
   float32 rates first.
 * `relative_error(a, b)`: max |a - b| / max |b|, over the entries compared.
+
+torch and transformers are imported where they are used, so that collecting the
+tests (every worker imports every test module) does not import them;
+`AVAILABLE` says whether both are installed.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import types
 
 import numpy as np
-import torch
-import transformers
+
+AVAILABLE = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB, MAX_LEN = 2, 64, 4, 2, 96, 64
 # Weights of std 0.2 (Hugging Face's default is 0.02): every layer then moves the logits and the
@@ -40,6 +45,8 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 def hf_config(family: str, **overrides):
     """A tiny `transformers` config of `family` (llama: llama3 rope scaling, untied head; mistral: sliding
     window 4 and linear rope scaling; qwen2: q/k/v biases, tied head; gpt2: tied head)."""
+    import transformers
+
     common = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=128,
                   vocab_size=VOCAB, max_position_embeddings=MAX_LEN, pad_token_id=0, initializer_range=INIT_STD)
     if family == "bert":
@@ -65,6 +72,8 @@ def hf_config(family: str, **overrides):
 
 
 def model_class(family: str):
+    import transformers
+
     return transformers.AutoModel if family == "bert" else transformers.AutoModelForCausalLM
 
 
@@ -84,9 +93,12 @@ def write_tokenizer(path: str, family: str) -> None:
     tokenizer.save(os.path.join(path, "tokenizer.json"))
 
 
-def write_checkpoint(family: str, path: str, *, seed: int = 0, torch_dtype=torch.float32, max_shard_size=None,
+def write_checkpoint(family: str, path: str, *, seed: int = 0, torch_dtype=None, max_shard_size=None,
                      **overrides):
-    """A random checkpoint of `family` in directory `path`; returns the float32 eager PyTorch model."""
+    """A random checkpoint of `family` in directory `path` (saved in `torch_dtype`, default float32); returns the
+    float32 eager PyTorch model."""
+    import torch
+
     torch.manual_seed(seed)
     config = hf_config(family, **overrides)
     model = model_class(family).from_config(config, attn_implementation="eager").eval()
@@ -94,7 +106,7 @@ def write_checkpoint(family: str, path: str, *, seed: int = 0, torch_dtype=torch
         for name, p in model.named_parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
-    saved = model.to(torch_dtype)
+    saved = model.to(torch.float32 if torch_dtype is None else torch_dtype)
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     saved.save_pretrained(path, **kwargs)
     write_tokenizer(path, family)
@@ -121,6 +133,8 @@ def _float64_rates(config, dim: int) -> np.ndarray:
 
 
 def _rotary_forward(module, rates):
+    import torch
+
     def forward(self, x, position_ids):
         freqs = position_ids[..., None].to(torch.float64) * rates
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -130,6 +144,8 @@ def _rotary_forward(module, rates):
 
 
 def _rms_forward(module):
+    import torch
+
     def forward(self, x):
         variance = x.pow(2).mean(-1, keepdim=True)
         return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
@@ -140,6 +156,8 @@ def _rms_forward(module):
 @contextlib.contextmanager
 def exact_float64(model):
     """Within: `model`'s float32 islands (softmax, RMSNorm, rotary tables) run in its own dtype."""
+    import torch
+
     softmax = torch.nn.functional.softmax
     patched = []
 
@@ -169,6 +187,8 @@ def exact_float64(model):
 def hf_outputs(model, ids: np.ndarray, valid: np.ndarray) -> dict:
     """The eager forward on ids `[B, T]` with attention_mask `valid` `[B, T]`: 'out' (logits `[B, T, V]`, or
     the encoder's last hidden state `[B, T, D]`), 'hidden' `[L + 1, B, T, D]`, 'attention' `[L, B, H, T, T]`."""
+    import torch
+
     with torch.no_grad():
         out = model(input_ids=torch.as_tensor(ids, dtype=torch.long),
                     attention_mask=torch.as_tensor(valid, dtype=torch.long),
