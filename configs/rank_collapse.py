@@ -81,7 +81,9 @@ def get_config(arg: str | None = None):
     # Dong et al.'s exponent is read from the attention-only run at this embedding std (init or
     # scale sweep): std 2 at L = 8 resolves layers 0-5 above 1e-13 in the committed regime table.
     config.dong_embedding_std = 2.0
-    config.mask_sweep = _sweep((32,), ("attention_only", "attention_only_ln", "skip"), ("softmax",), (1.0,), True)
+    # Wu et al.'s causal rate is read with an interval over these seeds.
+    config.mask_sweep = _sweep((32,), ("attention_only", "attention_only_ln", "skip"), ("softmax",), (1.0,), True,
+                               num_seeds=10)
     config.grad_sweep = _sweep((1, 8), ("attention_only", "attention_only_ln"), ("softmax",), (1.0,), True,
                                grad_norms=True)
     # Causal for training, since recall is next-token prediction; the library's
@@ -109,7 +111,7 @@ def get_config(arg: str | None = None):
         config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, num_seeds=10)
         config.scale_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=())
         config.dong_embedding_std = 1.0
-        config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True)
+        config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True, num_seeds=10)
         config.grad_sweep = _sweep((1, 4), ("attention_only",), ("softmax",), (1.0,), True, grad_norms=True)
         config.train_sweep = _sweep((2,), ("skip_mlp",), ("softmax",), (1.0,), True, embedding_stds=(None,),
                                     exclude=())

@@ -9,8 +9,9 @@ and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
 first failing test) and writes it as JSON; exits 1 if any mutant survives.
 
-Not listed: experiments/rank_collapse/checks.py, and softmax_scaling's checks (their
-verdicts are tested only through a full smoke run of the study, minutes per mutant).
+Not listed: experiments/rank_collapse/checks.py other than Wu et al.'s causal checks, and
+softmax_scaling's checks (their verdicts are tested only through a full smoke run of the
+study, minutes per mutant).
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ REF = ("tests/test_reference_transformer.py",)
 PRETRAINED = ("tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
               "tests/test_pretrained_study.py::test_comparison_checks")
 POWER = ("tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",)
+WU = tuple(f"tests/test_rank_collapse.py::{name}" for name in (
+    "test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2",
+    "test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one",
+    "test_the_exponential_check_fails_when_the_interval_over_seeds_reaches_one",
+    "test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2"))
 HF = ("tests/test_pretrained_hf.py",)  # skips without torch / transformers: run these with the oracle extra
 SWITCHES = ("tests/test_nn_switches.py",)
 
@@ -100,6 +106,12 @@ MUTANTS = (
            "worst, bool(worst > math.log10(factor)), note)", "lambda-product verdict flipped", POWER),
     Mutant("experiments/power_iteration/checks.py", "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
            "ENTROPY_RANGE[0] <= h", "regime check: upper entropy bound dropped", POWER),
+    Mutant("experiments/rank_collapse/checks.py", "bool(below and steady)", "bool(steady)",
+           "Wu exponential check: rate below 1 not required", WU),
+    Mutant("experiments/rank_collapse/checks.py", "bool(below and steady)", "bool(below)",
+           "Wu exponential check: constant rate not required", WU),
+    Mutant("experiments/rank_collapse/checks.py", 'abs(w["ratio"]["mean"] - 1) <= LAMBDA2_TOLERANCE',
+           'abs(w["ratio"]["mean"] - 1) > LAMBDA2_TOLERANCE', "|lambda_2| check verdict flipped", WU),
     Mutant("attnjax/pretrained/decoder.py", 'return {"use_bias": False, "qkv_bias": True}',
            'return {"use_bias": False, "qkv_bias": False}', "qwen2's q/k/v biases dropped", HF),
     Mutant("attnjax/pretrained/gpt2.py",

@@ -53,7 +53,10 @@ def test_pure_attention_collapses_at_initialisation(run):
     assert verdicts["Dong's cubic exponent"] == ("prediction", "pass")
     assert "over 10 seeds" in names["Dong's cubic exponent"]["note"]
     assert verdicts["residual <= Dong's bound at every resolved layer"] == ("sanity", "pass")
-    assert verdicts["causal pure attention still collapses exponentially"] == ("prediction", "pass")
+    assert verdicts["causal pure attention collapses exponentially"] == ("prediction", "pass")
+    # At width 16, L = 4 (the test config) the causal residual falls 1.2-1.4x slower than its maps' |lambda_2|.
+    assert verdicts["the causal collapse rate is the maps' |lambda_2|"] == ("prediction", "fail")
+    assert "10 seeds" in names["causal pure attention collapses exponentially"]["name"]
     assert verdicts["the causal mask slows the collapse"] == ("prediction", "pass")
     assert verdicts["layer-1 logit variance = (std_e^2 + std_p^2)^2"] == ("sanity", "pass")
     noci = names["skip scaled by 1/sqrt(L) keeps rank"]
@@ -295,21 +298,78 @@ def test_gradient_check_fails_when_query_key_gradients_grow_with_depth():
     assert checks.gradient_checks(summary(2.0))[0]["verdict"] == "fail"
 
 
-def test_mask_checks_fail_without_collapse_and_when_the_mask_does_not_slow_it():
+def _causal_summary(causal_profile, slem=0.5, seeds=10, noise=0.02):
+    """A causal attention-only run with relative residuals `causal_profile` (`[L + 1]`, or `[seeds, L + 1]`; times
+    noise) and maps of |lambda_2| `slem`, beside a bidirectional twin falling 100x per layer."""
+    rng = np.random.default_rng(0)
+    r = np.asarray(causal_profile, np.float64)
+    r = np.broadcast_to(r, (seeds, r.shape[-1]))
+    depth = r.shape[-1] - 1
+    causal = {"residual_fro": (r * np.exp(noise * rng.standard_normal(r.shape))).tolist(),
+              "slem": np.full((seeds, depth), slem).tolist(), "dobrushin": np.full((seeds, depth), 0.9).tolist(),
+              "attention_entropy_normalized": np.full((seeds, depth), 0.99).tolist()}
+    bidir = {"residual_fro": [list(0.01 ** np.arange(depth + 1.0))] * 2}
+    return _summary(_run_record("mask", "attention_only", depth, causal, causal=True),
+                    _run_record("init", "attention_only", depth, bidir))
+
+
+def _mask_verdicts(causal_profile, **kw):
     from experiments.rank_collapse import checks
 
-    def summary(causal_profile):
-        bidir = 0.01 ** np.arange(5.0)
-        metric = lambda r: {"residual_fro": [list(r), list(r * 1.01)], "dobrushin": [[0.5] * 4] * 2}  # noqa: E731
-        return _summary(_run_record("mask", "attention_only", 4, metric(np.asarray(causal_profile)), causal=True),
-                        _run_record("init", "attention_only", 4, metric(bidir)))
+    return {c["name"].split(" (")[0]: c["verdict"] for c in checks.mask_checks(_causal_summary(causal_profile, **kw))}
 
-    passing = checks.mask_checks(summary(0.5 ** np.arange(5.0)))
-    assert [c["verdict"] for c in passing] == ["pass", "pass"]
-    flat = checks.mask_checks(summary(np.full(5, 0.8)))
-    assert flat[0]["verdict"] == "fail"  # no decay: no exponential collapse
-    fast = checks.mask_checks(summary(0.001 ** np.arange(5.0)))
-    assert fast[1]["verdict"] == "fail"  # the causal profile falls faster than the bidirectional one
+
+EXPONENTIAL = "causal pure attention collapses exponentially"
+LAMBDA2 = "the causal collapse rate is the maps' |lambda_2|"
+SLOWER = "the causal mask slows the collapse"
+LAYERS = np.arange(17.0)
+
+
+def test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2():
+    assert _mask_verdicts(0.5 ** LAYERS) == {EXPONENTIAL: "pass", LAMBDA2: "pass", SLOWER: "pass"}
+
+
+@pytest.mark.parametrize("profile", [
+    np.full(17, 0.8),  # no collapse
+    np.exp(-0.05 * 3.0 ** (LAYERS / 4)),  # doubly exponential: the rate falls with depth
+    np.exp(-0.02 * LAYERS ** 2),  # super-geometric
+    (1 + LAYERS) ** -3.0,  # a power law: the rate rises toward 1
+], ids=["flat", "doubly-exponential", "gaussian", "power-law"])
+def test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one(profile):
+    assert _mask_verdicts(profile)[EXPONENTIAL] == "fail"
+
+
+def test_the_exponential_check_fails_when_the_interval_over_seeds_reaches_one():
+    # Half the seeds collapse at 0.8 per layer, half grow at 1.05: the mean rate 0.925 is steady, its interval not < 1.
+    r = np.concatenate([np.tile(0.3 * 0.8 ** LAYERS, (5, 1)), np.tile(0.3 * 1.05 ** LAYERS, (5, 1))])
+    assert _mask_verdicts(r)[EXPONENTIAL] == "fail"
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.6])
+def test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2(rate):
+    verdicts = _mask_verdicts(rate ** LAYERS, slem=0.5)
+    assert verdicts[LAMBDA2] == "fail" and verdicts[EXPONENTIAL] == "pass"
+    assert _mask_verdicts(0.53 ** LAYERS, slem=0.5)[LAMBDA2] == "pass"  # within 10%
+
+
+def test_causal_windows_split_the_resolved_layers_and_regress_each_half():
+    from experiments.rank_collapse import summary as s
+
+    r = np.stack([0.5 ** LAYERS, 0.25 ** LAYERS])
+    r[:, 13:] = 1e-16  # unresolved from layer 13: the windows are layers 0-6 and 6-12
+    slem = np.stack([np.full(16, 0.5), np.full(16, 0.25)])
+    windows = s.window_rates(r, slem, np.ones((2, 16)))
+    assert [w["layers"] for w in windows] == [[0, 6], [6, 12]]
+    for w in windows:
+        np.testing.assert_allclose(w["rate"]["mean"], 0.375)
+        np.testing.assert_allclose(w["ratio"]["mean"], 1.0)
+        assert w["rate"]["seeds"] == 2
+    assert s.window_rates(r[:, :3], slem[:, :2], np.ones((2, 2)))[0]["layers"] == [0, 1]
+    assert s.window_rates(r[:, :2], slem[:, :1], np.ones((2, 1))) == []
+
+
+def test_the_causal_mask_check_fails_when_the_causal_profile_falls_faster():
+    assert _mask_verdicts(0.001 ** LAYERS, slem=0.001)[SLOWER] == "fail"
 
 
 def test_deep_attention_training_check_fails_above_twice_chance():

@@ -30,6 +30,18 @@ def _fmt_all(values) -> list[str]:
     return [fmt(float(v)) for v in values]
 
 
+def seed_counts(config) -> str:
+    """'2 seeds', then the sweeps with their own count: '2 seeds (10 in the scale and mask sweeps)'."""
+    own = {}
+    for sweep in ("init", "scale", "mask", "grad", "train"):
+        count = config[f"{sweep}_sweep"].get("num_seeds")
+        if count is not None and count != config.num_seeds:
+            own.setdefault(count, []).append(sweep)
+    extra = "; ".join(f"{count} in the {' and '.join(sweeps)} sweep{'s' if len(sweeps) > 1 else ''}"
+                      for count, sweeps in own.items())
+    return f"{config.num_seeds} seeds" + (f" ({extra})" if extra else "")
+
+
 def split_kinds(records: list[dict]) -> dict:
     """`{"checks": literature predictions, "sanity": theorems, identities and regime conditions}`."""
     return {"checks": [c for c in records if c.get("kind", "prediction") == "prediction"],
@@ -115,6 +127,17 @@ def mask_rows(summary: dict) -> list[list]:
     return rows
 
 
+def _interval(x: dict) -> str:
+    return f"{fmt(x['mean'])} [{fmt(x['low'])}, {fmt(x['high'])}]"
+
+
+def window_rows(summary: dict) -> list[list]:
+    """Per causal run and depth window: rate, maps' |λ2|, their ratio (intervals over seeds), entropy."""
+    return [[run["spec"]["architecture"], run["spec"]["depth"], f"{w['layers'][0]}-{w['layers'][1]}",
+             _interval(w["rate"]), _interval(w["lambda2"]), _interval(w["ratio"]), fmt(w["entropy"]["mean"])]
+            for run, _ in s.mask_pairs(summary) for w in s.causal_windows(run)]
+
+
 def gradient_rows(summary: dict) -> list[list]:
     return [[r["spec"]["architecture"], r["spec"]["depth"], "causal" if r["spec"]["causal"] else "bidirectional",
              fmt(s.gradient_ratio(r))] for r in s.grad_runs(summary)]
@@ -142,11 +165,13 @@ def path_rows(summary: dict) -> list[list]:
 
 def report_context(summary: dict) -> dict:
     dong = s.dong_run(summary)
-    return {"summary": summary, "config": s.config_of(summary), **split_kinds(summary["predictions"]),
+    return {"summary": summary, "config": s.config_of(summary), "seeds": seed_counts(s.config_of(summary)),
+            **split_kinds(summary["predictions"]),
             "position_std": nn.POSITION_INIT_STD, "resolved": s.RESOLVED,
             "regime_rows": regime_rows(summary), "dong": dong_context(dong) if dong else None,
             "noci_rows": noci_rows(summary), "last_layer": last_layer_table(summary),
-            "mask_rows": mask_rows(summary), "gradient_rows": gradient_rows(summary),
+            "mask_rows": mask_rows(summary), "window_rows": window_rows(summary),
+            "gradient_rows": gradient_rows(summary),
             "train_rows": train_rows(summary),
             "path_rows": path_rows(summary)}
 
@@ -186,14 +211,15 @@ def readme_skips(summary: dict) -> dict:
             if post_ln else None,
             "scaled": [(s.last(r), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")],
             "grads": s.grad_ratios(summary),
-            "causal": [(run["spec"]["depth"], s.geometric(run).rate, s.mean_tau(run))
+            "causal": [(run["spec"]["depth"], s.causal_windows(run))
                        for run, _ in s.mask_pairs(summary, architecture="attention_only")]}
 
 
 def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
     dong = s.dong_run(summary)
     kinds = split_kinds(summary["predictions"])
-    return {"config": s.config_of(summary), "runs": summary["runs"], **kinds,
+    return {"config": s.config_of(summary), "seeds": seed_counts(s.config_of(summary)), "runs": summary["runs"],
+            **kinds,
             "results": results, "timing": timing or {},
             "check_rows": [[c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in kinds["checks"]],
             "sanity_rows": [[c["name"], fmt(c["measured"]), c["verdict"]] for c in kinds["sanity"]],

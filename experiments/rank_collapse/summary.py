@@ -352,6 +352,40 @@ def geometric(run: dict, metric: str = "residual_fro") -> collapse.RateFit:
     return collapse.fit_geometric(init(run, metric), floor=FLOOR)
 
 
+def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
+    """Per-layer rates of a causal profile in two depth windows, against its maps' |λ2|.
+
+    r `[S, L + 1]`: per seed, the relative residual after each layer (layer 0 the input); slem and
+    entropy `[S, L]`: per seed, |λ2| and the normalised entropy of layer l's maps (mean over heads
+    and examples; a causal map is lower triangular, so |λ2| = max_(i>=1) a_ii). The layers
+    0..K with every seed's r above `floor` are split into [0, K//2] and [K//2, K]; in window [a, b]:
+
+      rate = exp(slope of the least-squares line of log r_l on l, l = a..b), per seed;
+      lambda2 = exp(mean of log |λ2| over the maps of layers a+1..b), per seed: a product of
+      maps that share their slowest mode shrinks it by |λ2| per layer.
+
+    Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a
+    `seed_interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
+    """
+    r, slem, entropy = array(r), array(slem), array(entropy)
+    last = resolved_layers(r[:, None, :], floor) - 1
+    if last < 2:
+        return []
+    out = []
+    for a, b in ((0, last // 2), (last // 2, last)):
+        layers = np.arange(a, b + 1)
+        rate = np.exp([np.polyfit(layers, np.log(seed[a:b + 1]), 1)[0] for seed in r])
+        lambda2 = np.exp(np.mean(np.log(slem[:, a:b]), axis=1))
+        out.append({"layers": [a, b], "rate": seed_interval(rate), "lambda2": seed_interval(lambda2),
+                    "ratio": seed_interval(rate / lambda2), "entropy": seed_interval(np.mean(entropy[:, a:b], axis=1))})
+    return out
+
+
+def causal_windows(run: dict) -> list[dict]:
+    """`window_rates` of a run's init-phase residual_fro, slem and attention_entropy_normalized."""
+    return window_rates(init(run, "residual_fro"), init(run, "slem"), init(run, "attention_entropy_normalized"))
+
+
 def layers_to(values: np.ndarray, level: float) -> Optional[int]:
     """The first index where `values` is below `level` (None: never)."""
     below = np.nonzero(values < level)[0]
