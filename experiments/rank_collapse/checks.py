@@ -30,6 +30,7 @@ RECALL_MIN_ACCURACY = 0.9
 EXPONENTIAL_FACTOR = 1.5
 # The causal rate against the maps' |λ2|: rate / |λ2| within 1 +- this in every window.
 LAMBDA2_TOLERANCE = 0.1
+LAMBDA2_SOURCE = "Wu et al. 2024 (setting); lower-triangular maps: |lambda_2| = max_(i>=1) a_ii"
 # What the regime and Dong checks need (`summary.dong_run`).
 DONG_RUN = "init_sweep run of attention_only (softmax)"
 
@@ -177,9 +178,6 @@ def exponential_check(windows: list[dict], label: str, source: str = "Wu et al. 
     return prediction(name, source, claim, windows[-1]["rate"]["mean"], bool(below and steady),
                       f"{_window_notes(windows)}; log-rate late / early {late / early:.3g}. Dong et al.'s theorem "
                       "(unmasked attention) is not applied to causal runs")
-
-
-LAMBDA2_SOURCE = "Wu et al. 2024 (setting); lower-triangular maps: |lambda_2| = max_(i>=1) a_ii"
 
 
 def lambda2_check(windows: list[dict], label: str, source: str = LAMBDA2_SOURCE) -> dict:

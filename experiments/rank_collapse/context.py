@@ -13,6 +13,7 @@ import numpy as np
 
 from attnjax import nn
 from experiments.rank_collapse import summary as s
+from experiments.rank_collapse.study import SWEEPS
 from experiments.report_util import fmt
 
 # Layers shown in a per-layer table (the profiles are in summary.json).
@@ -33,7 +34,7 @@ def _fmt_all(values) -> list[str]:
 def seed_counts(config) -> str:
     """'2 seeds', then the sweeps with their own count: '2 seeds (10 in the scale and mask sweeps)'."""
     own = {}
-    for sweep in ("init", "scale", "mask", "grad", "train"):
+    for sweep in SWEEPS:
         count = config[f"{sweep}_sweep"].get("num_seeds")
         if count is not None and count != config.num_seeds:
             own.setdefault(count, []).append(sweep)
