@@ -82,7 +82,6 @@ def test_sentence_embeddings_match_the_reference(minilm, reference_weights):
 
 
 @nnx.jit
-@nnx.jit
 def _forward(model, ids, valid):
     """One jitted forward (eager dispatch would compile each of its operations alone); `valid=None`: no mask."""
     return model(ids, mask=None if valid is None else masks.key_padding_mask(valid=valid))
