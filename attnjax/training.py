@@ -116,6 +116,22 @@ def grad_norms(grads, num_heads: Optional[int] = None, num_kv_heads: Optional[in
     return norms
 
 
+def layer_grad_norms(grads, num_heads: int, num_kv_heads: Optional[int] = None) -> dict[str, Array]:
+    """Per-layer L2 norm of the attention projections' gradients (kernel and bias together).
+
+    `grads`: a `Transformer`'s gradient tree (attention parameters stacked `[L, ...]`, separate or
+    fused W_qkv alike) -> `{"layer_grad_norm/query" | "key" | "value" | "out": [L]}`, in float32.
+    Noci et al. 2022 compare these per layer: under rank collapse the query and key gradients of
+    the layers that receive collapsed inputs vanish.
+    """
+    out = {}
+    for name, leaves in nn.params.attention_params(grads, num_heads, num_kv_heads).items():
+        parts = [x for x in leaves.values() if x is not None]
+        squares = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1) for x in parts)
+        out[f"layer_grad_norm/{name}"] = jnp.sqrt(squares)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Trainer:
     """Pure init / step / eval functions for one model config, task and optimiser.

@@ -169,6 +169,27 @@ def test_grad_norms_per_group():
     np.testing.assert_allclose(float(norms["grad_norm/total"]), total, rtol=1e-5)
 
 
+def test_layer_grad_norms_split_the_group_norms_by_layer():
+    """Per-layer norms: sqrt of the sum over layers of their squares is the group's global norm (an identity),
+    and each layer's norm is that of its own slice of the stacked gradient."""
+    trainer = _trainer()
+    state = trainer.init(jax.random.key(0))
+    grads = jax.jit(trainer.gradients)(state, trainer.task.batch(jax.random.key(1), 4))[1]
+    block = trainer.model_config.block
+    per_layer = training.layer_grad_norms(grads, block.num_heads)
+    totals = training.grad_norms(grads, block.num_heads)
+    num_layers = trainer.model_config.num_layers
+    for name in ("query", "key", "value", "out"):
+        layers = np.asarray(per_layer[f"layer_grad_norm/{name}"])
+        assert layers.shape == (num_layers,) and np.all(layers > 0)
+        np.testing.assert_allclose(np.sqrt(np.sum(layers ** 2)), float(totals[f"grad_norm/{name}"]), rtol=1e-5)
+    kernel = np.asarray(nn.params.attention_params(grads, block.num_heads)["query"]["kernel"])
+    bias = nn.params.attention_params(grads, block.num_heads)["query"]["bias"]
+    bias = np.zeros((num_layers, 0)) if bias is None else np.asarray(bias).reshape(num_layers, -1)
+    by_hand = [np.sqrt(np.sum(kernel[i] ** 2) + np.sum(bias[i] ** 2)) for i in range(num_layers)]
+    np.testing.assert_allclose(np.asarray(per_layer["layer_grad_norm/query"]), by_hand, rtol=1e-5)
+
+
 def test_weighted_cross_entropy_ignores_zero_weights():
     logits = jnp.array([[[5.0, 0.0], [0.0, 5.0], [9.0, 0.0]]], jnp.float32)
     targets = jnp.array([[0, 1, 1]], jnp.int32)
