@@ -68,7 +68,7 @@ def _recall_run(smoke: bool):
     the optimiser (`experiments.models`' `task`, `model`, `train` blocks). `smoke`: the
     smaller setting of that study's smoke variant."""
     run = config_dict.ConfigDict(dict(
-        seed=0, num_seeds=2, causal=True,
+        seed=0, num_seeds=2 if smoke else 5, causal=True,
         task=dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32),
         model=dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
                    num_features=64, dtype="float32"),

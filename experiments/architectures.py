@@ -21,9 +21,16 @@ ARCHITECTURES = {
     # the scaling (a GELU MLP adds the same vector to every token at
     # initialisation, which lowers the residual whatever attention does).
     "skip_scaled": dict(skip=True, mlp=False, norm=None, residual_scale="inv_sqrt_depth"),
+    # Noci et al. 2022's remedy in their setting (LayerNorm and MLP): the pre-LN and post-LN
+    # transformers with every residual branch scaled by 1/sqrt(L).
+    "skip_mlp_scaled": dict(skip=True, mlp=True, norm="pre", residual_scale="inv_sqrt_depth"),
+    "post_ln_scaled": dict(skip=True, mlp=True, norm="post", residual_scale="inv_sqrt_depth"),
     # Attention only with a LayerNorm before every attention layer, X -> SA(LN(X)),
     # as in Dong et al.'s own code.
     "attention_only_ln": dict(skip=False, mlp=False, norm="pre"),
+    # Attention only with a LayerNorm after every attention layer, X -> LN(SA(X)), where Wu et al. 2024
+    # place it.
+    "attention_only_postln": dict(skip=False, mlp=False, norm="post"),
 }
 
 

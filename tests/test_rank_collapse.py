@@ -16,7 +16,7 @@ from experiments.rank_collapse import study as rank_collapse_study
 from tests.test_nn_params import _models
 from tests.test_studies import finished, rank_collapse_test_config
 
-TRAIN_RUN = "train-softmax-skip_mlp-L01-t1-edefault"
+TRAIN_RUN = "train-softmax-skip_mlp-L04-t1-edefault"
 INIT_RUN = "init-softmax-attention_only-L04-t1-e1"
 
 
@@ -44,34 +44,55 @@ def test_rows_hold_per_layer_profiles(run):
     assert "Literature predictions" in report and "Dong et al. 2021" in report
 
 
-def test_pure_attention_collapses_at_initialisation(run):
-    names = {p["name"].rsplit(" (", 1)[0]: p for p in run.summary["predictions"]}
-    verdicts = {name: (p["kind"], p["verdict"]) for name, p in names.items()}
-    assert verdicts["attention at initialisation is not uniform"] == ("sanity", "pass")
-    assert verdicts["float64 profile resolved"] == ("sanity", "pass")
+# Every check of the test config's run, by name (the part before " ("), with its kind and verdict as measured
+# at width 16 with 2 heads (L = 4, 10 seeds in the init, mask and LayerNorm runs, 2 in the Noci and training runs).
+EXPECTED_VERDICTS = {
+    "attention at initialisation is not uniform": ("sanity", "pass"),
+    "layer-1 logit variance = (std_e^2 + std_p^2)^2": ("sanity", "pass"),
+    "float64 profile resolved": ("sanity", "pass"),
+    "Dong's cubic exponent": ("prediction", "pass"),
+    "residual <= Dong's bound at every resolved layer": ("sanity", "pass"),
+    # The scaled skips end at r_L 0.84 on average, one seed at 0.72: below 0.9.
+    "skip scaled by 1/sqrt(L) keeps rank": ("prediction", "fail"),
+    # Two seeds: both intervals over seeds span the threshold 0.5.
+    "1/sqrt(L) residual scaling keeps query/key gradients": ("prediction", "fail"),
+    "causal pure attention collapses exponentially": ("prediction", "pass"),
+    # The causal residual falls 1.2-1.3x slower than its maps' |lambda_2|.
+    "the causal collapse rate is the maps' |lambda_2|": ("prediction", "fail"),
+    "the causal mask slows the collapse": ("prediction", "pass"),
+    "LayerNorm does not stop exponential collapse": ("prediction", "pass"),
+    "LayerNorm with constructed W_V keeps tokens apart": ("prediction", "pass"),
+    "LayerNorm after attention stops collapse at random initialisation": ("prediction", "pass"),
+    # Four training steps: recall is not learnt, and two seeds leave the interval wider than 2 x chance.
+    "skip_mlp (softmax) learns recall at depth 4, 2 seeds": ("prediction", "fail"),
+    "attention only (softmax) stays near chance at depth 4, 2 seeds": ("prediction", "fail"),
+}
+
+
+def test_every_check_is_measured_with_its_expected_verdict(run):
+    got = {_short(p["name"]): (p["kind"], p["verdict"]) for p in run.summary["predictions"]}
+    assert got == EXPECTED_VERDICTS
+    names = {_short(p["name"]): p for p in run.summary["predictions"]}
     assert names["float64 profile resolved"]["measured"] >= 4
-    assert verdicts["Dong's cubic exponent"] == ("prediction", "pass")
     assert "over 10 seeds" in names["Dong's cubic exponent"]["note"]
-    assert verdicts["residual <= Dong's bound at every resolved layer"] == ("sanity", "pass")
-    assert verdicts["causal pure attention collapses exponentially"] == ("prediction", "pass")
-    # At width 16, L = 4 (the test config) the causal residual falls 1.2-1.4x slower than its maps' |lambda_2|.
-    assert verdicts["the causal collapse rate is the maps' |lambda_2|"] == ("prediction", "fail")
     assert "10 seeds" in names["causal pure attention collapses exponentially"]["name"]
-    assert verdicts["the causal mask slows the collapse"] == ("prediction", "pass")
-    assert verdicts["layer-1 logit variance = (std_e^2 + std_p^2)^2"] == ("sanity", "pass")
-    noci = names["skip scaled by 1/sqrt(L) keeps rank"]
-    # Measured at width 16, L = 4 (the test config): the scaled skips end below r_L = 0.9.
-    assert (noci["kind"], noci["verdict"]) == ("prediction", "fail"), noci["note"]
     phases = _phases(run.summary, TRAIN_RUN)
     assert {("init", 0), ("train", 2), ("train", 4), ("final", 4)} == set(phases)
     assert {"eval_accuracy", "diverged", "chance_accuracy", "path_residual"} <= set(phases[("final", 4)])
 
 
-def test_gradient_check_compares_one_architecture_at_two_depths(run):
-    check = next(p for p in run.summary["predictions"] if p["name"].startswith("query/key gradients"))
-    assert check["verdict"] == "pass" and "L=1" in check["note"] and "L=4" in check["note"]
-    assert "grad_norm/query" in _phases(run.summary, "grad-softmax-attention_only-L04-t1-e1")[("init", 0)]
-    assert "grad_norm/query" not in _phases(run.summary, INIT_RUN)[("init", 0)]
+def _short(name: str) -> str:
+    """A check's name without its setting, the last " (...)" (training checks keep their whole name)."""
+    return name if name.startswith(("skip_mlp", "attention only")) else name.rsplit(" (", 1)[0]
+
+
+def test_noci_sweep_measures_per_layer_gradients_and_profiles(run):
+    phase = _phases(run.summary, "noci-softmax-skip_mlp_scaled-L04-t1-e1")[("init", 0)]
+    for name in ("query", "key", "value", "out"):
+        assert np.asarray(phase[f"layer_grad_norm/{name}"]).shape == (2, 4)
+    assert np.all(np.asarray(phase["layer_grad_norm/query"]) > 0)
+    assert "token_cosine" in phase
+    assert not any(k.startswith("layer_grad_norm") for k in _phases(run.summary, INIT_RUN)[("init", 0)])
 
 
 def test_report_has_the_regime_and_the_figures(run):
@@ -79,7 +100,8 @@ def test_report_has_the_regime_and_the_figures(run):
     for text in ("entropy / log S", "tau", "logit variance", "Dong's bound", "Causal mask x LayerNorm",
                  "path-length"):
         assert text in report, text
-    assert {"init_residual.png", "dong_fit.png", "causal_layernorm.png", "path_length.png"} <= set(run.summary["plots"])
+    assert {"init_residual.png", "dong_fit.png", "causal_layernorm.png", "path_length.png", "noci_gradients.png",
+            "layernorm.png"} <= set(run.summary["plots"])
 
 
 def test_training_check_needs_every_seed():
@@ -286,16 +308,48 @@ def test_noci_check_fails_when_the_scaled_skips_lose_rank():
     assert checks.noci_check(summary(0.4))["verdict"] == "fail"
 
 
-def test_gradient_check_fails_when_query_key_gradients_grow_with_depth():
+def _noci_record(architecture, depth, qk_over_v, seeds=5, noise=0.05, seed=0):
+    """A Noci-sweep run whose per-layer ||grad W_Q|| = ||grad W_K|| = qk_over_v ||grad W_V|| / sqrt(2) (times noise)."""
+    rng = np.random.default_rng(seed)
+    value = np.ones((seeds, depth))
+    qk = qk_over_v * value * np.exp(noise * rng.standard_normal((seeds, depth))) / np.sqrt(2)
+    metrics = {"layer_grad_norm/query": qk.tolist(), "layer_grad_norm/key": qk.tolist(),
+               "layer_grad_norm/value": value.tolist(), "token_cosine": np.full((seeds, depth + 1), 0.5).tolist()}
+    return _run_record("noci", architecture, depth, metrics)
+
+
+def _remedy_verdicts(unscaled_deep, scaled_deep, **kw):
     from experiments.rank_collapse import checks
 
-    def summary(deep_qk):
-        grads = lambda qk: {"grad_norm/query": [qk] * 2, "grad_norm/key": [qk] * 2, "grad_norm/value": [1.0] * 2}  # noqa: E731
-        return _summary(_run_record("grad", "attention_only", 1, grads(0.5), causal=True),
-                        _run_record("grad", "attention_only", 8, grads(deep_qk), causal=True))
+    records = [_noci_record(arch, depth, ratio, **kw) for arch, ratios in
+               (("skip_mlp", (1.0, unscaled_deep)), ("skip_mlp_scaled", (1.0, scaled_deep)))
+               for depth, ratio in zip((4, 32), ratios)]
+    return [c["verdict"] for c in checks.gradient_checks(_summary(*records))]
 
-    assert checks.gradient_checks(summary(0.1))[0]["verdict"] == "pass"
-    assert checks.gradient_checks(summary(2.0))[0]["verdict"] == "fail"
+
+def test_remedy_check_passes_when_only_the_unscaled_gradients_vanish():
+    assert _remedy_verdicts(unscaled_deep=0.05, scaled_deep=0.9) == ["pass"]  # pre-LN only: one check
+
+
+@pytest.mark.parametrize("unscaled_deep,scaled_deep", [(0.9, 0.9), (0.05, 0.05), (0.9, 0.05), (0.6, 1.0)],
+                         ids=["neither-vanishes", "both-vanish", "reversed", "unscaled-keeps-60%"])
+def test_remedy_check_fails_unless_the_scaling_is_what_keeps_the_gradients(unscaled_deep, scaled_deep):
+    assert _remedy_verdicts(unscaled_deep, scaled_deep) == ["fail"]
+
+
+def test_remedy_check_fails_when_the_interval_over_seeds_crosses_the_threshold():
+    # The scaled network keeps 0.6 of its ratio on average, but seed noise (factor e^0.5) spans 0.5.
+    assert _remedy_verdicts(unscaled_deep=0.05, scaled_deep=0.6, noise=0.5) == ["fail"]
+
+
+def test_gradient_ratio_is_the_geometric_mean_over_layers():
+    from experiments.rank_collapse import summary as s
+
+    run = _noci_record("skip_mlp", 3, 1.0, seeds=1, noise=0.0)
+    run["phases"][0]["metrics"]["layer_grad_norm/query"] = [[3.0, 0.3, 0.03]]  # key: 1/sqrt(2) each
+    ratio = np.sqrt(np.array([3.0, 0.3, 0.03]) ** 2 + 0.5)
+    np.testing.assert_allclose(s.qk_value_ratio(run), [ratio])
+    np.testing.assert_allclose(s.gradient_ratio(run), [np.prod(ratio) ** (1 / 3)])
 
 
 def _causal_summary(causal_profile, slem=0.5, seeds=10, noise=0.02):
@@ -372,7 +426,7 @@ def test_the_causal_mask_check_fails_when_the_causal_profile_falls_faster():
     assert _mask_verdicts(0.001 ** LAYERS, slem=0.001)[SLOWER] == "fail"
 
 
-def test_deep_attention_training_check_fails_above_twice_chance():
+def test_attention_only_training_check_fails_above_twice_chance():
     from experiments.rank_collapse import checks
 
     def summary(accs):
@@ -381,5 +435,128 @@ def test_deep_attention_training_check_fails_above_twice_chance():
                 "temperature": 1.0, "causal": True, "embedding_std": None}
         return {"runs": {"r": {"spec": spec, "phases": phases}}}
 
-    assert checks.training_checks(summary([0.1, 0.15]))[0]["verdict"] == "pass"
-    assert checks.training_checks(summary([0.5, 0.4]))[0]["verdict"] == "fail"
+    assert checks.training_checks(summary([0.1, 0.15, 0.12, 0.1, 0.13]))[0]["verdict"] == "pass"
+    assert checks.training_checks(summary([0.5, 0.4, 0.45, 0.5, 0.4]))[0]["verdict"] == "fail"
+    # Four seeds at chance and one at 0.6: the mean 0.2 is at 2 x chance, the interval's upper end above it.
+    assert checks.training_checks(summary([0.1, 0.1, 0.1, 0.1, 0.6]))[0]["verdict"] == "fail"
+
+
+# --------------------------------------------------------------------------
+# Wu et al.'s LayerNorm checks on synthetic summaries
+
+
+def _layernorm_summary(orthogonal=None, antipodal=None, postln_last=None, seeds=10):
+    records = []
+    if orthogonal is not None:
+        records.append(_run_record("layernorm", "orthogonal", len(orthogonal) - 1,
+                                   {"consensus_ln": np.tile(orthogonal, (seeds, 1)).tolist(),
+                                    "consensus_plain": np.tile(orthogonal, (seeds, 1)).tolist(),
+                                    "rank_ln": [1] * seeds}, causal=True, std=None))
+    if antipodal is not None:
+        with_ln, plain = antipodal
+        records.append(_run_record("layernorm", "antipodal", 48,
+                                   {"consensus_ln": [[0.9] + [with_ln] * 48] * seeds,
+                                    "consensus_plain": [[0.9] + [plain] * 48] * seeds, "rank_ln": [1] * seeds},
+                                   causal=True, std=None))
+    if postln_last is not None:
+        records.append(_run_record("mask", "attention_only_postln", 4,
+                                   {"residual_fro": [[0.9, 0.5, 0.4, 0.3, v] for v in postln_last]}, causal=True))
+    return _summary(*records)
+
+
+def _layernorm_verdicts(**kw):
+    from experiments.rank_collapse import checks
+
+    return [c["verdict"] for c in checks.layernorm_checks(_layernorm_summary(**kw))]
+
+
+def test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_a_flat_one():
+    assert _layernorm_verdicts(orthogonal=0.5 ** np.arange(41.0)) == ["pass"]
+    assert _layernorm_verdicts(orthogonal=np.full(41, 0.3)) == ["fail"]
+    assert _layernorm_verdicts(orthogonal=np.exp(-0.01 * np.arange(41.0) ** 2)) == ["fail"]
+
+
+@pytest.mark.parametrize("with_ln,plain,verdict", [(1.0, 1e-12, "pass"), (1e-9, 1e-12, "fail"), (1.0, 0.5, "fail")],
+                         ids=["ln-keeps", "ln-collapses-too", "plain-keeps-too"])
+def test_layernorm_construction_check_needs_ln_to_be_what_keeps_the_tokens_apart(with_ln, plain, verdict):
+    assert _layernorm_verdicts(antipodal=(with_ln, plain)) == [verdict]
+
+
+def test_layernorm_random_init_check_fails_when_any_seed_collapses():
+    assert _layernorm_verdicts(postln_last=[0.2] * 10) == ["pass"]
+    assert _layernorm_verdicts(postln_last=[0.2] * 9 + [1e-8]) == ["fail"]
+
+
+def test_layernorm_dynamics_match_a_numpy_loop():
+    """`layernorm.trajectory` against the equations in float64 NumPy, with and without LN."""
+    from experiments.rank_collapse import layernorm
+
+    with jax.enable_x64(True):
+        x0, w_qk, w_v = layernorm.weights("orthogonal", jax.random.key(3), 5, 4, 6)
+        got = {normalize: np.asarray(layernorm.trajectory(x0, w_qk, w_v, normalize)) for normalize in (True, False)}
+    for normalize, traj in got.items():
+        x = np.asarray(x0)
+        np.testing.assert_allclose(traj[0], x)
+        for layer in range(6):
+            logits = x @ np.asarray(w_qk[layer]) @ x.T / 2.0  # sqrt(d) = 2
+            logits = np.where(np.tril(np.ones((5, 5), bool)), logits, -np.inf)
+            a = np.exp(logits - logits.max(1, keepdims=True))
+            y = (a / a.sum(1, keepdims=True)) @ x @ np.asarray(w_v[layer])
+            x = y / np.linalg.norm(y, axis=1, keepdims=True) if normalize else y
+            np.testing.assert_allclose(traj[layer + 1], x, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(w_v[0]) @ np.asarray(w_v[0]).T, np.eye(4), atol=1e-12)  # orthogonal
+    assert np.all(np.asarray(x0) > 0)  # one open hemisphere
+
+
+def test_antipodal_construction_sends_the_tokens_to_opposite_points():
+    from experiments.rank_collapse import layernorm
+
+    with jax.enable_x64(True):
+        x0, w_qk, w_v = layernorm.weights("antipodal", jax.random.key(1), 2, 2, 64)
+        last = np.asarray(layernorm.trajectory(x0, w_qk, w_v, True)[-1])
+    assert np.asarray(x0)[0, 1] > 0 > np.asarray(x0)[1, 1]
+    np.testing.assert_allclose(np.abs(last), [[0, 1], [0, 1]], atol=1e-9)
+    np.testing.assert_allclose(last[0], -last[1], atol=1e-9)
+
+
+# --------------------------------------------------------------------------
+# Sanity conditions on synthetic summaries (the Dong run of the test config: attention only, embedding std 1)
+
+
+def _regime_verdicts(entropy, tau, logit_variance):
+    from experiments.rank_collapse import checks
+
+    layers = lambda v: [[v] * 4] * 2  # noqa: E731  [seeds, L]
+    metrics = {"attention_entropy_normalized": layers(entropy), "dobrushin": layers(tau),
+               "logit_variance": layers(logit_variance)}
+    record = _run_record("init", "attention_only", 4, metrics)
+    return [c["verdict"] for c in checks.regime_checks(_summary(record))]
+
+
+def test_regime_checks_fail_on_uniform_attention_and_on_a_logit_variance_off_the_prediction():
+    # Predicted logit variance at embedding std 1: (1 + 0.02^2)^2.
+    assert _regime_verdicts(0.5, 0.9, 1.0) == ["pass", "pass"]
+    assert _regime_verdicts(0.99, 0.9, 1.0) == ["fail", "pass"]
+    assert _regime_verdicts(0.5, 0.1, 1.0) == ["fail", "pass"]
+    assert _regime_verdicts(0.5, 0.9, 3.0) == ["pass", "fail"]
+    assert _regime_verdicts(0.5, 0.9, 0.3) == ["pass", "fail"]
+
+
+def _dong_verdicts(r):
+    """The Dong checks of an attention-only run whose per-example residuals are `r` `[S, B, L + 1]` (absolute =
+    relative) and whose bound is 10x the measured residual."""
+    from experiments.rank_collapse import checks
+
+    depth = r.shape[-1] - 1
+    metrics = {"dong/residual": r.tolist(), "dong/residual_abs": r.tolist(), "dong/bound": (10 * r[..., 1:]).tolist(),
+               "dong/constant": np.ones((r.shape[0], depth)).tolist()}
+    return {c["name"].rsplit(" (", 1)[0]: c["verdict"]
+            for c in checks.dong_checks(_summary(_run_record("init", "attention_only", depth, metrics)))}
+
+
+def test_dong_resolved_condition_fails_with_three_resolved_layers():
+    resolved = _dong_verdicts(_cubic(0.5, 0.9, 4))
+    assert resolved["float64 profile resolved"] == "pass" and resolved["Dong's cubic exponent"] == "pass"
+    short = _dong_verdicts(_cubic(1.0, 0.05, 4))  # layer 3 below 1e-13
+    assert short["float64 profile resolved"] == "fail" and short["Dong's cubic exponent"] == "fail"
+    assert resolved["residual <= Dong's bound at every resolved layer"] == "pass"

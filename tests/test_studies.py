@@ -50,8 +50,11 @@ def rank_collapse_test_config():
     config.init_sweep.depths = (4,)
     config.init_sweep.architectures = ("attention_only", "skip", "skip_scaled")
     config.init_sweep.attention_kinds = ("softmax",)
-    config.train_sweep.depths = (1,)
-    config.train_sweep.architectures = ("skip_mlp",)
+    # Wu et al.'s random-init LayerNorm check reads the post-LN attention-only run.
+    config.mask_sweep.architectures = ("attention_only", "attention_only_postln")
+    # Both training checks measured: the skip variant at depth 4 and attention only.
+    config.train_sweep.depths = (4,)
+    config.train_sweep.architectures = ("attention_only", "skip_mlp")
     config.train.update(steps=4, warmup_steps=1, log_every=2, batch_size=8)
     return config
 
@@ -271,6 +274,9 @@ BAD_CONFIGS = [
      r"scale_sweep.num_seeds must be None or an int"),
     ("rank_collapse", lambda c: setattr(c.train, "warmup_steps", 4), r"warmup_steps < total_steps"),
     ("rank_collapse", lambda c: setattr(c.model, "dtype", "float16"), r"model.dtype must be one of"),
+    ("rank_collapse", lambda c: setattr(c.layernorm, "constructions", ("orthogonal", "identity")),
+     r"layernorm.constructions: unknown 'identity'; valid: \('orthogonal', 'antipodal'\)"),
+    ("rank_collapse", lambda c: setattr(c.layernorm, "num_layers", 0), r"layernorm.num_layers must be an int >= 1"),
     ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),
      r"fixed.temperatures must be a number in \(0, inf\)"),
     ("power_iteration", lambda c: setattr(c.fixed, "steps", 1), r"fixed.steps must be an int >= 2"),

@@ -25,12 +25,23 @@ NOCI_MIN_RESIDUAL = 0.9
 # Dong et al.'s per-layer exponent.
 DONG_EXPONENT = 3.0
 RECALL_MIN_ACCURACY = 0.9
+# Noci et al.'s remedy: the query/key-to-value gradient ratio at the deepest network over the shallowest one
+# stays >= this with 1/sqrt(L) scaling and falls below it without.
+GRADIENT_DROP = 0.5
 # Wu et al.'s exponential collapse under a causal mask: the late window's log-rate within this factor of the
 # early window's (a doubly exponential profile or a power law differ by a factor >= 3 over two halves).
 EXPONENTIAL_FACTOR = 1.5
 # The causal rate against the maps' |λ2|: rate / |λ2| within 1 +- this in every window.
 LAMBDA2_TOLERANCE = 0.1
 LAMBDA2_SOURCE = "Wu et al. 2024 (setting); lower-triangular maps: |lambda_2| = max_(i>=1) a_ii"
+# Wu et al. 2024's statements, quoted in the checks (abstract; the last from their Figure 2's caption).
+WU_MASKED = "pure masked attention still suffers from exponential collapse to a rank one subspace"
+WU_LAYERNORM = "for certain classes of value matrices, collapse to a rank one subspace still happens exponentially"
+WU_NO_COLLAPSE = ("with proper choice of value matrices, a general class of sequences may not converge to a rank one "
+                  "subspace")
+WU_RANDOM = "as soon as we solely add in LayerNorm, mu(X(t)) no longer converge to zero in randomly initialized models"
+# Not collapsed: the consensus distance (relative residual) at the last layer is at least this.
+NO_COLLAPSE = 1e-3
 # What the regime and Dong checks need (`summary.dong_run`).
 DONG_RUN = "init_sweep run of attention_only (softmax)"
 
@@ -118,66 +129,82 @@ def dong_checks(summary: dict) -> list[dict]:
 
 def noci_check(summary: dict) -> dict:
     source = "Noci et al. 2022"
-    claim = f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} at every depth; its unscaled control falls below"
+    claim = (f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} in every seed at every depth; its unscaled "
+             "control's mean r_L falls below the scaled one's at the deepest")
     scaled = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip_scaled")}
     control = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip")}
     depths = sorted(set(scaled) & set(control))
     if not depths:
         return _missing("1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip")
-    r_scaled = {d: s.last(scaled[d]) for d in depths}
-    r_control = {d: s.last(control[d]) for d in depths}
+    last = lambda run: s.init(run, "residual_fro")[:, -1]  # noqa: E731  [S]
+    r_scaled = {d: s.seed_interval(last(scaled[d])) for d in depths}
+    r_control = {d: s.seed_interval(last(control[d])) for d in depths}
+    lowest = min(float(last(scaled[d]).min()) for d in depths)
     deepest = depths[-1]
-    passed = min(r_scaled.values()) >= NOCI_MIN_RESIDUAL and r_control[deepest] < r_scaled[deepest]
-    return prediction(f"skip scaled by 1/sqrt(L) keeps rank (init, L={', '.join(map(str, depths))})", source, claim,
-                      min(r_scaled.values()), passed,
-                      "r_L scaled / unscaled: " + ", ".join(f"L={d}: {r_scaled[d]:.3g} / {r_control[d]:.3g}"
-                                                             for d in depths))
+    passed = lowest >= NOCI_MIN_RESIDUAL and r_control[deepest]["mean"] < r_scaled[deepest]["mean"]
+    return prediction(f"skip scaled by 1/sqrt(L) keeps rank (no LN or MLP, init, L={', '.join(map(str, depths))}, "
+                      f"{r_scaled[deepest]['seeds']} seeds)", source, claim, lowest, passed,
+                      "lowest seed's r_L; r_L scaled / unscaled: " + ", ".join(
+                          f"L={d}: {_interval(r_scaled[d])} / {_interval(r_control[d])}" for d in depths))
+
+
+def remedy_check(placement: str, unscaled: list[dict], scaled: list[dict], source: str = "Noci et al. 2022") -> dict:
+    """Prediction: with residual branches scaled by 1/sqrt(L) the query/key gradients do not vanish with depth,
+    without the scaling they do (`unscaled`, `scaled`: runs by depth, `summary.noci_pairs`)."""
+    depths = sorted({r["spec"]["depth"] for r in unscaled} & {r["spec"]["depth"] for r in scaled})
+    name = f"1/sqrt(L) residual scaling keeps query/key gradients ({placement}, MLP, bidirectional, init)"
+    claim = (f"g(L) = geometric mean over layers of ||grad W_QK|| / ||grad W_V||; g(L_max) / g(L_min) per seed: "
+             f"lower end of its 95% interval over seeds >= {GRADIENT_DROP:g} with the scaling, upper end < "
+             f"{GRADIENT_DROP:g} without")
+    if len(depths) < 2:
+        return prediction(name, source, claim, None, None, "not measured: fewer than two depths in both variants")
+    at = lambda found, d: next(r for r in found if r["spec"]["depth"] == d)  # noqa: E731
+    drops = {label: s.gradient_drop(at(found, depths[0]), at(found, depths[-1]))
+             for label, found in (("scaled", scaled), ("unscaled", unscaled))}
+    kept = np.isfinite(drops["scaled"]["low"]) and drops["scaled"]["low"] >= GRADIENT_DROP
+    vanished = np.isfinite(drops["unscaled"]["high"]) and drops["unscaled"]["high"] < GRADIENT_DROP
+    notes = "; ".join(f"{label}: {_interval(d)}" for label, d in drops.items())
+    return prediction(name, source, claim, drops["scaled"]["mean"], bool(kept and vanished),
+                      f"g(L={depths[-1]}) / g(L={depths[0]}) over {drops['scaled']['seeds']} seeds, {notes}")
 
 
 def gradient_checks(summary: dict) -> list[dict]:
-    source = "Noci et al. 2022"
-    checks = []
-    for arch in sorted({r["spec"]["architecture"] for r in s.grad_runs(summary)}):
-        found = s.grad_runs(summary, architecture=arch)
-        if len(found) < 2:
-            continue
-        shallow, deep = found[0], found[-1]
-        a, b = s.gradient_ratio(shallow), s.gradient_ratio(deep)
-        d1, d2 = shallow["spec"]["depth"], deep["spec"]["depth"]
-        mask = "causal" if deep["spec"]["causal"] else "bidirectional"
-        checks.append(prediction(
-            f"query/key gradients shrink with depth ({arch}, {mask}, init)", source,
-            f"||grad W_QK|| / ||grad W_V|| smaller at L={d2} than at L={d1} (same architecture)", b, b < a,
-            f"L={d1}: {a:.3g}, L={d2}: {b:.3g} (ratio {b / a:.3g})"))
+    checks = [remedy_check(placement, *pair) for placement, pair in s.noci_pairs(summary).items()]
     if not checks:
-        checks.append(_missing("query/key gradients shrink with depth", source, "ratio falls with depth",
-                               "grad_sweep with two depths of one architecture"))
+        checks.append(_missing("1/sqrt(L) residual scaling keeps query/key gradients", "Noci et al. 2022",
+                               "the scaled variant's g(L) does not fall with depth, the unscaled one's does",
+                               "noci_sweep with a placement of summary.NOCI_PAIRS at two depths"))
     return checks
 
 
+def _interval(x: dict, spec: str = ".3g") -> str:
+    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+
+
 def _window_notes(windows: list[dict]) -> str:
-    def interval(x, spec=".3g"):
-        return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+    def one(w):
+        text = f"layers {w['layers'][0]}-{w['layers'][1]}: rate {_interval(w['rate'])}"
+        if "lambda2" in w:
+            text += (f", |lambda_2| {_interval(w['lambda2'])}, ratio {_interval(w['ratio'])}, entropy / log S "
+                     f"{w['entropy']['mean']:.3f}")
+        return text
 
-    return "; ".join(f"layers {w['layers'][0]}-{w['layers'][1]}: rate {interval(w['rate'])}, |lambda_2| "
-                     f"{interval(w['lambda2'])}, ratio {interval(w['ratio'])}, entropy / log S "
-                     f"{w['entropy']['mean']:.3f}" for w in windows)
+    return "; ".join(one(w) for w in windows)
 
 
-def exponential_check(windows: list[dict], label: str, source: str = "Wu et al. 2024") -> dict:
-    """Prediction: a constant per-layer rate below 1 (`windows`: `summary.window_rates`)."""
-    name = f"causal pure attention collapses exponentially ({label})"
-    claim = ("'pure masked attention still suffers from exponential collapse to a rank one subspace': per-layer "
-             "rate of r_l below 1 in both depth windows (upper end of its 95% interval over seeds), the late "
-             f"window's log-rate within a factor {EXPONENTIAL_FACTOR:g} of the early one's")
+def exponential_check(windows: list[dict], name: str, quote: str = WU_MASKED, source: str = "Wu et al. 2024",
+                      note: str = "") -> dict:
+    """Prediction: a constant per-layer rate below 1 (`windows`: `summary.rate_windows` or `window_rates`)."""
+    claim = (f"'{quote}': per-layer rate of r_l below 1 in both depth windows (upper end of its 95% interval "
+             f"over seeds), the late window's log-rate within a factor {EXPONENTIAL_FACTOR:g} of the early one's")
     if not windows:
         return prediction(name, source, claim, None, None, f"not measured: fewer than 3 layers above {s.RESOLVED:g}")
     early, late = (np.log(w["rate"]["mean"]) for w in windows)
+    ratio = late / early if early < 0 else float("nan")  # no collapse in the early window: not exponential
     below = all(np.isfinite(w["rate"]["high"]) and w["rate"]["high"] < 1 for w in windows)
-    steady = early < 0 and 1 / EXPONENTIAL_FACTOR <= late / early <= EXPONENTIAL_FACTOR
+    steady = 1 / EXPONENTIAL_FACTOR <= ratio <= EXPONENTIAL_FACTOR
     return prediction(name, source, claim, windows[-1]["rate"]["mean"], bool(below and steady),
-                      f"{_window_notes(windows)}; log-rate late / early {late / early:.3g}. Dong et al.'s theorem "
-                      "(unmasked attention) is not applied to causal runs")
+                      f"{_window_notes(windows)}; log-rate late / early {ratio:.3g}{note}")
 
 
 def lambda2_check(windows: list[dict], label: str, source: str = LAMBDA2_SOURCE) -> dict:
@@ -197,19 +224,65 @@ def mask_checks(summary: dict) -> list[dict]:
     for run, bidir in s.mask_pairs(summary, architecture="attention_only"):
         depth, windows = run["spec"]["depth"], s.causal_windows(run)
         label = f"init, L={depth}, {len(s.init(run, 'residual_fro'))} seeds"
-        checks += [exponential_check(windows, label, source), lambda2_check(windows, label)]
+        checks += [exponential_check(windows, f"causal pure attention collapses exponentially ({label})",
+                                     note=". Dong et al.'s theorem (unmasked attention) is not applied to causal runs"),
+                   lambda2_check(windows, label)]
         bidir_l = None if bidir is None else s.layers_to(s.profile(bidir), 1e-6)
         if bidir_l is not None:
-            causal_r = s.profile(run)
-            causal_l = s.layers_to(causal_r, 1e-6)
+            at = s.seed_interval(s.init(run, "residual_fro")[:, bidir_l])
+            causal_l = s.layers_to(s.profile(run), 1e-6)
             checks.append(prediction(
                 f"the causal mask slows the collapse (attention only, init, L={depth})", source,
-                f"causal r > 1e-6 at the layer where bidirectional r first falls below it (layer {bidir_l})",
-                float(causal_r[bidir_l]), bool(causal_r[bidir_l] > 1e-6),
-                f"causal r first below 1e-6 at layer {causal_l if causal_l is not None else 'none'} of {depth}"))
+                f"causal r > 1e-6 at the layer where bidirectional r first falls below it (layer {bidir_l}), lower "
+                "end of its 95% interval over seeds", at["mean"], bool(np.isfinite(at["low"]) and at["low"] > 1e-6),
+                f"causal r there {_interval(at)}; its mean first below 1e-6 at layer "
+                f"{causal_l if causal_l is not None else 'none'} of {depth}"))
     if not checks:
         checks.append(_missing("causal pure attention collapses exponentially", source, "constant rate < 1",
                                "mask_sweep run of attention_only"))
+    return checks
+
+
+def _consensus_last(run: dict, which: str) -> np.ndarray:
+    """`[S]`: the consensus distance (relative residual) at the last layer, per seed."""
+    return s.init(run, which)[:, -1]
+
+
+def layernorm_checks(summary: dict) -> list[dict]:
+    """Wu et al. 2024 on LayerNorm: their two statements on constructed weights, and their random-init figure."""
+    source = "Wu et al. 2024"
+    checks = []
+    block = s.config_of(summary).get("layernorm")
+    run = s.layernorm_run(summary, "orthogonal")
+    if run is not None:
+        label = (f"LayerNorm, orthogonal W_V, causal, {block.num_tokens} tokens in {block.dim}-D, "
+                 f"{len(s.init(run, 'consensus_ln'))} seeds")
+        checks.append(exponential_check(s.rate_windows(s.init(run, "consensus_ln")),
+                                        f"LayerNorm does not stop exponential collapse ({label})", WU_LAYERNORM))
+    run = s.layernorm_run(summary, "antipodal")
+    if run is not None:
+        with_ln, plain = _consensus_last(run, "consensus_ln"), _consensus_last(run, "consensus_plain")
+        interval = s.seed_interval(with_ln)
+        checks.append(prediction(
+            f"LayerNorm with constructed W_V keeps tokens apart (causal, 2 tokens in 2-D, L={run['spec']['depth']}, "
+            f"{interval['seeds']} seeds)", source,
+            f"'{WU_NO_COLLAPSE}': consensus distance at the last layer >= {NO_COLLAPSE:g} in every seed with "
+            "LayerNorm, below it in every seed without (the same weights)", interval["mean"],
+            bool(with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE),
+            f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}; rank of the last layer's tokens "
+            f"{_numbers(s.init(run, 'rank_ln'), '.0f')}); without {_interval(s.seed_interval(plain))} "
+            f"(max {plain.max():.3g})"))
+    for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
+        last = _consensus_last(run, "residual_fro")
+        interval = s.seed_interval(last)
+        checks.append(prediction(
+            f"LayerNorm after attention stops collapse at random initialisation (attention only, causal, "
+            f"L={run['spec']['depth']}, {interval['seeds']} seeds)", "Wu et al. 2024 (Figure 2)",
+            f"'{WU_RANDOM}': r_L >= {NO_COLLAPSE:g} in every seed (X -> LN(SA(X)))", interval["mean"],
+            bool(last.min() >= NO_COLLAPSE), f"r_L {_interval(interval)}, min {last.min():.3g}"))
+    if not checks:
+        checks.append(_missing("LayerNorm and rank collapse", source, "Wu et al.'s constructions",
+                               "layernorm block or mask_sweep run of attention_only_postln"))
     return checks
 
 
@@ -218,25 +291,30 @@ def training_checks(summary: dict) -> list[dict]:
     checks = []
     for run in s.depth4_skip_runs(summary):
         accs = s.per_seed(run, "eval_accuracy")
+        interval = s.seed_interval(accs)
         checks.append(prediction(
-            f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4", source,
-            f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed", min(accs) if accs else None,
+            f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4, {len(accs)} seeds",
+            source, f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed", interval["mean"],
             bool(accs) and min(accs) >= RECALL_MIN_ACCURACY,
-            f"per seed: {_numbers(accs, '.2f')}; left the plateau at steps {s.plateau_exit(run)}"))
-    for run in s.deep_attention_runs(summary):
+            f"{_interval(interval)}; per seed: {_numbers(accs, '.2f')}; left the plateau at steps "
+            f"{s.plateau_exit(run)}"))
+    for run in s.attention_train_runs(summary):
         accs, chance = s.per_seed(run, "eval_accuracy"), s.chance(run)
-        acc = float(np.mean(accs))
+        interval = s.seed_interval(accs)
         checks.append(prediction(
-            f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}", source,
-            f"query accuracy <= 2 x chance = {2 * chance:.3f}", acc, acc <= 2 * chance,
-            f"chance (uniform over value tokens) = {chance:.3f}; per seed: {_numbers(accs, '.2f')}"))
+            f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}, "
+            f"{len(accs)} seeds", source,
+            f"query accuracy <= 2 x chance = {2 * chance:.3f}, upper end of its 95% interval over seeds",
+            interval["mean"], bool(np.isfinite(interval["high"]) and interval["high"] <= 2 * chance),
+            f"{_interval(interval)}; chance (uniform over value tokens) = {chance:.3f}; per seed: "
+            f"{_numbers(accs, '.2f')}"))
     if not checks:
         checks.append(_missing("training predictions", source, "skip variants >= 0.9 at depth 4",
-                               "train_sweep runs at depth 4 (skip variants) or depth >= 8 (attention only)"))
+                               "train_sweep runs at depth 4 (skip variants) or of attention only"))
     return checks
 
 
 def predictions(summary: dict) -> list[dict]:
     """Every literature check, in the report's order."""
     return (regime_checks(summary) + dong_checks(summary) + [noci_check(summary)] + gradient_checks(summary)
-            + mask_checks(summary) + training_checks(summary))
+            + mask_checks(summary) + layernorm_checks(summary) + training_checks(summary))

@@ -105,7 +105,7 @@ def noci_rows(summary: dict) -> list[list]:
 
 def last_layer_table(summary: dict) -> Optional[dict]:
     """`{"depths": ["L=d", ...], "rows"}`: r_L of every architecture (rows) at every depth (columns)."""
-    found = s.runs(summary, "init", kind="softmax", embedding_std=s.main_std(summary))
+    found = s.untrained_runs(summary, embedding_std=s.main_std(summary))
     if not found:
         return None
     depths = sorted({r["spec"]["depth"] for r in found})
@@ -140,8 +140,32 @@ def window_rows(summary: dict) -> list[list]:
 
 
 def gradient_rows(summary: dict) -> list[list]:
-    return [[r["spec"]["architecture"], r["spec"]["depth"], "causal" if r["spec"]["causal"] else "bidirectional",
-             fmt(s.gradient_ratio(r))] for r in s.grad_runs(summary)]
+    """Per Noci-sweep run: g(L) (geometric mean over layers of ||grad W_QK|| / ||grad W_V||), the ratio at
+    the first and last layer, and the token cosine at L, intervals over seeds."""
+    rows = []
+    for placement, pair in s.noci_pairs(summary).items():
+        for run in [r for found in pair for r in found]:
+            ratio = s.qk_value_ratio(run)
+            rows.append([placement, run["spec"]["architecture"], run["spec"]["depth"],
+                         _interval(s.seed_interval(s.gradient_ratio(run))), _interval(s.seed_interval(ratio[:, 0])),
+                         _interval(s.seed_interval(ratio[:, -1])),
+                         _interval(s.seed_interval(s.init(run, "token_cosine")[:, -1]))])
+    return rows
+
+
+def layernorm_rows(summary: dict) -> list[list]:
+    """Per LayerNorm construction: consensus distance at layers 0, L/4, L/2 and L with and without LN."""
+    rows = []
+    for name in s.config_of(summary).layernorm.constructions:
+        run = s.layernorm_run(summary, name)
+        if run is None:
+            continue
+        for which, label in (("consensus_ln", "with LayerNorm"), ("consensus_plain", "without")):
+            r = s.init(run, which)
+            layers = sorted({0, r.shape[1] // 4, r.shape[1] // 2, r.shape[1] - 1})
+            rows.append([name, label, ", ".join(f"{layer}: {fmt(float(np.mean(r[:, layer])))}" for layer in layers),
+                         _interval(s.seed_interval(r[:, -1]))])
+    return rows
 
 
 def train_rows(summary: dict) -> list[list]:
@@ -172,7 +196,7 @@ def report_context(summary: dict) -> dict:
             "regime_rows": regime_rows(summary), "dong": dong_context(dong) if dong else None,
             "noci_rows": noci_rows(summary), "last_layer": last_layer_table(summary),
             "mask_rows": mask_rows(summary), "window_rows": window_rows(summary),
-            "gradient_rows": gradient_rows(summary),
+            "gradient_rows": gradient_rows(summary), "layernorm_rows": layernorm_rows(summary),
             "train_rows": train_rows(summary),
             "path_rows": path_rows(summary)}
 
@@ -211,9 +235,28 @@ def readme_skips(summary: dict) -> dict:
             "post_ln": {"depth": post_ln["spec"]["depth"], "absolute": _ends(post_ln, "residual_abs_fro")}
             if post_ln else None,
             "scaled": [(s.last(r), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")],
-            "grads": s.grad_ratios(summary),
+            "grads": {placement: [(r["spec"]["architecture"], r["spec"]["depth"],
+                                   float(np.mean(s.gradient_ratio(r)))) for found in pair for r in found]
+                      for placement, pair in s.noci_pairs(summary).items()},
             "causal": [(run["spec"]["depth"], s.causal_windows(run))
                        for run, _ in s.mask_pairs(summary, architecture="attention_only")]}
+
+
+def readme_layernorm(summary: dict) -> dict:
+    """Wu et al.'s LayerNorm numbers: the constructions' last-layer consensus distances (mean over seeds, with and
+    without LN), the orthogonal construction's late rate, and r_L of the post-LN attention-only runs."""
+    out = {"constructions": {}, "postln": []}
+    for name in s.config_of(summary).layernorm.constructions:
+        run = s.layernorm_run(summary, name)
+        if run is not None:
+            windows = s.rate_windows(s.init(run, "consensus_ln"))
+            out["constructions"][name] = {
+                "with": fmt(float(np.mean(s.init(run, "consensus_ln")[:, -1]))),
+                "without": fmt(float(np.mean(s.init(run, "consensus_plain")[:, -1]))),
+                "layers": run["spec"]["depth"], "rate": windows[-1]["rate"]["mean"] if windows else None}
+    for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
+        out["postln"].append((run["spec"]["depth"], fmt(s.last(run))))
+    return out
 
 
 def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
@@ -225,7 +268,8 @@ def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
             "check_rows": [[c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in kinds["checks"]],
             "sanity_rows": [[c["name"], fmt(c["measured"]), c["verdict"]] for c in kinds["sanity"]],
             "dong": readme_dong(summary, dong) if dong else None, "skips": readme_skips(summary),
+            "layernorm": readme_layernorm(summary),
             "recall": [(r["spec"]["architecture"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.plateau_exit(r))
                        for r in s.depth4_skip_runs(summary)],
-            "deep": [(r["spec"]["depth"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.chance(r))
-                     for r in s.deep_attention_runs(summary)]}
+            "attention": [(r["spec"]["depth"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.chance(r))
+                          for r in s.attention_train_runs(summary)]}

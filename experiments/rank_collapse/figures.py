@@ -117,6 +117,42 @@ def noci_scaling(summary: dict, architectures=("skip", "skip_scaled")):
     return fig
 
 
+def noci_gradients(summary: dict):
+    """Noci et al.'s remedy: g(L) against depth, and the per-layer ratio of the deepest runs (mean over seeds)."""
+    fig = plotting.figure(11, 4.2)
+    ax1, ax2 = fig.subplots(1, 2)
+    for i, (placement, pair) in enumerate(s.noci_pairs(summary).items()):
+        for found, style in zip(pair, ("--", "-")):
+            label = f"{found[0]['spec']['architecture']} ({placement})"
+            ax1.plot([r["spec"]["depth"] for r in found], [np.mean(s.gradient_ratio(r)) for r in found], style,
+                     color=f"C{i}", marker="o", markersize=3, label=label)
+            ratio = np.mean(s.qk_value_ratio(found[-1]), axis=0)
+            ax2.plot(np.arange(1, ratio.size + 1), ratio, style, color=f"C{i}", label=f"{label} L={ratio.size}")
+    ax1.set_xscale("log", base=2)
+    _style(ax1, "depth L", "g(L): geometric mean over layers", log=True)
+    _style(ax2, "layer", "||grad W_QK|| / ||grad W_V||", log=True)
+    fig.suptitle("Noci et al. 2022: query/key against value gradients at initialisation (dashed: unscaled)")
+    return fig
+
+
+def layernorm_dynamics(summary: dict):
+    """Wu et al.'s constructions: consensus distance per layer with and without LayerNorm (every seed)."""
+    names = [n for n in s.config_of(summary).layernorm.constructions if s.layernorm_run(summary, n)]
+    fig = plotting.figure(11, 4.2)
+    for ax, name in zip(fig.subplots(1, len(names), squeeze=False)[0], names):
+        run = s.layernorm_run(summary, name)
+        for which, color, label in (("consensus_ln", "C0", "with LayerNorm"), ("consensus_plain", "C1", "without")):
+            r = s.init(run, which)
+            for seed, row in enumerate(r):
+                ax.plot(np.arange(row.size), row, color=color, alpha=0.5, label=label if seed == 0 else None)
+        ax.axhline(s.FLOOR, color="grey", linestyle=":", label=f"float64 rounding {s.FLOOR:g}")
+        ax.set_title(name)
+        _style(ax, "layer", "||X - 1 x_bar^T||_F / ||X||_F", log=True)
+        ax.set_ylim(bottom=s.FLOOR / 100)
+    fig.suptitle("Wu et al. 2024: self-attention with LayerNorm on constructed weights (causal)")
+    return fig
+
+
 def dong_fit(run: dict):
     fig = plotting.figure(11, 4.2)
     ax1, ax2 = fig.subplots(1, 2)
@@ -194,6 +230,10 @@ def figures(summary: dict) -> dict:
         out["causal_layernorm"] = causal_layernorm(summary)
     if any(s.init_runs(summary, arch) for arch in ("skip", "skip_scaled")):
         out["noci_scaling"] = noci_scaling(summary)
+    if s.noci_pairs(summary):
+        out["noci_gradients"] = noci_gradients(summary)
+    if "layernorm" in s.config_of(summary) and any(s.runs(summary, "layernorm")):
+        out["layernorm"] = layernorm_dynamics(summary)
     train = s.runs(summary, "train")
     if train:
         out["training"] = training(train)

@@ -11,9 +11,11 @@ its checkpoint, and ends with the same `summary.json`.
 Rows (one per seed and metric): `{"phase": "init" | "train" | "final",
 "step", "seed", "metric", "values"}` for per-layer profiles (`[L + 1]` or `[L]`,
 see `attnjax.analysis.depth.depth_profile`; `[B, ...]` per example for the
-`dong/*` metrics of attention-only networks; `[L, num_paths]` for
-`path_residual`) and `"value"` for scalars (gradient norms, loss, accuracy,
-`diverged`, `chance_accuracy`).
+`dong/*` metrics of attention-only networks; `[L]` for the Noci sweep's
+`layer_grad_norm/*`; `[L, num_paths]` for `path_residual`; `[L + 1]` and a
+scalar `rank_ln` for Wu et al.'s LayerNorm constructions, see `layernorm.py`)
+and `"value"` for scalars (training metrics, loss, accuracy, `diverged`,
+`chance_accuracy`).
 """
 from __future__ import annotations
 
@@ -34,9 +36,10 @@ from attnjax.analysis.markov import rank_one_residual
 from attnjax.analysis.rank import residual_ratio
 from attnjax.workdir import RunDir
 from experiments import architectures, models
+from experiments.rank_collapse import layernorm
 
 KINDS = ("softmax", "linear")
-SWEEPS = ("init", "scale", "mask", "grad", "train")
+SWEEPS = ("init", "scale", "mask", "noci", "train")
 # The switches of an architecture by name (the reports read them as this study's).
 architecture_fields = architectures.architecture
 is_attention_only = architectures.is_attention_only
@@ -84,9 +87,23 @@ def _check_sweep(name: str, sweep) -> None:
     seeds = sweep.get("num_seeds")
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise ValueError(f"{name}.num_seeds must be None or an int >= 1, got {seeds!r}")
+    if sweep.get("float64") not in (None, True, False):
+        raise ValueError(f"{name}.float64 must be None, True or False, got {sweep.float64!r}")
     for pair in sweep.get("exclude", ()):
         if len(pair) != 2 or not isinstance(pair[1], int):
             raise ValueError(f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}")
+
+
+def _layernorm_specs(config) -> list[RunSpec]:
+    """Wu et al.'s LayerNorm constructions (`config.layernorm`), one run each."""
+    block = config.layernorm
+    for name in block.constructions:
+        if name not in layernorm.CONSTRUCTIONS:
+            raise ValueError(f"layernorm.constructions: unknown {name!r}; valid: {layernorm.CONSTRUCTIONS}")
+    for field in ("num_layers", "num_tokens", "dim", "num_seeds"):
+        if isinstance(block[field], bool) or not isinstance(block[field], int) or block[field] < 1:
+            raise ValueError(f"layernorm.{field} must be an int >= 1, got {block[field]!r}")
+    return [RunSpec("layernorm", "softmax", name, block.num_layers, 1.0, True, None) for name in block.constructions]
 
 
 def _grid(config) -> list[RunSpec]:
@@ -104,7 +121,7 @@ def _grid(config) -> list[RunSpec]:
                         for std in sweep.embedding_stds:
                             specs.append(RunSpec(sweep_name, kind, arch, depth, float(temperature),
                                                  bool(sweep.causal), None if std is None else float(std)))
-    return specs
+    return specs + _layernorm_specs(config)
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,7 +156,8 @@ def specs(config) -> list[RunSpec]:
     task = models.make_task(config.task)
     grid = _grid(config)
     for spec in grid:
-        make_trainer(config, spec, task)  # raises on a bad model/optimiser config
+        if spec.sweep != "layernorm":
+            make_trainer(config, spec, task)  # raises on a bad model/optimiser config
     return grid
 
 
@@ -149,7 +167,8 @@ def specs(config) -> list[RunSpec]:
 
 def num_seeds(config, sweep: str) -> int:
     """The seeds of a sweep's runs: its `num_seeds`, else the study's."""
-    return config[f"{sweep}_sweep"].get("num_seeds") or config.num_seeds
+    block = config.layernorm if sweep == "layernorm" else config[f"{sweep}_sweep"]
+    return block.get("num_seeds") or config.num_seeds
 
 
 def _keys(config, seeds: Optional[int] = None):
@@ -223,7 +242,8 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
 
 @_cached
 def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
-    """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, gradient norms or {}, dong or {}).
+    """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, per-layer gradient norms of the
+    attention projections on each seed's gradient batch (`training.layer_grad_norms`) or {}, dong or {}).
 
     One program per run; the gradient norms roughly double its compile time,
     so only sweeps with `grad_norms` compute them.
@@ -234,7 +254,7 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
         state = trainer.init(key, with_optimizer=False)
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
         grads = trainer.gradients(state, batch)[1]
-        norms = training.grad_norms(grads, block.num_heads, block.attention.num_kv_heads) if with_grads else {}
+        norms = training.layer_grad_norms(grads, block.num_heads, block.attention.num_kv_heads) if with_grads else {}
         extra = (_dong_metrics(state.params, inter["hidden"], block.num_heads, block.attention.temperature)
                  if dong else {})
         return inter["hidden"], inter["attention"], norms, extra
@@ -243,38 +263,33 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
 
 
 def _first_batches(task, batch_size: int, data_keys):
-    """The first training batch of every seed, `[S, B, T]` (the task caches its compiled sampler)."""
+    """The first `batch_size` examples of every seed's training data, `[S, B, T]` (the task caches its compiled
+    sampler)."""
     batches = [task.batch(k, batch_size) for k in training.batch_keys(data_keys, 0, 1)[0]]
     return jax.tree.map(lambda *x: jnp.stack(x), *batches)
 
 
-def _init_rows(config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False,
-               profile: bool = True) -> list[dict]:
-    """Rows of the untrained seeds: the depth profile (unless `profile` is False: its compilation is the
-    costliest part of a short run), Dong et al.'s metrics and gradient norms when asked."""
+def _init_rows(config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False) -> list[dict]:
+    """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics and per-layer gradient norms
+    when asked (of the training loss on the first `measure_batch_size` examples of each seed's data)."""
     init_keys, data_keys, _, measure_key = _keys(config, num_seeds(config, spec.sweep))
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
-    batches = _first_batches(task, trainer.batch_size, data_keys)
+    batches = _first_batches(task, config.measure_batch_size, data_keys)
     hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(init_keys, inputs, batches)
-    metrics = _profile_seeds[spec.causal](hidden, attention) if profile else {}
-    return (_seed_rows(metrics, 0, "init", "values") + _seed_rows(extra, 0, "init", "values")
-            + _seed_rows(norms, 0, "init", "value"))
-
-
-def _precision(config):
-    return jax.enable_x64(True) if config.measure_float64 else contextlib.nullcontext()
+    metrics = {**_profile_seeds[spec.causal](hidden, attention), **extra, **norms}
+    return _seed_rows(metrics, 0, "init", "values")
 
 
 def measure_run(config, spec: RunSpec, task) -> list[dict]:
-    """An untrained run: per-layer metrics (in float64 when `measure_float64`), Dong et al.'s
-    bound for attention-only softmax networks, and gradient norms when the sweep asks (the
-    grad sweep measures only those)."""
+    """An untrained run: per-layer metrics (in float64 when the sweep's `float64`, else the study's
+    `measure_float64`, says so), Dong et al.'s bound for attention-only softmax networks, and per-layer
+    gradient norms when the sweep asks."""
     sweep = config[f"{spec.sweep}_sweep"]
-    grad_only = spec.sweep == "grad"
-    dong = is_attention_only(spec.architecture) and spec.kind == "softmax" and not grad_only
-    with _precision(config):
-        trainer = make_trainer(config, spec, task, float64=config.measure_float64)
-        rows = _init_rows(config, trainer, task, spec, sweep.grad_norms, dong, profile=not grad_only)
+    dong = is_attention_only(spec.architecture) and spec.kind == "softmax"
+    float64 = config.measure_float64 if sweep.get("float64") is None else sweep.float64
+    with jax.enable_x64(True) if float64 else contextlib.nullcontext():
+        trainer = make_trainer(config, spec, task, float64=float64)
+        rows = _init_rows(config, trainer, task, spec, sweep.grad_norms, dong)
     return rows
 
 
@@ -318,7 +333,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     if checkpointer.latest_step() is not None:  # rows and state from the same step (one orbax save)
         state = checkpointer.restore(state)
         run.log(f"  resumed from step {checkpointer.latest_step()}")
-    else:  # the initial profile with the forward pass that every log step uses (gradients: the grad sweep)
+    else:  # the initial profile with the forward pass that every log step uses (gradients: the Noci sweep)
         checkpointer.rows = _seed_rows(profile(*forward(state, inputs)), 0, "init", "values")
 
     def on_log(step, state, metrics):
@@ -336,6 +351,18 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     return checkpointer.rows + _seed_rows(final, config.train.steps, "final", "value") + paths
 
 
+def layernorm_run(config, spec: RunSpec) -> list[dict]:
+    """Wu et al.'s construction `spec.architecture`, in float64: per seed, the consensus distance after every
+    layer with and without LayerNorm and the rank with it (`layernorm.measure`)."""
+    block = config.layernorm
+    with jax.enable_x64(True):
+        metrics = layernorm.measure(spec.architecture, _keys(config, block.num_seeds)[0], block.num_tokens,
+                                    block.dim, spec.depth)
+    return _seed_rows(metrics, 0, "init", "values")
+
+
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
+    if spec.sweep == "layernorm":
+        return layernorm_run(config, spec)
     task = models.make_task(config.task)
     return train_run(config, spec, task, run) if spec.sweep == "train" else measure_run(config, spec, task)

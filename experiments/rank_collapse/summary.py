@@ -28,6 +28,8 @@ FLOOR = collapse.FLOAT64_FLOOR
 RESOLVED = 1e-13
 # Dong et al.'s exponent needs this many consecutive resolved layers (layer 0 included).
 DONG_MIN_LAYERS = 4
+# Noci et al. 2022's remedy, per LayerNorm placement: (unscaled, residual branches scaled by 1/sqrt(L)).
+NOCI_PAIRS = {"pre-LN": ("skip_mlp", "skip_mlp_scaled"), "post-LN": ("post_ln", "post_ln_scaled")}
 # A seed has left the recall plateau at the first logged step whose training
 # accuracy is above the midpoint between chance and 1.
 PLATEAU_FRACTION = 0.5
@@ -139,9 +141,21 @@ def main_std(summary: dict) -> Optional[float]:
     return stds[0] if stds else None
 
 
+def untrained_runs(summary: dict, **match) -> list[dict]:
+    """Untrained softmax runs of the init and Noci sweeps (bidirectional, one setting, in the default config)
+    with the `match` fields, by depth: one per (architecture, depth, std), the Noci sweep's where both have it."""
+    found, seen = [], set()
+    for run in runs(summary, "noci", kind="softmax", **match) + runs(summary, "init", kind="softmax", **match):
+        key = tuple(run["spec"][f] for f in ("architecture", "depth", "embedding_std"))
+        if key not in seen:
+            seen.add(key)
+            found.append(run)
+    return sorted(found, key=lambda r: (r["spec"]["depth"], r["spec"]["embedding_std"] or 0.0))
+
+
 def init_runs(summary: dict, architecture: str) -> list[dict]:
-    """Untrained softmax runs of `architecture` at the main embedding std, by depth."""
-    return runs(summary, "init", kind="softmax", architecture=architecture, embedding_std=main_std(summary))
+    """Untrained softmax runs of `architecture` at the main embedding std, by depth (`untrained_runs`)."""
+    return untrained_runs(summary, architecture=architecture, embedding_std=main_std(summary))
 
 
 def deepest_init(summary: dict, architecture: str) -> Optional[dict]:
@@ -150,7 +164,7 @@ def deepest_init(summary: dict, architecture: str) -> Optional[dict]:
 
 
 def init_architectures(summary: dict) -> list[str]:
-    return sorted({r["spec"]["architecture"] for r in runs(summary, "init", kind="softmax")})
+    return sorted({r["spec"]["architecture"] for r in untrained_runs(summary)})
 
 
 def dong_std(summary: dict) -> Optional[float]:
@@ -198,17 +212,33 @@ def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
     return pairs
 
 
-def grad_runs(summary: dict, **match) -> list[dict]:
-    """Softmax runs of the gradient sweep that measured the gradients."""
-    return [r for r in runs(summary, "grad", kind="softmax", **match) if "grad_norm/query" in phase(r, "init")]
-
-
-def grad_ratios(summary: dict) -> dict[str, list[tuple[int, float]]]:
-    """`{architecture: [(depth, gradient_ratio)]}`, in the order of `grad_runs`."""
+def noci_pairs(summary: dict) -> dict[str, tuple[list[dict], list[dict]]]:
+    """`{placement: (unscaled runs, 1/sqrt(L)-scaled runs)}` by depth, of the Noci sweep's architectures that
+    measured per-layer gradients (`NOCI_PAIRS`; a placement with either side missing is left out)."""
     out = {}
-    for run in grad_runs(summary):
-        out.setdefault(run["spec"]["architecture"], []).append((run["spec"]["depth"], gradient_ratio(run)))
+    for placement, (plain, scaled) in NOCI_PAIRS.items():
+        sides = [[r for r in runs(summary, "noci", kind="softmax", architecture=a)
+                  if "layer_grad_norm/query" in phase(r, "init")] for a in (plain, scaled)]
+        if all(sides):
+            out[placement] = tuple(sides)
     return out
+
+
+def qk_value_ratio(run: dict) -> np.ndarray:
+    """`[S, L]`: per seed and layer, ||grad W_QK|| / ||grad W_V|| at initialisation (W_Q and W_K together)."""
+    s = phase(run, "init")
+    q, k, v = (array(s[f"layer_grad_norm/{n}"]) for n in ("query", "key", "value"))
+    return np.sqrt(q ** 2 + k ** 2) / v
+
+
+def gradient_ratio(run: dict) -> np.ndarray:
+    """`[S]`: per seed, the geometric mean over layers of `qk_value_ratio`."""
+    return np.exp(np.mean(np.log(qk_value_ratio(run)), axis=1))
+
+
+def gradient_drop(shallow: dict, deep: dict) -> dict:
+    """`seed_interval` of gradient_ratio(deep) / gradient_ratio(shallow), seed by seed (the same init keys)."""
+    return seed_interval(gradient_ratio(deep) / gradient_ratio(shallow))
 
 
 def depth4_skip_runs(summary: dict) -> list[dict]:
@@ -217,9 +247,9 @@ def depth4_skip_runs(summary: dict) -> list[dict]:
             and architecture_fields(r["spec"]["architecture"])["skip"]]
 
 
-def deep_attention_runs(summary: dict) -> list[dict]:
-    """Trained attention-only runs of depth >= 8."""
-    return [r for r in runs(summary, "train", architecture="attention_only") if r["spec"]["depth"] >= 8]
+def attention_train_runs(summary: dict) -> list[dict]:
+    """Trained attention-only runs, by depth."""
+    return runs(summary, "train", architecture="attention_only")
 
 
 # --------------------------------------------------------------------------
@@ -319,13 +349,6 @@ def dong_looseness(run: dict) -> list[dict]:
     return bound_looseness(init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual"))
 
 
-def gradient_ratio(run: dict) -> float:
-    """‖∇W_QK‖ / ‖∇W_V‖ at initialisation (W_Q and W_K together), mean over seeds."""
-    s = phase(run, "init")
-    qk = np.sqrt(mean(s["grad_norm/query"]) ** 2 + mean(s["grad_norm/key"]) ** 2)
-    return float(qk / mean(s["grad_norm/value"]))
-
-
 def plateau_exit(run: dict) -> list[Optional[int]]:
     """Per seed, the first logged step with training accuracy above (chance + 1) / 2 (None: never)."""
     level_chance = chance(run) if phase(run, "final") else 0.0
@@ -352,33 +375,54 @@ def geometric(run: dict, metric: str = "residual_fro") -> collapse.RateFit:
     return collapse.fit_geometric(init(run, metric), floor=FLOOR)
 
 
-def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
-    """Per-layer rates of a causal profile in two depth windows, against its maps' |λ2|.
-
-    r `[S, L + 1]`: per seed, the relative residual after each layer (layer 0 the input); slem and
-    entropy `[S, L]`: per seed, |λ2| and the normalised entropy of layer l's maps (mean over heads
-    and examples; a causal map is lower triangular, so |λ2| = max_(i>=1) a_ii). The layers
-    0..K with every seed's r above `floor` are split into [0, K//2] and [K//2, K]; in window [a, b]:
-
-      rate = exp(slope of the least-squares line of log r_l on l, l = a..b), per seed;
-      lambda2 = exp(mean of log |λ2| over the maps of layers a+1..b), per seed: a product of
-      maps that share their slowest mode shrinks it by |λ2| per layer.
-
-    Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a
-    `seed_interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
-    """
-    r, slem, entropy = array(r), array(slem), array(entropy)
+def _window_slopes(r, floor: float) -> list[tuple[int, int, np.ndarray]]:
+    """`[(a, b, per-seed rate)]` of the two depth windows of `rate_windows`."""
+    r = array(r)
     last = resolved_layers(r[:, None, :], floor) - 1
     if last < 2:
         return []
     out = []
     for a, b in ((0, last // 2), (last // 2, last)):
         layers = np.arange(a, b + 1)
-        rate = np.exp([np.polyfit(layers, np.log(seed[a:b + 1]), 1)[0] for seed in r])
+        out.append((a, b, np.exp([np.polyfit(layers, np.log(seed[a:b + 1]), 1)[0] for seed in r])))
+    return out
+
+
+def rate_windows(r, floor: float = RESOLVED) -> list[dict]:
+    """Per-layer rates of a profile in two depth windows.
+
+    r `[S, L + 1]`: per seed, a residual after each layer (layer 0 the input). The layers 0..K with
+    every seed's r above `floor` are split into [0, K//2] and [K//2, K]; in window [a, b] the rate is
+    exp(slope of the least-squares line of log r_l on l, l = a..b), per seed. Returns
+    `[{"layers": [a, b], "rate": seed_interval}]`; `[]` if fewer than layers 0-2 are resolved.
+    """
+    return [{"layers": [a, b], "rate": seed_interval(rate)} for a, b, rate in _window_slopes(r, floor)]
+
+
+def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
+    """`rate_windows` of a causal profile, against its maps' |λ2|.
+
+    r `[S, L + 1]` (relative residuals); slem and entropy `[S, L]`: per seed, |λ2| and the normalised
+    entropy of layer l's maps (mean over heads and examples; a causal map is lower triangular, so
+    |λ2| = max_(i>=1) a_ii). In window [a, b]: lambda2 = exp(mean of log |λ2| over the maps of layers
+    a+1..b), per seed (a product of maps that share their slowest mode shrinks it by |λ2| per layer).
+
+    Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a
+    `seed_interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
+    """
+    slem, entropy = array(slem), array(entropy)
+    out = []
+    for a, b, rate in _window_slopes(r, floor):
         lambda2 = np.exp(np.mean(np.log(slem[:, a:b]), axis=1))
         out.append({"layers": [a, b], "rate": seed_interval(rate), "lambda2": seed_interval(lambda2),
                     "ratio": seed_interval(rate / lambda2), "entropy": seed_interval(np.mean(entropy[:, a:b], axis=1))})
     return out
+
+
+def layernorm_run(summary: dict, construction: str) -> Optional[dict]:
+    """The run of Wu et al.'s LayerNorm construction `construction` (None if the config has none)."""
+    found = runs(summary, "layernorm", architecture=construction)
+    return found[0] if found else None
 
 
 def causal_windows(run: dict) -> list[dict]:
