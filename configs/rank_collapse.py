@@ -93,9 +93,9 @@ def get_config(arg: str | None = None):
     # 1e-3..1 and token cosines need no float64.
     config.noci_sweep = _sweep((4, 8, 16, 32), ("skip_mlp", "skip_mlp_scaled", "post_ln", "post_ln_scaled"),
                                ("softmax",), (1.0,), False, grad_norms=True, float64=False)
-    # Wu et al.'s LayerNorm constructions: `num_tokens` tokens in `dim` dimensions (the antipodal
+    # Wu et al.'s LayerNorm constructions: `num_tokens` tokens in `dim` dimensions (the full-rank
     # construction is 2 in 2-D), `num_layers` layers, in float64.
-    config.layernorm = config_dict.ConfigDict(dict(constructions=("orthogonal", "antipodal"), num_layers=64,
+    config.layernorm = config_dict.ConfigDict(dict(constructions=("orthogonal", "full_rank"), num_layers=64,
                                                    num_tokens=8, dim=8, num_seeds=10))
     # Causal for training, since recall is next-token prediction; the library's
     # default embedding init (the recipe below is tuned for it). Every check over

@@ -58,7 +58,7 @@ NOCI = (RC + "test_noci_check_fails_when_the_scaled_skips_lose_rank",
 MASK = WU + (RC + "test_the_causal_mask_check_fails_when_the_causal_profile_falls_faster",)
 LAYERNORM = tuple(RC + name for name in (
     "test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_a_flat_one",
-    "test_layernorm_construction_check_needs_ln_to_be_what_keeps_the_tokens_apart",
+    "test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium",
     "test_layernorm_random_init_check_fails_when_any_seed_collapses"))
 TRAINING = (RC + "test_training_check_needs_every_seed",
             RC + "test_attention_only_training_check_fails_above_twice_chance")
@@ -148,9 +148,10 @@ MUTANTS = (
            "Wu exponential flipped", MASK + LAYERNORM),
     Mutant("experiments/rank_collapse/checks.py", 'bool(np.isfinite(at["low"]) and at["low"] > 1e-6)',
            'not (np.isfinite(at["low"]) and at["low"] > 1e-6)', "causal mask slows flipped", MASK),
-    Mutant("experiments/rank_collapse/checks.py", "bool(with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
-           "not (with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)", "Wu LayerNorm construction flipped",
-           LAYERNORM),
+    Mutant("experiments/rank_collapse/checks.py",
+           "bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+           "not (ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+           "Wu LayerNorm construction flipped", LAYERNORM),
     Mutant("experiments/rank_collapse/checks.py", "bool(last.min() >= NO_COLLAPSE)", "not last.min() >= NO_COLLAPSE",
            "Wu LayerNorm random init flipped", LAYERNORM),
     Mutant("experiments/rank_collapse/checks.py", "bool(accs) and min(accs) >= RECALL_MIN_ACCURACY",

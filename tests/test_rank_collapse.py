@@ -61,7 +61,7 @@ EXPECTED_VERDICTS = {
     "the causal collapse rate is the maps' |lambda_2|": ("prediction", "fail"),
     "the causal mask slows the collapse": ("prediction", "pass"),
     "LayerNorm does not stop exponential collapse": ("prediction", "pass"),
-    "LayerNorm with constructed W_V keeps tokens apart": ("prediction", "pass"),
+    "LayerNorm with constructed W_V keeps a full-rank equilibrium": ("prediction", "pass"),
     "LayerNorm after attention stops collapse at random initialisation": ("prediction", "pass"),
     # Four training steps: recall is not learnt, and two seeds leave the interval wider than 2 x chance.
     "skip_mlp (softmax) learns recall at depth 4, 2 seeds": ("prediction", "fail"),
@@ -445,18 +445,20 @@ def test_attention_only_training_check_fails_above_twice_chance():
 # Wu et al.'s LayerNorm checks on synthetic summaries
 
 
-def _layernorm_summary(orthogonal=None, antipodal=None, postln_last=None, seeds=10):
+def _layernorm_summary(orthogonal=None, full_rank=None, postln_last=None, seeds=10):
+    """Wu et al.'s LayerNorm runs: `orthogonal` a consensus profile `[L + 1]`; `full_rank` (with LN, without LN,
+    rank) at the last layer; `postln_last` r_L per seed of the post-LN attention-only run."""
     records = []
     if orthogonal is not None:
         records.append(_run_record("layernorm", "orthogonal", len(orthogonal) - 1,
                                    {"consensus_ln": np.tile(orthogonal, (seeds, 1)).tolist(),
                                     "consensus_plain": np.tile(orthogonal, (seeds, 1)).tolist(),
                                     "rank_ln": [1] * seeds}, causal=True, std=None))
-    if antipodal is not None:
-        with_ln, plain = antipodal
-        records.append(_run_record("layernorm", "antipodal", 48,
+    if full_rank is not None:
+        with_ln, plain, rank = full_rank
+        records.append(_run_record("layernorm", "full_rank", 48,
                                    {"consensus_ln": [[0.9] + [with_ln] * 48] * seeds,
-                                    "consensus_plain": [[0.9] + [plain] * 48] * seeds, "rank_ln": [1] * seeds},
+                                    "consensus_plain": [[0.9] + [plain] * 48] * seeds, "rank_ln": [rank] * seeds},
                                    causal=True, std=None))
     if postln_last is not None:
         records.append(_run_record("mask", "attention_only_postln", 4,
@@ -476,10 +478,11 @@ def test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_
     assert _layernorm_verdicts(orthogonal=np.exp(-0.01 * np.arange(41.0) ** 2)) == ["fail"]
 
 
-@pytest.mark.parametrize("with_ln,plain,verdict", [(1.0, 1e-12, "pass"), (1e-9, 1e-12, "fail"), (1.0, 0.5, "fail")],
-                         ids=["ln-keeps", "ln-collapses-too", "plain-keeps-too"])
-def test_layernorm_construction_check_needs_ln_to_be_what_keeps_the_tokens_apart(with_ln, plain, verdict):
-    assert _layernorm_verdicts(antipodal=(with_ln, plain)) == [verdict]
+@pytest.mark.parametrize("with_ln,plain,rank,verdict", [(0.96, 1e-12, 2, "pass"), (1e-9, 1e-12, 2, "fail"),
+                                                        (0.96, 0.5, 2, "fail"), (1.0, 1e-12, 1, "fail")],
+                         ids=["ln-keeps", "ln-collapses-too", "plain-keeps-too", "rank-one"])
+def test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium(with_ln, plain, rank, verdict):
+    assert _layernorm_verdicts(full_rank=(with_ln, plain, rank)) == [verdict]
 
 
 def test_layernorm_random_init_check_fails_when_any_seed_collapses():
@@ -508,15 +511,23 @@ def test_layernorm_dynamics_match_a_numpy_loop():
     assert np.all(np.asarray(x0) > 0)  # one open hemisphere
 
 
-def test_antipodal_construction_sends_the_tokens_to_opposite_points():
+def test_full_rank_construction_settles_at_the_off_axis_equilibrium():
+    """Token 1 converges to (0, 1); token 2 to B = (+-0.558, -0.830), where LN(a_21 x_1 + a_22 B) W_V = B with the
+    causal softmax weights of W_QK = diag(4, 0) (checked here from the equations); without LN the tokens meet."""
     from experiments.rank_collapse import layernorm
 
     with jax.enable_x64(True):
-        x0, w_qk, w_v = layernorm.weights("antipodal", jax.random.key(1), 2, 2, 64)
+        x0, w_qk, w_v = layernorm.weights("full_rank", jax.random.key(1), 2, 2, 64)
         last = np.asarray(layernorm.trajectory(x0, w_qk, w_v, True)[-1])
-    assert np.asarray(x0)[0, 1] > 0 > np.asarray(x0)[1, 1]
-    np.testing.assert_allclose(np.abs(last), [[0, 1], [0, 1]], atol=1e-9)
-    np.testing.assert_allclose(last[0], -last[1], atol=1e-9)
+        plain = np.asarray(layernorm.trajectory(x0, w_qk, w_v, False)[-1])
+    np.testing.assert_allclose(last[0], [0, 1], atol=1e-12)
+    b = last[1]
+    assert b[1] < -0.5 and abs(b[0]) > 0.5  # off the axis of token 1: rank 2
+    logits = np.array([0.0, 4 * b[0] ** 2 / np.sqrt(2)])  # x_2 W_QK x_j^T / sqrt(2), j = 1, 2
+    a = np.exp(logits - logits.max()) / np.sum(np.exp(logits - logits.max()))
+    y = (a[0] * last[0] + a[1] * b) @ np.diag([0.5, 1.0])
+    np.testing.assert_allclose(y / np.linalg.norm(y), b, atol=1e-12)
+    np.testing.assert_allclose(plain[1] / np.linalg.norm(plain[1]), plain[0] / np.linalg.norm(plain[0]), atol=1e-9)
 
 
 # --------------------------------------------------------------------------

@@ -275,7 +275,7 @@ BAD_CONFIGS = [
     ("rank_collapse", lambda c: setattr(c.train, "warmup_steps", 4), r"warmup_steps < total_steps"),
     ("rank_collapse", lambda c: setattr(c.model, "dtype", "float16"), r"model.dtype must be one of"),
     ("rank_collapse", lambda c: setattr(c.layernorm, "constructions", ("orthogonal", "identity")),
-     r"layernorm.constructions: unknown 'identity'; valid: \('orthogonal', 'antipodal'\)"),
+     r"layernorm.constructions: unknown 'identity'; valid: \('orthogonal', 'full_rank'\)"),
     ("rank_collapse", lambda c: setattr(c.layernorm, "num_layers", 0), r"layernorm.num_layers must be an int >= 1"),
     ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),
      r"fixed.temperatures must be a number in \(0, inf\)"),

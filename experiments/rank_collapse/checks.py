@@ -259,19 +259,18 @@ def layernorm_checks(summary: dict) -> list[dict]:
                  f"{len(s.init(run, 'consensus_ln'))} seeds")
         checks.append(exponential_check(s.rate_windows(s.init(run, "consensus_ln")),
                                         f"LayerNorm does not stop exponential collapse ({label})", WU_LAYERNORM))
-    run = s.layernorm_run(summary, "antipodal")
+    run = s.layernorm_run(summary, "full_rank")
     if run is not None:
         with_ln, plain = _consensus_last(run, "consensus_ln"), _consensus_last(run, "consensus_plain")
-        interval = s.seed_interval(with_ln)
+        ranks, interval = s.init(run, "rank_ln"), s.seed_interval(with_ln)
         checks.append(prediction(
-            f"LayerNorm with constructed W_V keeps tokens apart (causal, 2 tokens in 2-D, L={run['spec']['depth']}, "
-            f"{interval['seeds']} seeds)", source,
-            f"'{WU_NO_COLLAPSE}': consensus distance at the last layer >= {NO_COLLAPSE:g} in every seed with "
-            "LayerNorm, below it in every seed without (the same weights)", interval["mean"],
-            bool(with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE),
-            f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}; rank of the last layer's tokens "
-            f"{_numbers(s.init(run, 'rank_ln'), '.0f')}); without {_interval(s.seed_interval(plain))} "
-            f"(max {plain.max():.3g})"))
+            f"LayerNorm with constructed W_V keeps a full-rank equilibrium (causal, 2 tokens in 2-D, "
+            f"L={run['spec']['depth']}, {interval['seeds']} seeds)", source,
+            f"'{WU_NO_COLLAPSE}': with LayerNorm the last layer's tokens have rank 2 and consensus distance >= "
+            f"{NO_COLLAPSE:g} in every seed; without it the same weights fall below {NO_COLLAPSE:g} in every seed",
+            interval["mean"], bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE),
+            f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}), rank of the last layer's tokens "
+            f"{_numbers(ranks, '.0f')}; without {_interval(s.seed_interval(plain))} (max {plain.max():.3g})"))
     for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
         last = _consensus_last(run, "residual_fro")
         interval = s.seed_interval(last)

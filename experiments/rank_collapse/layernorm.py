@@ -16,13 +16,15 @@ run with LN and, as a control, without it (X_(t+1) = A_t X_t W_V,t):
 * `orthogonal`: W_V,t random orthogonal, W_QK,t with N(0, 1) entries, tokens
   drawn in the positive orthant (one open hemisphere) and normalised: the class
   of value matrices under which LN does not prevent exponential collapse.
-* `antipodal` (N = 2, d = 2, as Wu et al.'s two-token figure): W_V = diag(1/2, 1),
-  W_QK = 4 I; token 1 sees only itself, so LN makes it a power iteration of
-  W_V and it converges to +-(0, 1); token 2, started in the other half-plane,
-  attends mostly to itself and converges to the opposite point. Without LN
-  the same weights average token 2 onto token 1. (Wu et al.'s own figure has
-  token 2 converging to a point off that axis, a full-rank equilibrium; its
-  weights are not reproduced here.)
+* `full_rank` (N = 2, d = 2, Wu et al.'s two-token picture): W_V = diag(1/2, 1),
+  W_QK = diag(4, 0). Token 1 sees only itself, so LN makes it a power iteration
+  of W_V: it sits at (0, 1), started within 0.1 rad of it. Token 2, started in
+  the lower half-plane at least 0.2 rad from the axis, converges to
+  B = (+-0.558, -0.830): attention pulls it toward token 1, W_V toward the
+  y-axis, and its self-attention logit 4 x_1^2 / sqrt(2) balances the two, so the
+  tokens keep rank 2. Without LN the same weights average token 2 onto token 1.
+  (These weights are ours; the paper's own are not reproduced here, only what
+  its figure shows: token 1 at (0, +-1), token 2 at a point B off that axis.)
 
 The consensus distance is the relative residual ||X - 1 x_bar^T||_F / ||X||_F
 (`attnjax.analysis.residual_ratio`), 0 when every token is the same.
@@ -36,10 +38,10 @@ import numpy as np
 import attnjax
 from attnjax.analysis.rank import residual_ratio
 
-CONSTRUCTIONS = ("orthogonal", "antipodal")
-# The antipodal construction's weights.
-ANTIPODAL_VALUE = (0.5, 1.0)
-ANTIPODAL_QK_SCALE = 4.0
+CONSTRUCTIONS = ("orthogonal", "full_rank")
+# The full-rank construction's weights: W_V and W_QK diagonal.
+FULL_RANK_VALUE = (0.5, 1.0)
+FULL_RANK_QK = (4.0, 0.0)
 
 
 def attention_layer(x, w_qk, w_v, normalize: bool):
@@ -62,17 +64,19 @@ def trajectory(x0, w_qk, w_v, normalize: bool):
 
 def weights(name: str, key, num_tokens: int, dim: int, num_layers: int):
     """(x0 `[N, d]`, w_qk `[L, d, d]`, w_v `[L, d, d]`) of construction `name` for one seed (`key`);
-    the antipodal construction is two tokens in two dimensions whatever `num_tokens` and `dim`."""
+    the full-rank construction is two tokens in two dimensions whatever `num_tokens` and `dim`."""
     k_x, k_qk, k_v = jax.random.split(key, 3)
     if name == "orthogonal":
         x0 = jnp.abs(jax.random.normal(k_x, (num_tokens, dim)))
         w_qk = jax.random.normal(k_qk, (num_layers, dim, dim))
         w_v = jnp.linalg.qr(jax.random.normal(k_v, (num_layers, dim, dim)))[0]
-    elif name == "antipodal":  # token 1 at an angle in (0.1, pi - 0.1), token 2 in (-pi + 0.1, -0.1)
-        angles = jax.random.uniform(k_x, (2,), minval=0.1, maxval=np.pi - 0.1) * jnp.array([1.0, -1.0])
+    elif name == "full_rank":  # token 1 within 0.1 rad of pi/2, token 2 at -pi/2 +- (0.2 .. 1.3) rad
+        first = np.pi / 2 + jax.random.uniform(k_x, (), minval=-0.1, maxval=0.1)
+        offset = jax.random.uniform(k_qk, (), minval=0.2, maxval=1.3) * jnp.where(jax.random.bernoulli(k_v), 1, -1)
+        angles = jnp.stack([first, -np.pi / 2 + offset])
         x0 = jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
-        w_qk = jnp.broadcast_to(ANTIPODAL_QK_SCALE * jnp.eye(2), (num_layers, 2, 2))
-        w_v = jnp.broadcast_to(jnp.diag(jnp.asarray(ANTIPODAL_VALUE)), (num_layers, 2, 2))
+        w_qk = jnp.broadcast_to(jnp.diag(jnp.asarray(FULL_RANK_QK)), (num_layers, 2, 2))
+        w_v = jnp.broadcast_to(jnp.diag(jnp.asarray(FULL_RANK_VALUE)), (num_layers, 2, 2))
     else:
         raise ValueError(f"unknown construction {name!r}; valid: {CONSTRUCTIONS}")
     return x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True), w_qk, w_v
