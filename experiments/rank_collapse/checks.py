@@ -136,10 +136,9 @@ def noci_check(summary: dict) -> dict:
     depths = sorted(set(scaled) & set(control))
     if not depths:
         return _missing("1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip")
-    last = lambda run: s.init(run, "residual_fro")[:, -1]  # noqa: E731  [S]
-    r_scaled = {d: s.seed_interval(last(scaled[d])) for d in depths}
-    r_control = {d: s.seed_interval(last(control[d])) for d in depths}
-    lowest = min(float(last(scaled[d]).min()) for d in depths)
+    r_scaled = {d: s.seed_interval(s.last_per_seed(scaled[d])) for d in depths}
+    r_control = {d: s.seed_interval(s.last_per_seed(control[d])) for d in depths}
+    lowest = min(float(s.last_per_seed(scaled[d]).min()) for d in depths)
     deepest = depths[-1]
     passed = lowest >= NOCI_MIN_RESIDUAL and r_control[deepest]["mean"] < r_scaled[deepest]["mean"]
     return prediction(f"skip scaled by 1/sqrt(L) keeps rank (no LN or MLP, init, L={', '.join(map(str, depths))}, "
@@ -243,11 +242,6 @@ def mask_checks(summary: dict) -> list[dict]:
     return checks
 
 
-def _consensus_last(run: dict, which: str) -> np.ndarray:
-    """`[S]`: the consensus distance (relative residual) at the last layer, per seed."""
-    return s.init(run, which)[:, -1]
-
-
 def layernorm_checks(summary: dict) -> list[dict]:
     """Wu et al. 2024 on LayerNorm: their two statements on constructed weights, and their random-init figure."""
     source = "Wu et al. 2024"
@@ -261,7 +255,7 @@ def layernorm_checks(summary: dict) -> list[dict]:
                                         f"LayerNorm does not stop exponential collapse ({label})", WU_LAYERNORM))
     run = s.layernorm_run(summary, "full_rank")
     if run is not None:
-        with_ln, plain = _consensus_last(run, "consensus_ln"), _consensus_last(run, "consensus_plain")
+        with_ln, plain = s.last_per_seed(run, "consensus_ln"), s.last_per_seed(run, "consensus_plain")
         ranks, interval = s.init(run, "rank_ln"), s.seed_interval(with_ln)
         checks.append(prediction(
             f"LayerNorm with constructed W_V keeps a full-rank equilibrium (causal, 2 tokens in 2-D, "
@@ -272,7 +266,7 @@ def layernorm_checks(summary: dict) -> list[dict]:
             f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}), rank of the last layer's tokens "
             f"{_numbers(ranks, '.0f')}; without {_interval(s.seed_interval(plain))} (max {plain.max():.3g})"))
     for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
-        last = _consensus_last(run, "residual_fro")
+        last = s.last_per_seed(run, "residual_fro")
         interval = s.seed_interval(last)
         checks.append(prediction(
             f"LayerNorm after attention stops collapse at random initialisation (attention only, causal, "

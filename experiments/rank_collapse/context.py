@@ -149,7 +149,7 @@ def gradient_rows(summary: dict) -> list[list]:
             rows.append([placement, run["spec"]["architecture"], run["spec"]["depth"],
                          _interval(s.seed_interval(s.gradient_ratio(run))), _interval(s.seed_interval(ratio[:, 0])),
                          _interval(s.seed_interval(ratio[:, -1])),
-                         _interval(s.seed_interval(s.init(run, "token_cosine")[:, -1]))])
+                         _interval(s.seed_interval(s.last_per_seed(run, "token_cosine")))])
     return rows
 
 
@@ -251,8 +251,7 @@ def readme_layernorm(summary: dict) -> dict:
         if run is not None:
             windows = s.rate_windows(s.init(run, "consensus_ln"))
             out["constructions"][name] = {
-                "with": fmt(float(np.mean(s.init(run, "consensus_ln")[:, -1]))),
-                "without": fmt(float(np.mean(s.init(run, "consensus_plain")[:, -1]))),
+                "with": fmt(s.last(run, "consensus_ln")), "without": fmt(s.last(run, "consensus_plain")),
                 "layers": run["spec"]["depth"], "rate": windows[-1]["rate"]["mean"] if windows else None}
     for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
         out["postln"].append((run["spec"]["depth"], fmt(s.last(run))))

@@ -94,6 +94,11 @@ def last(run: dict, metric: str = "residual_fro") -> float:
     return float(profile(run, metric)[-1])
 
 
+def last_per_seed(run: dict, metric: str = "residual_fro") -> np.ndarray:
+    """`[S]`: an init-phase per-layer metric at the last layer, per seed."""
+    return init(run, metric)[:, -1]
+
+
 def mean_tau(run: dict) -> float:
     """Dobrushin coefficient at initialisation, mean over seeds and layers."""
     return float(np.mean(profile(run, "dobrushin")))
