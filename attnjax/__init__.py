@@ -5,6 +5,7 @@ maps) compose with `jax.jit`, `jax.vmap`, `jax.grad` and sharding; `attnjax.nn`
 holds Flax NNX modules built from them; `attnjax.analysis` reads attention
 matrices and hidden states as linear-algebra objects.
 """
+
 from attnjax import analysis, features, masks, nn
 from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
 from attnjax.linear import linear_attention, linear_attention_step, linear_attention_weights

@@ -26,6 +26,7 @@ promoted), outputs come back in the input dtype. Masked entries get exactly
 zero weight; a query row with every key masked gets zero weights and a zero
 output, with zero gradients.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -61,13 +62,19 @@ def _keyword_masks(query, key, is_causal, query_seq_lengths, key_value_seq_lengt
     """jax.nn's mask keywords as boolean masks broadcastable to `[..., H, T, S]` (None where unused)."""
     q_len, kv_len = query.shape[-3], key.shape[-3]
     causal = masks_lib.causal_mask(q_len, kv_len) if is_causal else None
-    local = None if window is None else masks_lib.local_window_mask(q_len, kv_len, left=window[0], right=window[1])
+    local = (
+        None
+        if window is None
+        else masks_lib.local_window_mask(q_len, kv_len, left=window[0], right=window[1])
+    )
     kv_valid = None
     if key_value_seq_lengths is not None:
         kv_valid = masks_lib.key_padding_mask(lengths=key_value_seq_lengths, kv_len=kv_len)
     q_valid = None
     if query_seq_lengths is not None:
-        q_valid = jnp.swapaxes(masks_lib.key_padding_mask(lengths=query_seq_lengths, kv_len=q_len), -1, -2)
+        q_valid = jnp.swapaxes(
+            masks_lib.key_padding_mask(lengths=query_seq_lengths, kv_len=q_len), -1, -2
+        )
     return causal, local, kv_valid, q_valid
 
 
@@ -80,7 +87,9 @@ def default_scale(query: Array, scale: Optional[float]) -> Scalar:
 # The core: all heads at once, in the layout [..., K, G, T, S]
 
 
-def _attention(query, key, value, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0):
+def _attention(
+    query, key, value, mask=None, bias=None, keep=None, *, scale, temperature, dropout_rate=0.0
+):
     """Exact attention for all heads: query `[..., T, H, D]`, key `[..., S, K, D]`,
     value `[..., S, K, Dv]` -> out `[..., T, H, Dv]`, weights `[..., H, T, S]`.
 
@@ -100,14 +109,18 @@ def _attention(query, key, value, mask=None, bias=None, keep=None, *, scale, tem
     k, v = (einops.rearrange(x, "... s k d -> ... k s d") for x in (key, value))
     logits = jnp.einsum("...kgtd,...ksd->...kgts", q, k, preferred_element_type=dtype)
     logits = einops.rearrange(logits, "... k g t s -> ... (k g) t s") * jnp.asarray(scale, dtype)
-    mask, bias, keep = (None if x is None else jnp.reshape(x, (1,) * (logits.ndim - x.ndim) + x.shape)
-                        for x in (mask, bias, keep))
+    mask, bias, keep = (
+        None if x is None else jnp.reshape(x, (1,) * (logits.ndim - x.ndim) + x.shape)
+        for x in (mask, bias, keep)
+    )
     if bias is not None:
         logits = logits + bias.astype(dtype)
     weights = softmax_with_temperature(logits, temperature, mask=mask)  # [..., H, T, S]
     mixing = weights if keep is None else jnp.where(keep, weights, jnp.zeros_like(weights))
     mixing = einops.rearrange(mixing.astype(v.dtype), "... (k g) t s -> ... k g t s", g=group)
-    out = jnp.einsum("...kgts,...ksd->...kgtd", mixing, v, preferred_element_type=dtype)  # [..., K, G, T, Dv]
+    out = jnp.einsum(
+        "...kgts,...ksd->...kgtd", mixing, v, preferred_element_type=dtype
+    )  # [..., K, G, T, Dv]
     if keep is not None:
         out = out / jnp.asarray(1.0 - dropout_rate, dtype)  # on [T, Dv], not on the [T, S] weights
     out = einops.rearrange(out, "... k g t e -> ... (k g) t e")
@@ -153,7 +166,10 @@ def _jax_nn_attention(query, key, value, mask, bias, is_causal, scale, temperatu
     """`jax.nn.dot_product_attention` with attnjax semantics (any batch dims,
     temperature, zero output for fully masked rows)."""
     batch_shape = query.shape[:-3]
-    flat = lambda x: jnp.reshape(x, (-1,) + x.shape[-3:])  # noqa: E731
+
+    def flat(x):
+        return jnp.reshape(x, (-1,) + x.shape[-3:])
+
     q, k, v = flat(query), flat(key), flat(value)
     scale = float(scale) / float(temperature)
     if bias is not None:
@@ -296,7 +312,9 @@ def dot_product_attention(
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
     batch_shape = query.shape[:-3]
     query_seq_lengths = checks.lengths("query_seq_lengths", query_seq_lengths, batch_shape)
-    key_value_seq_lengths = checks.lengths("key_value_seq_lengths", key_value_seq_lengths, batch_shape)
+    key_value_seq_lengths = checks.lengths(
+        "key_value_seq_lengths", key_value_seq_lengths, batch_shape
+    )
     window = checks.window(local_window_size)
     use_dropout = checks.dropout(dropout_rate, dropout_rng)
     checks.choice("implementation", implementation, IMPLEMENTATIONS)
@@ -307,12 +325,19 @@ def dot_product_attention(
     residual = ()
     if return_residual:
         full_mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
-        residual = (_log_sum_exp(query, key, full_mask, bias, scale=scale, temperature=temperature),)
-    if implementation == "cudnn" or (implementation is None and not (return_weights or use_dropout)
-                                     and _can_use_cudnn(query, key, value, temperature)):
+        residual = (
+            _log_sum_exp(query, key, full_mask, bias, scale=scale, temperature=temperature),
+        )
+    if implementation == "cudnn" or (
+        implementation is None
+        and not (return_weights or use_dropout)
+        and _can_use_cudnn(query, key, value, temperature)
+    ):
         cudnn_mask = masks_lib.combine_masks(mask, local, kv_valid, q_valid)
         try:
-            out = _jax_nn_attention(query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn")
+            out = _jax_nn_attention(
+                query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn"
+            )
             return (out, *residual) if residual else out
         except (ValueError, NotImplementedError, RuntimeError, TypeError):
             if implementation == "cudnn":
@@ -321,15 +346,27 @@ def dot_product_attention(
     mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
     keep = None
     if use_dropout:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, checks.logits_shape(query, key))
-    out, weights = _attention(query, key, value, mask, bias, keep,
-                              scale=scale, temperature=temperature, dropout_rate=dropout_rate)
+        keep = jax.random.bernoulli(
+            dropout_rng, 1.0 - dropout_rate, checks.logits_shape(query, key)
+        )
+    out, weights = _attention(
+        query,
+        key,
+        value,
+        mask,
+        bias,
+        keep,
+        scale=scale,
+        temperature=temperature,
+        dropout_rate=dropout_rate,
+    )
     extras = ((weights,) if return_weights else ()) + residual
     return (out, *extras) if extras else out
 
 
-def attention_weights(query: Array, key: Array, bias: Optional[Array] = None, mask: Optional[Array] = None,
-                      **options) -> Array:
+def attention_weights(
+    query: Array, key: Array, bias: Optional[Array] = None, mask: Optional[Array] = None, **options
+) -> Array:
     """The attention matrix softmax((Q K^T * scale + bias) / temperature) alone.
 
     Args as `dot_product_attention` (no value needed; `options` are its
@@ -337,5 +374,7 @@ def attention_weights(query: Array, key: Array, bias: Optional[Array] = None, ma
     queries are zero).
     """
     value = jnp.zeros(key.shape[:-1] + (1,), key.dtype) if hasattr(key, "shape") else key
-    _, weights = dot_product_attention(query, key, value, bias, mask, **{**options, "return_weights": True})
+    _, weights = dot_product_attention(
+        query, key, value, bias, mask, **{**options, "return_weights": True}
+    )
     return weights

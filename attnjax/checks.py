@@ -10,6 +10,7 @@ Attention's inputs follow `jax.nn.dot_product_attention`: query
 masks, biases) `[..., H, T, S]`; `qkv`, `logits_shape`, `broadcastable`,
 `bool_mask`, `lengths`, `window` and `dropout` check them.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -89,14 +90,18 @@ def nonempty_lengths(query, key) -> None:
     """
     for name, x, length in (("query", query, "T"), ("key", key, "S")):
         if x.shape[-3] == 0:
-            raise ValueError(f"{name} must hold at least one position: its length {length} (axis -3) is 0; "
-                             f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}")
+            raise ValueError(
+                f"{name} must hold at least one position: its length {length} (axis -3) is 0; "
+                f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}"
+            )
 
 
 def rngs(value) -> None:
     """Per-call randomness: an `nnx.Rngs`, an `nnx.RngStream`, a PRNG key or None (TypeError otherwise)."""
     if not (value is None or isinstance(value, (jax.Array, nnx.Rngs, nnx.RngStream))):
-        raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream, a PRNG key or None, got {type(value).__name__}")
+        raise TypeError(
+            f"rngs must be an nnx.Rngs, an nnx.RngStream, a PRNG key or None, got {type(value).__name__}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -120,7 +125,9 @@ def qkv(query, key, value) -> None:
         if x.ndim < 3:
             raise _shape_error(f"{name} must have layout [..., T, H, D] (rank >= 3)", **{name: x})
     if not query.ndim == key.ndim == value.ndim:
-        raise _shape_error("query, key and value must have the same rank", query=query, key=key, value=value)
+        raise _shape_error(
+            "query, key and value must have the same rank", query=query, key=key, value=value
+        )
     if key.shape[:-1] != value.shape[:-1]:
         raise _shape_error("key and value must agree on [..., S, K]", key=key, value=value)
     if query.shape[:-3] != key.shape[:-3]:
@@ -130,7 +137,9 @@ def qkv(query, key, value) -> None:
     num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
     if num_heads % num_kv_heads:
         raise _shape_error(
-            f"key heads ({num_kv_heads}) must divide query heads ({num_heads})", query=query, key=key
+            f"key heads ({num_kv_heads}) must divide query heads ({num_heads})",
+            query=query,
+            key=key,
         )
     nonempty_lengths(query, key)
 
@@ -144,7 +153,10 @@ def fit_shape(x, target: tuple[int, ...]):
     """`x` without extra leading size-1 axes if it then broadcasts to exactly `target`, else None."""
     extra = max(x.ndim - len(target), 0)
     try:
-        fits = all(d == 1 for d in x.shape[:extra]) and np.broadcast_shapes(x.shape[extra:], target) == target
+        fits = (
+            all(d == 1 for d in x.shape[:extra])
+            and np.broadcast_shapes(x.shape[extra:], target) == target
+        )
     except ValueError:
         fits = False
     return jnp.reshape(x, x.shape[extra:]) if fits else None
@@ -174,7 +186,9 @@ def bool_mask(mask):
     if mask is None or mask.dtype == jnp.bool_:
         return mask
     if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
-        raise TypeError(f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}")
+        raise TypeError(
+            f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}"
+        )
     return mask != 0
 
 
@@ -190,7 +204,9 @@ def lengths(name: str, value, batch_shape: tuple[int, ...]):
         raise TypeError(f"{name} must be an integer array, got dtype {value.dtype}")
     fitted = fit_shape(value, batch_shape)
     if fitted is None:
-        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the batch dims {batch_shape}")
+        raise ValueError(
+            f"{name} of shape {tuple(value.shape)} does not broadcast to the batch dims {batch_shape}"
+        )
     return fitted
 
 
@@ -206,7 +222,8 @@ def window(local_window_size) -> Optional[tuple[int, int]]:
     ok = ok and all(isinstance(w, _INTS) and not isinstance(w, bool) and w >= 0 for w in pair)
     if not ok:
         raise ValueError(
-            f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}")
+            f"local_window_size must be a non-negative int or a pair (left, right), got {local_window_size!r}"
+        )
     return int(pair[0]), int(pair[1])
 
 
@@ -223,4 +240,7 @@ def as_arrays(*arrays):
     arrays and tracers pass through unchanged. Anything else (None, strings, objects) also passes through,
     for the callee's own check to name it."""
     array_like = (list, tuple, np.ndarray, np.generic, int, float)
-    return tuple(jnp.asarray(x) if isinstance(x, array_like) and not isinstance(x, bool) else x for x in arrays)
+    return tuple(
+        jnp.asarray(x) if isinstance(x, array_like) and not isinstance(x, bool) else x
+        for x in arrays
+    )

@@ -37,6 +37,7 @@ Maps provided:
 Random projections: `gaussian_random_matrix` (iid N(0, 1) rows) and
 `orthogonal_random_matrix` (block-orthogonal rows, lower estimator variance).
 """
+
 from __future__ import annotations
 
 import functools
@@ -98,7 +99,9 @@ def call_feature_map(feature_map: Callable, x: Array, *, is_query: bool) -> Arra
 def num_features(feature_map: Callable, dim: int) -> int:
     """M, the number of features `feature_map` gives for inputs of size `dim` (no compute)."""
     spec = jax.ShapeDtypeStruct((dim,), jnp.float32)
-    return int(jax.eval_shape(lambda x: call_feature_map(feature_map, x, is_query=False), spec).shape[-1])
+    return int(
+        jax.eval_shape(lambda x: call_feature_map(feature_map, x, is_query=False), spec).shape[-1]
+    )
 
 
 # --------------------------------------------------------------------------
@@ -148,7 +151,9 @@ def _project(x: Array, projection: Array, scale: float = 1.0) -> tuple[Array, Ar
         )
     dtype = jnp.promote_types(jnp.promote_types(x.dtype, projection.dtype), jnp.float32)
     x = x.astype(dtype) * jnp.asarray(scale, dtype)
-    wx = jnp.einsum("...d,md->...m", x, projection.astype(dtype), precision=jax.lax.Precision.HIGHEST)
+    wx = jnp.einsum(
+        "...d,md->...m", x, projection.astype(dtype), precision=jax.lax.Precision.HIGHEST
+    )
     return x, wx
 
 
@@ -224,7 +229,7 @@ def favor_plus(projection: Array, *, stabilize: bool = True) -> FeatureMap:
     log_scale = -0.5 * math.log(num)
 
     def phi(x: Array, *, is_query: bool = False) -> Array:
-        x, wx = _project(x, projection, dim ** -0.25)
+        x, wx = _project(x, projection, dim**-0.25)
         exponent = wx - 0.5 * jnp.sum(jnp.square(x), axis=-1, keepdims=True)
         if stabilize and is_query:
             exponent = exponent - jax.lax.stop_gradient(jnp.max(exponent, axis=-1, keepdims=True))
@@ -258,8 +263,10 @@ def trig_random(projection: Array) -> FeatureMap:
 
     def phi(x: Array, *, is_query: bool = False) -> Array:
         del is_query
-        x, wx = _project(x, projection, dim ** -0.25)
-        radial = jnp.exp(0.5 * jnp.sum(jnp.square(x), axis=-1, keepdims=True)) * jnp.asarray(scale, x.dtype)
+        x, wx = _project(x, projection, dim**-0.25)
+        radial = jnp.exp(0.5 * jnp.sum(jnp.square(x), axis=-1, keepdims=True)) * jnp.asarray(
+            scale, x.dtype
+        )
         return jnp.concatenate([jnp.cos(wx), jnp.sin(wx)], axis=-1) * radial
 
     return phi

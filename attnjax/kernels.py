@@ -37,6 +37,7 @@ TPU interpreter, `pltpu.force_tpu_interpret_mode`), which is how the tests
 check them on a CPU against `attnjax.dot_product_attention`. All three
 define a backward pass (a `custom_vjp` of Pallas kernels).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,27 +54,56 @@ Array = jax.Array
 SPLASH_BLOCK = 128  # the smallest block the splash kernel accepts (a TPU lane width)
 
 
-def _check_call(kernel: str, query, key, value, bias, mask, *, return_weights=False, dropout_rate=0.0,
-                query_seq_lengths=None, key_value_seq_lengths=None, **ignored) -> tuple[int, int]:
+def _check_call(
+    kernel: str,
+    query,
+    key,
+    value,
+    bias,
+    mask,
+    *,
+    return_weights=False,
+    dropout_rate=0.0,
+    query_seq_lengths=None,
+    key_value_seq_lengths=None,
+    **ignored,
+) -> tuple[int, int]:
     """Reject what a kernel cannot do, and check shapes; returns (H, K)."""
     del ignored  # implementation, dropout_rng: nothing to do
-    unsupported = {"bias": bias is not None, "mask": mask is not None, "return_weights": bool(return_weights),
-                   "dropout_rate": dropout_rate != 0, "query_seq_lengths": query_seq_lengths is not None,
-                   "key_value_seq_lengths": key_value_seq_lengths is not None}
+    unsupported = {
+        "bias": bias is not None,
+        "mask": mask is not None,
+        "return_weights": bool(return_weights),
+        "dropout_rate": dropout_rate != 0,
+        "query_seq_lengths": query_seq_lengths is not None,
+        "key_value_seq_lengths": key_value_seq_lengths is not None,
+    }
     for name, given in unsupported.items():
         if given:
-            raise ValueError(f"{kernel} cannot take {name}: it expresses only causal and local-window masks as "
-                             f"structure and never forms the weights; use attnjax.dot_product_attention")
+            raise ValueError(
+                f"{kernel} cannot take {name}: it expresses only causal and local-window masks as "
+                f"structure and never forms the weights; use attnjax.dot_product_attention"
+            )
     if not (query.ndim == key.ndim == value.ndim >= 3):
-        raise ValueError(f"{kernel}: query, key, value must be [..., T, H, D] of one rank >= 3, got "
-                         f"query {query.shape}, key {key.shape}, value {value.shape}")
-    if key.shape != value.shape or query.shape[:-3] != key.shape[:-3] or query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"{kernel}: key and value must have one shape [..., S, K, D], with query's batch axes "
-                         f"and D, got query {query.shape}, key {key.shape}, value {value.shape}")
+        raise ValueError(
+            f"{kernel}: query, key, value must be [..., T, H, D] of one rank >= 3, got "
+            f"query {query.shape}, key {key.shape}, value {value.shape}"
+        )
+    if (
+        key.shape != value.shape
+        or query.shape[:-3] != key.shape[:-3]
+        or query.shape[-1] != key.shape[-1]
+    ):
+        raise ValueError(
+            f"{kernel}: key and value must have one shape [..., S, K, D], with query's batch axes "
+            f"and D, got query {query.shape}, key {key.shape}, value {value.shape}"
+        )
     heads, kv_heads = query.shape[-2], key.shape[-2]
     if heads % kv_heads:
-        raise ValueError(f"{kernel}: key heads K={kv_heads} must divide query heads H={heads}, "
-                         f"got query {query.shape}, key {key.shape}")
+        raise ValueError(
+            f"{kernel}: key heads K={kv_heads} must divide query heads H={heads}, "
+            f"got query {query.shape}, key {key.shape}"
+        )
     return heads, kv_heads
 
 
@@ -124,7 +154,9 @@ def _without_x64(kernel: Callable, context: Callable = contextlib.nullcontext) -
 
 
 @functools.lru_cache(maxsize=64)
-def _splash_kernel(heads: int, kv_heads: int, q_len: int, kv_len: int, window: Optional[tuple], interpret: bool):
+def _splash_kernel(
+    heads: int, kv_heads: int, q_len: int, kv_len: int, window: Optional[tuple], interpret: bool
+):
     """The splash kernel of one example: q `[G, T, D]` with k, v `[S, D]` (K < H), or all `[H, ., D]` (K = H)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
@@ -137,11 +169,24 @@ def _splash_kernel(heads: int, kv_heads: int, q_len: int, kv_len: int, window: O
         head_mask = splash.LocalMask(shape, window_size=window, offset=0)
     group = heads if kv_heads == heads else heads // kv_heads
     block = SPLASH_BLOCK
-    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
-                              block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
     make = splash.make_splash_mha if kv_heads == heads else splash.make_splash_mqa
-    return make(splash.MultiHeadMask([head_mask] * group), head_shards=1, q_seq_shards=1, block_sizes=sizes,
-                interpret=interpret)
+    return make(
+        splash.MultiHeadMask([head_mask] * group),
+        head_shards=1,
+        q_seq_shards=1,
+        block_sizes=sizes,
+        interpret=interpret,
+    )
 
 
 def _mask_window(is_causal: bool, local_window_size) -> Optional[tuple]:
@@ -156,15 +201,28 @@ def _mask_window(is_causal: bool, local_window_size) -> Optional[tuple]:
 def splash_attention(*, interpret: bool = False) -> Callable:
     """An `attention_fn` running the TPU splash kernel (see the module docstring); T, S multiples of 128."""
 
-    def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False, local_window_size=None,
-                  **options):
+    def attention(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        *,
+        scale=None,
+        is_causal=False,
+        local_window_size=None,
+        **options,
+    ):
         heads, kv_heads = _check_call("splash_attention", query, key, value, bias, mask, **options)
         q_len, kv_len = query.shape[-3], key.shape[-3]
         if q_len % SPLASH_BLOCK or kv_len % SPLASH_BLOCK:
-            raise ValueError(f"splash_attention needs T and S multiples of {SPLASH_BLOCK} (its block), got "
-                             f"query {query.shape}, key {key.shape}")
-        kernel = _splash_kernel(heads, kv_heads, q_len, kv_len, _mask_window(is_causal, local_window_size),
-                                interpret)
+            raise ValueError(
+                f"splash_attention needs T and S multiples of {SPLASH_BLOCK} (its block), got "
+                f"query {query.shape}, key {key.shape}"
+            )
+        kernel = _splash_kernel(
+            heads, kv_heads, q_len, kv_len, _mask_window(is_causal, local_window_size), interpret
+        )
         (q, k, v), restore = _batched(query, key, value)
         q = (q * jnp.asarray(_scale(query, scale), q.dtype)).transpose(0, 2, 1, 3)  # [B, H, T, D]
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, D]
@@ -184,15 +242,27 @@ def splash_attention(*, interpret: bool = False) -> Callable:
 
 def _no_window(kernel: str, local_window_size) -> None:
     if local_window_size is not None:
-        raise ValueError(f"{kernel} has no local window (got local_window_size={local_window_size!r}); "
-                         f"use splash_attention")
+        raise ValueError(
+            f"{kernel} has no local window (got local_window_size={local_window_size!r}); "
+            f"use splash_attention"
+        )
 
 
 def tpu_flash_attention(*, interpret: bool = False) -> Callable:
     """An `attention_fn` running the TPU flash-attention kernel (see the module docstring)."""
 
-    def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False, local_window_size=None,
-                  **options):
+    def attention(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        *,
+        scale=None,
+        is_causal=False,
+        local_window_size=None,
+        **options,
+    ):
         heads, _ = _check_call("tpu_flash_attention", query, key, value, bias, mask, **options)
         _no_window("tpu_flash_attention", local_window_size)
         from jax.experimental.pallas import tpu as pltpu
@@ -201,12 +271,29 @@ def tpu_flash_attention(*, interpret: bool = False) -> Callable:
         (q, k, v), restore = _batched(query, key, value)
         k, v = _repeat_heads(k, heads), _repeat_heads(v, heads)
         bq, bk = min(128, q.shape[1]), min(128, k.shape[1])
-        sizes = flash.BlockSizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
-                                 block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
-                                 block_k_dq=bk, block_q_dq=bq)
-        to_bhtd = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
-        kernel = functools.partial(flash.flash_attention, causal=is_causal, sm_scale=_scale(query, scale),
-                                   block_sizes=sizes)
+        sizes = flash.BlockSizes(
+            block_q=bq,
+            block_k_major=bk,
+            block_k=bk,
+            block_b=1,
+            block_q_major_dkv=bq,
+            block_k_major_dkv=bk,
+            block_k_dkv=bk,
+            block_q_dkv=bq,
+            block_k_major_dq=bk,
+            block_k_dq=bk,
+            block_q_dq=bq,
+        )
+
+        def to_bhtd(x):
+            return x.transpose(0, 2, 1, 3)
+
+        kernel = functools.partial(
+            flash.flash_attention,
+            causal=is_causal,
+            sm_scale=_scale(query, scale),
+            block_sizes=sizes,
+        )
         context = pltpu.force_tpu_interpret_mode if interpret else contextlib.nullcontext
         out = _without_x64(kernel, context)(to_bhtd(q), to_bhtd(k), to_bhtd(v))
         return restore(to_bhtd(out))
@@ -218,22 +305,41 @@ def tpu_flash_attention(*, interpret: bool = False) -> Callable:
 # GPU Pallas (Triton) flash attention
 
 
-def gpu_flash_attention(*, block_q: int = 64, block_k: int = 64, interpret: bool = False) -> Callable:
+def gpu_flash_attention(
+    *, block_q: int = 64, block_k: int = 64, interpret: bool = False
+) -> Callable:
     """An `attention_fn` running the GPU Pallas kernel `mha` (see the module docstring), blocks of
     min(block_q, T) x min(block_k, S) queries x keys."""
 
-    def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False, local_window_size=None,
-                  **options):
+    def attention(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        *,
+        scale=None,
+        is_causal=False,
+        local_window_size=None,
+        **options,
+    ):
         heads, _ = _check_call("gpu_flash_attention", query, key, value, bias, mask, **options)
         _no_window("gpu_flash_attention", local_window_size)
         from jax.experimental.pallas.ops.gpu import attention as gpu
 
         (q, k, v), restore = _batched(query, key, value)
         bq, bk = min(block_q, q.shape[1]), min(block_k, k.shape[1])
-        sizes = gpu.BlockSizes(block_q=bq, block_k=bk, block_q_dkv=bq, block_kv_dkv=bk, block_q_dq=bq,
-                               block_kv_dq=bk)
-        kernel = functools.partial(gpu.mha, segment_ids=None, sm_scale=_scale(query, scale), causal=is_causal,
-                                   block_sizes=sizes, interpret=interpret)
+        sizes = gpu.BlockSizes(
+            block_q=bq, block_k=bk, block_q_dkv=bq, block_kv_dkv=bk, block_q_dq=bq, block_kv_dq=bk
+        )
+        kernel = functools.partial(
+            gpu.mha,
+            segment_ids=None,
+            sm_scale=_scale(query, scale),
+            causal=is_causal,
+            block_sizes=sizes,
+            interpret=interpret,
+        )
         out = _without_x64(kernel)(q, _repeat_heads(k, heads), _repeat_heads(v, heads))
         return restore(out)
 

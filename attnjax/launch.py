@@ -22,6 +22,7 @@ and report are written once, when every run has a record.
 submitit is imported only here, only for `submit`; it is the `cluster` extra
 (`pip install attnjax[cluster]`). Job logs go to `workdir/submitit/`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +57,14 @@ def deal(run_ids: list[str], jobs: int) -> list[list[str]]:
     return [share for share in (run_ids[j::jobs] for j in range(jobs)) if share]
 
 
-def run_shard(study: study_lib.Study, config, workdir: str, shard_text: str, *,
-              progress: Callable[[str], None] = print) -> Optional[dict]:
+def run_shard(
+    study: study_lib.Study,
+    config,
+    workdir: str,
+    shard_text: str,
+    *,
+    progress: Callable[[str], None] = print,
+) -> Optional[dict]:
     """Run share `shard_text` ('i/n') of the study's runs; the summary if every run is then done, else None."""
     index, count = parse_shard(shard_text)
     specs = study.specs(config)
@@ -89,8 +96,12 @@ def executor_parameters(launcher: str, name: str, slurm: SlurmOptions = SlurmOpt
         raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
     parameters = {"name": name, "timeout_min": slurm.time_min}
     if launcher == "slurm":
-        parameters.update(cpus_per_task=slurm.cpus_per_task, gpus_per_node=slurm.gpus_per_node,
-                          tasks_per_node=1, nodes=1)
+        parameters.update(
+            cpus_per_task=slurm.cpus_per_task,
+            gpus_per_node=slurm.gpus_per_node,
+            tasks_per_node=1,
+            nodes=1,
+        )
         if slurm.partition is not None:
             parameters["slurm_partition"] = slurm.partition
         if slurm.mem_gb is not None:
@@ -116,27 +127,47 @@ def make_executor(launcher: str, folder: str, name: str, slurm: SlurmOptions = S
 
 def _job(study: study_lib.Study, config, workdir: str, run_ids: list[str]) -> None:
     """One job: its share of the runs (the outputs are left to the submitting process)."""
-    study_lib.run(study, config, workdir, progress=lambda line: print(line, flush=True), run_ids=run_ids,
-                  write_outputs=False)
+    study_lib.run(
+        study,
+        config,
+        workdir,
+        progress=lambda line: print(line, flush=True),
+        run_ids=run_ids,
+        write_outputs=False,
+    )
 
 
-def submit(study: study_lib.Study, config, workdir: str, *, launcher: str, jobs: int,
-           slurm: SlurmOptions = SlurmOptions(), progress: Callable[[str], None] = print) -> dict:
+def submit(
+    study: study_lib.Study,
+    config,
+    workdir: str,
+    *,
+    launcher: str,
+    jobs: int,
+    slurm: SlurmOptions = SlurmOptions(),
+    progress: Callable[[str], None] = print,
+) -> dict:
     """Run the study's missing runs as at most `jobs` submitit jobs, wait for them, then write the outputs.
 
     Raises RuntimeError (after writing nothing but the finished runs' records)
     if a job failed; calling again submits only the runs still missing.
     """
     specs, wd = study_lib.prepare(study, config, workdir, progress)
-    executor_parameters(launcher, study.name, slurm)  # bad options fail before anything is submitted
+    executor_parameters(
+        launcher, study.name, slurm
+    )  # bad options fail before anything is submitted
     shares = deal([spec.run_id for spec in specs if not wd.is_done(spec.run_id)], jobs)
     if shares:
         folder = os.path.join(workdir, "submitit", "%j")
         executor = make_executor(launcher, folder, study.name, slurm)
         count = sum(map(len, shares))
-        progress(f"{study.name}: submitting {len(shares)} {launcher} jobs for the {count} runs of "
-                 f"{len(specs)} without a record; logs in {os.path.dirname(folder)}")
-        submitted = executor.map_array(_job, *zip(*[(study, config, workdir, share) for share in shares]))
+        progress(
+            f"{study.name}: submitting {len(shares)} {launcher} jobs for the {count} runs of "
+            f"{len(specs)} without a record; logs in {os.path.dirname(folder)}"
+        )
+        submitted = executor.map_array(
+            _job, *zip(*[(study, config, workdir, share) for share in shares])
+        )
         failed = []
         for job, share in zip(submitted, shares):
             try:
@@ -146,9 +177,13 @@ def submit(study: study_lib.Study, config, workdir: str, *, launcher: str, jobs:
                 failed.append(f"job {job.job_id} ({', '.join(share)}): {last_line}")
         if failed:
             left = [spec.run_id for spec in specs if not wd.is_done(spec.run_id)]
-            raise RuntimeError(f"{len(failed)} of {len(shares)} jobs failed: {'; '.join(failed)}. "
-                               f"Runs without a record: {left}; run the same command again to submit them.")
+            raise RuntimeError(
+                f"{len(failed)} of {len(shares)} jobs failed: {'; '.join(failed)}. "
+                f"Runs without a record: {left}; run the same command again to submit them."
+            )
     summary = study_lib.write_outputs_if_done(study, config, specs, wd, progress)
     if summary is None:  # a job ended without error but left runs undone (should not happen)
-        raise RuntimeError(f"{study.name}: the jobs ended with runs left undone; run the same command again")
+        raise RuntimeError(
+            f"{study.name}: the jobs ended with runs left undone; run the same command again"
+        )
     return summary

@@ -39,6 +39,7 @@ output and zero weights, not NaN. Positive feature maps (`elu_plus_one`,
 probability distribution; `trig_random` does not (its den may vanish or be
 negative).
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple, Optional
@@ -64,7 +65,11 @@ DEFAULT_CHUNK_SIZE = 64
 def _check_options(feature_map: Callable, eps: float, chunk_size: Optional[int] = None) -> None:
     if not callable(feature_map):
         raise TypeError(f"feature_map must be callable, got {type(feature_map).__name__}")
-    if not isinstance(eps, (int, float, np.floating, np.integer)) or isinstance(eps, bool) or eps < 0:
+    if (
+        not isinstance(eps, (int, float, np.floating, np.integer))
+        or isinstance(eps, bool)
+        or eps < 0
+    ):
         raise ValueError(f"eps must be a non-negative float, got {eps!r}")
     if chunk_size is not None:
         if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool):
@@ -368,7 +373,11 @@ def init_state(
       dtype: state dtype, float32 by default (keep float32 or wider).
     """
     batch_shape = tuple(batch_shape)
-    for name, value in (("num_kv_heads", num_kv_heads), ("num_features", num_features), ("value_dim", value_dim)):
+    for name, value in (
+        ("num_kv_heads", num_kv_heads),
+        ("num_features", num_features),
+        ("value_dim", value_dim),
+    ):
         checks.positive_int(name, value)
     kv = jnp.zeros(batch_shape + (num_kv_heads, num_features, value_dim), dtype)
     normalizer = jnp.zeros(batch_shape + (num_kv_heads, num_features), dtype)
@@ -377,12 +386,16 @@ def init_state(
 
 def _check_step(state, q_t, k_t, v_t) -> None:
     if not isinstance(state, LinearAttentionState):
-        raise TypeError(f"state must be a LinearAttentionState (from init_state), got {type(state).__name__}")
+        raise TypeError(
+            f"state must be a LinearAttentionState (from init_state), got {type(state).__name__}"
+        )
     for name, x in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
             raise TypeError(f"{name} must be an array, got {type(x).__name__}")
         if x.ndim < 2:
-            raise ValueError(f"{name} must have layout [..., heads, dim] (rank >= 2), got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} must have layout [..., heads, dim] (rank >= 2), got shape {tuple(x.shape)}"
+            )
     # Reuse the sequence checks on a length-1 sequence [..., 1, H, D].
     checks.qkv(q_t[..., None, :, :], k_t[..., None, :, :], v_t[..., None, :, :])
     expected_kv = k_t.shape[:-1] + state.kv.shape[-2:]
@@ -424,12 +437,16 @@ def linear_attention_step(
     dtype = jnp.promote_types(_compute_dtype(q_t, k_t, v_t), state.kv.dtype)
     phi_q, phi_k = _features(q_t.astype(dtype), k_t.astype(dtype), feature_map)
     if phi_k.shape[-1] != state.kv.shape[-2]:
-        raise ValueError(f"feature_map gives M={phi_k.shape[-1]} features, state has M={state.kv.shape[-2]}")
+        raise ValueError(
+            f"feature_map gives M={phi_k.shape[-1]} features, state has M={state.kv.shape[-2]}"
+        )
     kv = state.kv.astype(dtype) + phi_k[..., :, None] * v_t.astype(dtype)[..., None, :]
     normalizer = state.normalizer.astype(dtype) + phi_k
     q = _group_queries(phi_q, k_t.shape[-2])  # [..., K, G, M]
     num = jnp.einsum("...kgm,...kme->...kge", q, kv)
     den = jnp.einsum("...kgm,...km->...kg", q, normalizer)
     out = einops.rearrange(_normalise(num, den, eps), "... k g e -> ... (k g) e")
-    new_state = LinearAttentionState(kv.astype(state.kv.dtype), normalizer.astype(state.normalizer.dtype))
+    new_state = LinearAttentionState(
+        kv.astype(state.kv.dtype), normalizer.astype(state.normalizer.dtype)
+    )
     return new_state, out.astype(v_t.dtype)

@@ -12,6 +12,7 @@ Every mask here broadcasts against attention logits of shape `[..., H, T, S]`
 Query position t and key position s are aligned at the top-left, as in
 `jax.nn.dot_product_attention`: with T != S, query t sees keys s <= t.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -72,7 +73,9 @@ def local_window_mask(
     return mask
 
 
-def with_window(mask: Optional[Array], window: Optional[int], q_len: int, kv_len: int, is_causal: bool):
+def with_window(
+    mask: Optional[Array], window: Optional[int], q_len: int, kv_len: int, is_causal: bool
+):
     """`mask` (broadcastable to `[..., T, S]`, or None) and a sliding window of W keys, `[..., T, S]`.
 
     Query t keeps keys t - W < s (and s < t + W unless `is_causal`, where the
@@ -80,7 +83,9 @@ def with_window(mask: Optional[Array], window: Optional[int], q_len: int, kv_len
     """
     if window is None:
         return mask
-    band = local_window_mask(q_len, kv_len, left=window - 1, right=None if is_causal else window - 1)
+    band = local_window_mask(
+        q_len, kv_len, left=window - 1, right=None if is_causal else window - 1
+    )
     return band if mask is None else combine_masks(jnp.asarray(mask) != 0, band)
 
 

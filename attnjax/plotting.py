@@ -7,6 +7,7 @@ atomically with `attnjax.workdir.atomic_write_figure`). matplotlib is imported
 inside the functions, so `import attnjax` does not pull it in. Inputs are
 NumPy or JAX arrays, converted to float64 NumPy on the host.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,9 @@ def figure(width: float, height: float):
 def _as_numpy(x, name: str, ndims: tuple[int, ...]) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim not in ndims:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimensions; got shape {x.shape}")
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndims))} dimensions; got shape {x.shape}"
+        )
     return x
 
 
@@ -68,8 +71,10 @@ def attention_heatmaps(
     num_heads, t, s = w.shape
     heads = list(range(num_heads)) if heads is None else [int(h) for h in heads]
     if not heads or any(not 0 <= h < num_heads for h in heads):
-        raise ValueError(f"heads must be non-empty indices in [0, {num_heads}); "
-                         f"got {heads} for weights shape {w.shape}")
+        raise ValueError(
+            f"heads must be non-empty indices in [0, {num_heads}); "
+            f"got {heads} for weights shape {w.shape}"
+        )
     q_labels, k_labels = _token_labels(tokens, t, s)
     ncols = min(len(heads), 4) if ncols is None else int(ncols)
     nrows = math.ceil(len(heads) / ncols)
@@ -85,9 +90,13 @@ def attention_heatmaps(
             continue
         used.append(ax)
         h = heads[k]
-        image = ax.imshow(w[h], cmap=cmap, vmin=0.0, vmax=vmax, aspect="equal", interpolation="nearest")
+        image = ax.imshow(
+            w[h], cmap=cmap, vmin=0.0, vmax=vmax, aspect="equal", interpolation="nearest"
+        )
         ax.set_title(f"head {h}", fontsize=10)
-        _label_axes(ax, q_labels, k_labels, first_col=k % ncols == 0, last_row=k + ncols >= len(heads))
+        _label_axes(
+            ax, q_labels, k_labels, first_col=k % ncols == 0, last_row=k + ncols >= len(heads)
+        )
         if annotate:
             _annotate(ax, w[h], vmax)
     fig.colorbar(image, ax=used, shrink=0.8, label="attention weight")
@@ -105,7 +114,9 @@ def _token_labels(tokens, t: int, s: int):
     else:
         q = k = [str(x) for x in tokens]
     if len(q) != t or len(k) != s:
-        raise ValueError(f"tokens must give {t} query and {s} key labels; got {len(q)} and {len(k)}")
+        raise ValueError(
+            f"tokens must give {t} query and {s} key labels; got {len(q)} and {len(k)}"
+        )
     return q, k
 
 
@@ -166,14 +177,21 @@ def metric_vs_depth(
     for name, values in metrics.items():
         v = _as_numpy(values, f"metrics[{name!r}]", (1, 2))
         v = v[None] if v.ndim == 1 else v
-        x = np.arange(start, start + v.shape[1]) if depths is None else np.asarray(depths, dtype=np.float64)
+        x = (
+            np.arange(start, start + v.shape[1])
+            if depths is None
+            else np.asarray(depths, dtype=np.float64)
+        )
         if x.shape != (v.shape[1],):
             raise ValueError(f"depths must have shape ({v.shape[1]},); got {x.shape}")
         mean = v.mean(axis=0)
         (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
         if v.shape[0] > 1:
-            lo, hi = ((v.min(axis=0), v.max(axis=0)) if band == "minmax"
-                      else (mean - v.std(axis=0), mean + v.std(axis=0)))
+            lo, hi = (
+                (v.min(axis=0), v.max(axis=0))
+                if band == "minmax"
+                else (mean - v.std(axis=0), mean + v.std(axis=0))
+            )
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     if log:
         ax.set_yscale("log", nonpositive="mask")
@@ -186,8 +204,9 @@ def metric_vs_depth(
     return fig
 
 
-def singular_value_spectrum(x, labels: Sequence[str] | None = None, *, normalize: bool = True,
-                            title: str | None = None):
+def singular_value_spectrum(
+    x, labels: Sequence[str] | None = None, *, normalize: bool = True, title: str | None = None
+):
     """Singular values of one or several matrices, sorted, on a log scale.
 
     Args:

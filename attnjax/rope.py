@@ -23,6 +23,7 @@ Frequency scaling for long contexts (`scaling`, as Hugging Face's
   divided by `factor`, those below original_max_len / high_freq_factor are
   kept, and the band between is interpolated smoothly.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,10 @@ from attnjax import checks
 
 LAYOUTS = ("half", "interleaved")
 # Scaling type -> its parameters after the type.
-SCALINGS = {"linear": ("factor",),
-            "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")}
+SCALINGS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_len"),
+}
 
 
 def check_rope(layout, base, scaling=None) -> None:
@@ -46,8 +49,10 @@ def check_rope(layout, base, scaling=None) -> None:
     if scaling is None:
         return
     if not isinstance(scaling, tuple) or not scaling or scaling[0] not in SCALINGS:
-        raise ValueError(f"rope_scaling must be None or a tuple (type, *parameters) with type one of "
-                         f"{tuple(SCALINGS)}, got {scaling!r}")
+        raise ValueError(
+            f"rope_scaling must be None or a tuple (type, *parameters) with type one of "
+            f"{tuple(SCALINGS)}, got {scaling!r}"
+        )
     names = SCALINGS[scaling[0]]
     if len(scaling) != 1 + len(names):
         raise ValueError(f"rope_scaling {scaling!r}: type {scaling[0]!r} takes parameters {names}")
@@ -68,12 +73,16 @@ def inverse_frequencies(dim: int, base: float, scaling=None, dtype=jnp.float32) 
     wavelength = 2 * math.pi / inv_freq
     smooth = (original / wavelength - low) / (high - low)
     smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    return jnp.where(wavelength > original / low, inv_freq / factor,
-                     jnp.where(wavelength < original / high, inv_freq, smoothed))
+    return jnp.where(
+        wavelength > original / low,
+        inv_freq / factor,
+        jnp.where(wavelength < original / high, inv_freq, smoothed),
+    )
 
 
-def rotary_embedding(x: jax.Array, positions: jax.Array, *, base: float = 10000.0, layout: str = "half",
-                     scaling=None) -> jax.Array:
+def rotary_embedding(
+    x: jax.Array, positions: jax.Array, *, base: float = 10000.0, layout: str = "half", scaling=None
+) -> jax.Array:
     """Rotate heads `x` `[..., T, H, D]` (D even) at integer `positions` `[T]`; `scaling`: see `SCALINGS`.
 
     Angles are computed in at least float32; the result has x's dtype.
@@ -83,7 +92,9 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, *, base: float = 10000.
     if dim % 2:
         raise ValueError(f"rotary embedding needs an even head dim, got x.shape={tuple(x.shape)}")
     if positions.shape != (x.shape[-3],):
-        raise ValueError(f"positions must have shape [T] = ({x.shape[-3]},), got {tuple(positions.shape)}")
+        raise ValueError(
+            f"positions must have shape [T] = ({x.shape[-3]},), got {tuple(positions.shape)}"
+        )
     out_dtype, dtype = x.dtype, jnp.promote_types(x.dtype, jnp.float32)
     inv_freq = inverse_frequencies(dim, base, scaling, dtype)  # [D/2]
     angle = positions.astype(dtype)[:, None, None] * inv_freq[None, None, :]  # [T, 1, D/2]
@@ -91,7 +102,7 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, *, base: float = 10000.
     cos, sin = jnp.cos(angle), jnp.sin(angle)
     x = x.astype(dtype)
     if layout == "half":
-        a, b = x[..., : dim // 2], x[..., dim // 2:]
+        a, b = x[..., : dim // 2], x[..., dim // 2 :]
         out = jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
     else:
         a, b = x[..., 0::2], x[..., 1::2]

@@ -5,6 +5,7 @@ modules (offline, the same on every machine with the same Python version);
 `split_sentences(text, ...)` cuts any text into prose sentences. Both are also
 importable from `attnjax.tasks`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,10 +18,35 @@ from attnjax import checks
 
 # Pure-Python standard-library modules with prose docstrings (CPython 3.10+).
 DEFAULT_DOCSTRING_MODULES = (
-    "argparse", "bisect", "calendar", "collections", "contextlib", "csv", "dataclasses", "difflib",
-    "email.message", "fractions", "functools", "heapq", "inspect", "json", "logging", "pathlib",
-    "pickle", "random", "shutil", "statistics", "string", "tarfile", "textwrap", "threading",
-    "typing", "unittest", "urllib.parse", "weakref", "zipfile",
+    "argparse",
+    "bisect",
+    "calendar",
+    "collections",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "difflib",
+    "email.message",
+    "fractions",
+    "functools",
+    "heapq",
+    "inspect",
+    "json",
+    "logging",
+    "pathlib",
+    "pickle",
+    "random",
+    "shutil",
+    "statistics",
+    "string",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "weakref",
+    "zipfile",
 )
 # A sentence ends at . ! or ? followed by whitespace and a capital letter.
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -58,16 +84,24 @@ def _documented(module) -> list:
     """The module, then its classes and functions (by name), each class followed by its own methods."""
     objects = [module]
     for _, obj in sorted(vars(module).items()):
-        if getattr(obj, "__module__", None) != module.__name__ or not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        if getattr(obj, "__module__", None) != module.__name__ or not (
+            inspect.isclass(obj) or inspect.isfunction(obj)
+        ):
             continue
         objects.append(obj)
         if inspect.isclass(obj):
-            objects += [member for _, member in sorted(vars(obj).items()) if inspect.isfunction(member)]
+            objects += [
+                member for _, member in sorted(vars(obj).items()) if inspect.isfunction(member)
+            ]
     return objects
 
 
-def docstring_sentences(modules=DEFAULT_DOCSTRING_MODULES, max_sentences: Optional[int] = None, min_words: int = 6,
-                        max_words: int = 30) -> list[str]:
+def docstring_sentences(
+    modules=DEFAULT_DOCSTRING_MODULES,
+    max_sentences: Optional[int] = None,
+    min_words: int = 6,
+    max_words: int = 30,
+) -> list[str]:
     """English sentences from the docstrings of standard-library `modules`, deterministic.
 
     Each module's docstring, then those of its classes, functions and
@@ -88,7 +122,9 @@ def docstring_sentences(modules=DEFAULT_DOCSTRING_MODULES, max_sentences: Option
         for name in modules:
             for obj in _documented(importlib.import_module(name)):
                 doc = obj.__doc__ if isinstance(getattr(obj, "__doc__", None), str) else ""
-                for sentence in split_sentences(inspect.cleandoc(doc), min_words=min_words, max_words=max_words):
+                for sentence in split_sentences(
+                    inspect.cleandoc(doc), min_words=min_words, max_words=max_words
+                ):
                     seen.setdefault(sentence, None)
     sentences = list(seen)
     return sentences if max_sentences is None else sentences[:max_sentences]

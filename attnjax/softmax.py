@@ -13,6 +13,7 @@ temperatures or logits cannot overflow to inf and produce inf - inf. An array
 (traced) temperature has its own JVP (`_tempered_softmax`), so its gradient
 stays finite down to t ~ 1e-38 (0 for one-hot rows).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -84,7 +85,9 @@ def _tempered_softmax_jvp(primals, tangents):
     dlogits, dtemperature, _ = tangents
     z = clip_logits(logits / temperature)
     probs = _softmax(z, mask)
-    return probs, (_centred(probs, dlogits) / temperature - _centred(probs, z) * (dtemperature / temperature))
+    return probs, (
+        _centred(probs, dlogits) / temperature - _centred(probs, z) * (dtemperature / temperature)
+    )
 
 
 @jax.custom_jvp
@@ -112,7 +115,9 @@ def _softmax(logits: Array, mask: Optional[Array]) -> Array:
     unnormalised = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
     inv_total = 1 / jnp.sum(unnormalised, axis=-1, keepdims=True)
     if mask is not None:
-        inv_total = jnp.where(jnp.any(mask, axis=-1, keepdims=True), inv_total, jnp.zeros_like(inv_total))
+        inv_total = jnp.where(
+            jnp.any(mask, axis=-1, keepdims=True), inv_total, jnp.zeros_like(inv_total)
+        )
     return unnormalised * inv_total
 
 
@@ -122,4 +127,3 @@ def _softmax_jvp(primals, tangents):
     dlogits, _ = tangents
     probs = _softmax(logits, mask)
     return probs, _centred(probs, dlogits)
-

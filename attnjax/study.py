@@ -29,6 +29,7 @@ record), `metrics.jsonl` (every row), `summary.json`, `report.md`,
 skips the runs that have a record; an unfinished run starts again, and may
 resume from the checkpoints it left in its scratch directory.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,11 +49,20 @@ KINDS = ("prediction", "sanity")
 
 def verdict(passed: Optional[bool]) -> str:
     """A check's verdict: True -> 'pass', False -> 'fail', None -> 'not measured'."""
-    return {True: "pass", False: "fail", None: "not measured"}[None if passed is None else bool(passed)]
+    return {True: "pass", False: "fail", None: "not measured"}[
+        None if passed is None else bool(passed)
+    ]
 
 
-def prediction(name: str, source: str, prediction: str, measured: Any, passed: Optional[bool],
-               note: str = "", kind: str = "prediction") -> dict:
+def prediction(
+    name: str,
+    source: str,
+    prediction: str,
+    measured: Any,
+    passed: Optional[bool],
+    note: str = "",
+    kind: str = "prediction",
+) -> dict:
     """One check: its source, what was predicted, what was measured, and the verdict.
 
     `kind` is "prediction" for a literature claim that the data could
@@ -61,8 +71,15 @@ def prediction(name: str, source: str, prediction: str, measured: Any, passed: O
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    return {"name": name, "source": source, "prediction": prediction, "measured": measured,
-            "verdict": verdict(passed), "note": note, "kind": kind}
+    return {
+        "name": name,
+        "source": source,
+        "prediction": prediction,
+        "measured": measured,
+        "verdict": verdict(passed),
+        "note": note,
+        "kind": kind,
+    }
 
 
 # --------------------------------------------------------------------------
@@ -122,14 +139,18 @@ def _check_rows(spec, rows: list[dict]) -> None:
     for row in rows:
         clash = reserved & set(row)
         if clash:
-            raise ValueError(f"rows of run {spec.run_id} repeat the spec fields {sorted(clash)}; the runner adds them")
+            raise ValueError(
+                f"rows of run {spec.run_id} repeat the spec fields {sorted(clash)}; the runner adds them"
+            )
 
 
 def _check_predictions(predictions: list[dict]) -> list[dict]:
     for p in predictions:
         if p.get("verdict") not in VERDICTS:
-            raise ValueError(f"prediction {p.get('name')!r}: verdict must be one of {VERDICTS}, "
-                             f"got {p.get('verdict')!r}")
+            raise ValueError(
+                f"prediction {p.get('name')!r}: verdict must be one of {VERDICTS}, "
+                f"got {p.get('verdict')!r}"
+            )
     return predictions
 
 
@@ -149,8 +170,10 @@ class _Clock:
         now = time.perf_counter()
         elapsed = now - self.start
         left = elapsed / self.finished * (self.total - self.done)
-        self.log(f"      done in {now - self.run_start:.1f} s; {self.done}/{self.total} runs, "
-                 f"elapsed {_duration(elapsed)}, about {_duration(left)} left")
+        self.log(
+            f"      done in {now - self.run_start:.1f} s; {self.done}/{self.total} runs, "
+            f"elapsed {_duration(elapsed)}, about {_duration(left)} left"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -158,11 +181,19 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
-def _run_missing(study: Study, config, specs: list, wd: Workdir, progress: Callable[[str], None],
-                 share: Optional[list] = None) -> None:
+def _run_missing(
+    study: Study,
+    config,
+    specs: list,
+    wd: Workdir,
+    progress: Callable[[str], None],
+    share: Optional[list] = None,
+) -> None:
     """Run every spec of `share` (default: all `specs`) without a record, in order, recording each as it finishes."""
     done = sum(wd.is_done(spec.run_id) for spec in specs)
-    progress(f"{study.name}: {len(specs)} runs ({done} already done), jax backend {jax.default_backend()}")
+    progress(
+        f"{study.name}: {len(specs)} runs ({done} already done), jax backend {jax.default_backend()}"
+    )
     pool = specs if share is None else share
     todo = [s for s in pool if not wd.is_done(s.run_id)]
     if share is not None:
@@ -184,13 +215,17 @@ def _summary(study: Study, config, specs: list, wd: Workdir) -> dict:
     """The study's summary of every run's rows, with the config and the predictions, in its JSON form."""
     summary = study.summarize([row for spec in specs for row in wd.run_rows(spec.run_id)], config)
     if {"config", "predictions", "plots"} & set(summary):
-        raise ValueError(f"{study.name}: summarize must leave the keys config, predictions and plots to the runner")
+        raise ValueError(
+            f"{study.name}: summarize must leave the keys config, predictions and plots to the runner"
+        )
     summary = json_form({"config": config.to_dict(), **summary})
     summary["predictions"] = _check_predictions(json_form(study.predictions(summary)))
     return summary
 
 
-def _write_outputs(study: Study, summary: dict, wd: Workdir, progress: Callable[[str], None]) -> None:
+def _write_outputs(
+    study: Study, summary: dict, wd: Workdir, progress: Callable[[str], None]
+) -> None:
     """summary.json (with the plots' names), plots/*.png and report.md; then the verdicts and the report's path."""
     figures = study.figures(summary)
     summary["plots"] = sorted(f"{name}.png" for name in figures)
@@ -202,11 +237,15 @@ def _write_outputs(study: Study, summary: dict, wd: Workdir, progress: Callable[
         mine = [p for p in summary["predictions"] if p.get("kind", "prediction") == kind]
         counts = {v: sum(p["verdict"] == v for p in mine) for v in VERDICTS}
         if mine or kind == "prediction":
-            progress(f"{title}: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured")
+            progress(
+                f"{title}: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured"
+            )
     progress(f"report: {path}")
 
 
-def prepare(study: Study, config, workdir: str, progress: Callable[[str], None] = print) -> tuple[list, Workdir]:
+def prepare(
+    study: Study, config, workdir: str, progress: Callable[[str], None] = print
+) -> tuple[list, Workdir]:
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
@@ -220,14 +259,17 @@ def prepare(study: Study, config, workdir: str, progress: Callable[[str], None] 
     return specs, wd
 
 
-def write_outputs_if_done(study: Study, config, specs: list, wd: Workdir,
-                          progress: Callable[[str], None]) -> Optional[dict]:
+def write_outputs_if_done(
+    study: Study, config, specs: list, wd: Workdir, progress: Callable[[str], None]
+) -> Optional[dict]:
     """The summary, figures and report once every spec has a record (returns the summary); else None,
     with a progress line naming the runs left."""
     left = [spec.run_id for spec in specs if not wd.is_done(spec.run_id)]
     if left:
-        progress(f"{study.name}: {len(left)} of {len(specs)} runs not done yet ({', '.join(left)}); "
-                 f"summary, report and figures are written when every run is done")
+        progress(
+            f"{study.name}: {len(left)} of {len(specs)} runs not done yet ({', '.join(left)}); "
+            f"summary, report and figures are written when every run is done"
+        )
         return None
     wd.write_metrics()  # jobs finishing together may have raced on it; every record is in now
     summary = _summary(study, config, specs, wd)
@@ -235,8 +277,15 @@ def write_outputs_if_done(study: Study, config, specs: list, wd: Workdir,
     return summary
 
 
-def run(study: Study, config, workdir: str, *, progress: Callable[[str], None] = print,
-        run_ids: Optional[Collection[str]] = None, write_outputs: bool = True) -> Optional[dict]:
+def run(
+    study: Study,
+    config,
+    workdir: str,
+    *,
+    progress: Callable[[str], None] = print,
+    run_ids: Optional[Collection[str]] = None,
+    write_outputs: bool = True,
+) -> Optional[dict]:
     """Run (or resume) `study` with `config` in `workdir`; returns the summary as written to summary.json.
 
     With `run_ids` (one job's share, `attnjax.launch`), only those runs are

@@ -30,6 +30,7 @@ are importable from here too.
 `make_task(name, **kwargs)` builds one by name: 'associative_recall',
 'sorting' or 'char_lm'.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -117,7 +118,9 @@ class AssociativeRecall:
         if self.num_key_tokens is not None:
             checks.integer("num_key_tokens", self.num_key_tokens, 1)
         if self.num_queries > self.num_pairs:
-            raise ValueError(f"num_queries ({self.num_queries}) must be <= num_pairs ({self.num_pairs})")
+            raise ValueError(
+                f"num_queries ({self.num_queries}) must be <= num_pairs ({self.num_pairs})"
+            )
         if self.key_tokens >= self.vocab_size:
             raise ValueError(
                 f"num_key_tokens ({self.key_tokens}) must be < vocab_size ({self.vocab_size}) "
@@ -152,7 +155,9 @@ class AssociativeRecall:
         """One example: inputs `[T]` and targets `[T]`, int32."""
         k_keys, k_values, k_queries = jax.random.split(key, 3)
         keys = jax.random.permutation(k_keys, self.key_tokens)[: self.num_pairs].astype(jnp.int32)
-        values = jax.random.randint(k_values, (self.num_pairs,), self.key_tokens, self.vocab_size, jnp.int32)
+        values = jax.random.randint(
+            k_values, (self.num_pairs,), self.key_tokens, self.vocab_size, jnp.int32
+        )
         asked = jax.random.permutation(k_queries, self.num_pairs)[: self.num_queries]
         pairs = jnp.stack([keys, values], axis=-1).reshape(-1)  # k1 v1 k2 v2 ...
         inputs = jnp.concatenate([pairs, keys[asked]])
@@ -237,10 +242,26 @@ class Sorting:
 
 # Modules present as single files in the standard library of every CPython 3.10+.
 DEFAULT_STDLIB_FILES = (
-    "abc.py", "argparse.py", "bisect.py", "calendar.py", "contextlib.py", "copy.py",
-    "dataclasses.py", "difflib.py", "enum.py", "fractions.py", "functools.py",
-    "heapq.py", "inspect.py", "random.py", "shutil.py", "statistics.py", "string.py",
-    "textwrap.py", "typing.py", "weakref.py",
+    "abc.py",
+    "argparse.py",
+    "bisect.py",
+    "calendar.py",
+    "contextlib.py",
+    "copy.py",
+    "dataclasses.py",
+    "difflib.py",
+    "enum.py",
+    "fractions.py",
+    "functools.py",
+    "heapq.py",
+    "inspect.py",
+    "random.py",
+    "shutil.py",
+    "statistics.py",
+    "string.py",
+    "textwrap.py",
+    "typing.py",
+    "weakref.py",
 )
 
 UNKNOWN_ID = 0
@@ -325,7 +346,9 @@ class CharCorpus:
                     f"it needs at least seq_len + 1 = {self.seq_len + 1} (a longer text, a smaller "
                     f"seq_len, or another val_fraction)"
                 )
-        object.__setattr__(self, "_splits", {k: jnp.asarray(v, jnp.int32) for k, v in splits.items()})
+        object.__setattr__(
+            self, "_splits", {k: jnp.asarray(v, jnp.int32) for k, v in splits.items()}
+        )
 
     @property
     def vocab_size(self) -> int:

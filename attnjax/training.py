@@ -18,6 +18,7 @@ replicated within a seed group and the gradient all-reduce inserted by XLA.
 Shapes: with S seeds, K steps per call, batch B and length T, batches are
 `[K, S, B, T]`; every leaf of a vmapped state has a leading S axis.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -99,7 +100,9 @@ def weighted_cross_entropy(logits: Array, targets: Array, weights: Array) -> tup
     return jnp.sum(losses * weights) / total, jnp.sum(correct * weights) / total
 
 
-def grad_norms(grads, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None) -> dict[str, Array]:
+def grad_norms(
+    grads, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None
+) -> dict[str, Array]:
     """Global L2 norm of the gradient per parameter group (`GRAD_GROUPS`: W_Q, W_K, W_V, W_O, MLP, rest).
 
     Groups are those of `attnjax.nn.params.grouped`; a fused W_qkv's gradient
@@ -109,8 +112,13 @@ def grad_norms(grads, num_heads: Optional[int] = None, num_kv_heads: Optional[in
     of the value weights do not.
     """
     groups = nn.params.grouped(grads, num_heads, num_kv_heads)
-    squares = {g: sum((jnp.sum(jnp.square(x.astype(jnp.float32))) for x in groups[g]), jnp.zeros((), jnp.float32))
-               for g in GRAD_GROUPS}
+    squares = {
+        g: sum(
+            (jnp.sum(jnp.square(x.astype(jnp.float32))) for x in groups[g]),
+            jnp.zeros((), jnp.float32),
+        )
+        for g in GRAD_GROUPS
+    }
     norms = {f"grad_norm/{g}": jnp.sqrt(s) for g, s in squares.items()}
     norms["grad_norm/total"] = jnp.sqrt(sum(squares.values()))
     return norms
@@ -127,7 +135,10 @@ def layer_grad_norms(grads, num_heads: int, num_kv_heads: Optional[int] = None) 
     out = {}
     for name, leaves in nn.params.attention_params(grads, num_heads, num_kv_heads).items():
         parts = [x for x in leaves.values() if x is not None]
-        squares = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1) for x in parts)
+        squares = sum(
+            jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1)
+            for x in parts
+        )
         out[f"layer_grad_norm/{name}"] = jnp.sqrt(squares)
     return out
 
@@ -189,15 +200,18 @@ class Trainer:
         """The NNX model of one seed's state."""
         return nnx.merge(self.graphdef, state.params, state.other)
 
-    def loss(self, params, other, batch, dropout_key: Optional[Array] = None) -> tuple[Array, Array]:
+    def loss(
+        self, params, other, batch, dropout_key: Optional[Array] = None
+    ) -> tuple[Array, Array]:
         """(loss, accuracy) of one batch; with `dropout_key` the model drops with that key
         (split over layers), without it the model is deterministic (evaluation)."""
         model = nnx.merge(self.graphdef, params, other)
         logits = model(batch.inputs, deterministic=dropout_key is None, rngs=dropout_key)
         return weighted_cross_entropy(logits, batch.targets, batch.weights)
 
-    def gradients(self, state: TrainState, batch, dropout_key: Optional[Array] = None
-                  ) -> tuple[tuple[Array, Array], Any]:
+    def gradients(
+        self, state: TrainState, batch, dropout_key: Optional[Array] = None
+    ) -> tuple[tuple[Array, Array], Any]:
         """((loss, accuracy), gradient w.r.t. the trainable params) for one seed.
 
         The non-trainable variables are differentiated too and their gradient
@@ -208,20 +222,31 @@ class Trainer:
         (loss, accuracy), (grads, _) = grad_fn(state.params, state.other, batch, dropout_key)
         return (loss, accuracy), grads
 
-    def step(self, state: TrainState, batch, dropout_key: Optional[Array] = None
-             ) -> tuple[TrainState, dict[str, Array]]:
+    def step(
+        self, state: TrainState, batch, dropout_key: Optional[Array] = None
+    ) -> tuple[TrainState, dict[str, Array]]:
         """One optimiser step for one seed (dropout with `dropout_key`, needed when
         `has_dropout`). A non-finite loss marks the run diverged; a diverged run's
         parameters are frozen so its numbers stay inspectable."""
         if self.has_dropout and dropout_key is None:
-            raise ValueError("the model has dropout: step needs a dropout_key (SeedsRunner derives one per step)")
+            raise ValueError(
+                "the model has dropout: step needs a dropout_key (SeedsRunner derives one per step)"
+            )
         (loss, accuracy), grads = self.gradients(state, batch, dropout_key)
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         diverged = state.diverged | ~jnp.isfinite(loss)
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(diverged, o, n), new, old)  # noqa: E731
-        new_state = TrainState(state.step + 1, keep(params, state.params), state.other,
-                               keep(opt_state, state.opt_state), diverged)
+
+        def keep(new, old):
+            return jax.tree.map(lambda n, o: jnp.where(diverged, o, n), new, old)
+
+        new_state = TrainState(
+            state.step + 1,
+            keep(params, state.params),
+            state.other,
+            keep(opt_state, state.opt_state),
+            diverged,
+        )
         return new_state, {"loss": loss, "accuracy": accuracy, **grad_norms(grads)}
 
     def evaluate(self, state: TrainState, batch) -> dict[str, Array]:
@@ -294,13 +319,18 @@ class SeedsRunner:
         self.trainer = trainer
         self.mesh = data_mesh(trainer.batch_size) if mesh is None else mesh
         if tuple(self.mesh.axis_names) != ("seed", "data"):
-            raise ValueError(f"mesh axes must be ('seed', 'data') (see seeds_mesh), got {self.mesh.axis_names}")
+            raise ValueError(
+                f"mesh axes must be ('seed', 'data') (see seeds_mesh), got {self.mesh.axis_names}"
+            )
         batch_sharding = NamedSharding(self.mesh, P(None, "seed", "data"))  # [K, S, B, T]
         make = jax.vmap(jax.vmap(lambda key: trainer.task.batch(key, trainer.batch_size)))
         fast_compile = _fast_compile_options()
         self._batches = jax.jit(make, out_shardings=batch_sharding, compiler_options=fast_compile)
-        self._init = jax.jit(jax.vmap(trainer.init), out_shardings=NamedSharding(self.mesh, P("seed")),
-                             compiler_options=fast_compile)
+        self._init = jax.jit(
+            jax.vmap(trainer.init),
+            out_shardings=NamedSharding(self.mesh, P("seed")),
+            compiler_options=fast_compile,
+        )
         self._train = jax.jit(self._train_chunk, donate_argnums=0)
         self._eval = jax.jit(jax.vmap(trainer.evaluate))
 
@@ -308,8 +338,10 @@ class SeedsRunner:
         """States of S seeds from keys `[S]`; S must be a multiple of the mesh's seed axis."""
         seed_devices = self.mesh.shape["seed"]
         if keys.shape[0] % seed_devices:
-            raise ValueError(f"keys must be [S] with S a multiple of the mesh's {seed_devices} seed devices, "
-                             f"got keys.shape={tuple(keys.shape)}")
+            raise ValueError(
+                f"keys must be [S] with S a multiple of the mesh's {seed_devices} seed devices, "
+                f"got keys.shape={tuple(keys.shape)}"
+            )
         return self._init(keys)
 
     def _train_chunk(self, state, batches, keys):
@@ -325,7 +357,9 @@ class SeedsRunner:
 
         A model with dropout drops with `dropout_keys` of the batch keys, so a
         resumed run draws the same masks as an uninterrupted one."""
-        start = int(np.asarray(state.step.addressable_shards[0].data).reshape(-1)[0])  # the same for every seed
+        start = int(
+            np.asarray(state.step.addressable_shards[0].data).reshape(-1)[0]
+        )  # the same for every seed
         keys = batch_keys(data_keys, start, num_steps)
         batches = self._batches(keys)
         return self._train(state, batches, dropout_keys(keys) if self.trainer.has_dropout else None)
@@ -333,7 +367,10 @@ class SeedsRunner:
     def evaluate(self, state: TrainState, eval_keys: Array) -> dict[str, np.ndarray]:
         """Mean eval loss/accuracy `[S]` over one held-out batch per key `[N, S]`."""
         batches = self._batches(eval_keys)
-        metrics = [self._eval(state, jax.tree.map(lambda x: x[i], batches)) for i in range(eval_keys.shape[0])]
+        metrics = [
+            self._eval(state, jax.tree.map(lambda x: x[i], batches))
+            for i in range(eval_keys.shape[0])
+        ]
         return {k: np.mean([np.asarray(m[k]) for m in metrics], axis=0) for k in metrics[0]}
 
     def sample_batch(self, key: Array):
@@ -367,8 +404,9 @@ class Checkpointer:
 
         self._ocp = ocp
         options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False)
-        self.manager = ocp.CheckpointManager(os.path.abspath(directory), options=options,
-                                             item_names=("state", "rows"))
+        self.manager = ocp.CheckpointManager(
+            os.path.abspath(directory), options=options, item_names=("state", "rows")
+        )
         self.rows: list[dict] = []
 
     def latest_step(self) -> Optional[int]:
@@ -377,8 +415,12 @@ class Checkpointer:
     def save(self, step: int, state: TrainState) -> None:
         """Save `state` and `self.rows` as one orbax step `step` (synchronously)."""
         args = self._ocp.args
-        self.manager.save(step, args=args.Composite(state=args.StandardSave(state),
-                                                    rows=args.JsonSave(json_form(self.rows))))
+        self.manager.save(
+            step,
+            args=args.Composite(
+                state=args.StandardSave(state), rows=args.JsonSave(json_form(self.rows))
+            ),
+        )
         self.manager.wait_until_finished()
 
     def all_steps(self) -> list[int]:
@@ -389,12 +431,15 @@ class Checkpointer:
         `self.rows` becomes the rows saved in the same step."""
         step = self.manager.latest_step() if step is None else step
         if step is None or step not in self.manager.all_steps():
-            raise ValueError(f"no checkpoint of step={step} in {self.manager.directory}; "
-                             f"saved steps: {self.all_steps()}")
+            raise ValueError(
+                f"no checkpoint of step={step} in {self.manager.directory}; "
+                f"saved steps: {self.all_steps()}"
+            )
         args = self._ocp.args
         abstract = jax.tree.map(self._ocp.utils.to_shape_dtype_struct, like)
-        restored = self.manager.restore(step, args=args.Composite(state=args.StandardRestore(abstract),
-                                                                  rows=args.JsonRestore()))
+        restored = self.manager.restore(
+            step, args=args.Composite(state=args.StandardRestore(abstract), rows=args.JsonRestore())
+        )
         self.rows = list(restored.rows)
         return restored.state
 
@@ -435,8 +480,10 @@ def fit(
             checkpointer.save(step, state)
         if progress is not None:
             loss = means["loss"]
-            progress(f"  step {step:>6d}/{total_steps}  loss {np.nanmean(loss):.4f}  "
-                     f"acc {np.nanmean(means['accuracy']):.3f}  diverged {int(np.sum(np.asarray(state.diverged)))}")
+            progress(
+                f"  step {step:>6d}/{total_steps}  loss {np.nanmean(loss):.4f}  "
+                f"acc {np.nanmean(means['accuracy']):.3f}  diverged {int(np.sum(np.asarray(state.diverged)))}"
+            )
     return state
 
 

@@ -19,6 +19,7 @@ files as an uninterrupted one. A record that is not valid JSON (a disk that
 filled up, a hand edit) counts as no record: `is_done` moves it aside to
 `runs/<id>.json.corrupt`, says so, and the run is redone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -139,7 +140,9 @@ class Workdir:
             read_json(path)
         except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
             os.replace(path, f"{path}.corrupt")
-            self.log(f"{path} is not valid JSON ({error}); moved to {path}.corrupt, run {run_id} will be redone")
+            self.log(
+                f"{path} is not valid JSON ({error}); moved to {path}.corrupt, run {run_id} will be redone"
+            )
             return False
         return True
 
@@ -149,8 +152,9 @@ class Workdir:
         try:
             return read_json(path)
         except ValueError as error:
-            raise ValueError(f"run record {path} is not valid JSON ({error}); delete it to redo run {run_id}") \
-                from error
+            raise ValueError(
+                f"run record {path} is not valid JSON ({error}); delete it to redo run {run_id}"
+            ) from error
 
     def run_rows(self, run_id: str) -> list[dict]:
         """The metric rows of a finished run, each with its run id and spec fields."""

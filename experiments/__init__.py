@@ -10,6 +10,7 @@ scheduler keeps such calls apart (a reproducer with an SVD, a solve and an
 eigh in one jitted function hung in 4 of 9 runs without the flag, 0 of 9
 with it).
 """
+
 import os
 
 CPU_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"

@@ -7,6 +7,7 @@ validates a config's list of them (before anything compiles).
 
     python -c "from experiments import architectures; print(architectures.architecture('skip'))"
 """
+
 from __future__ import annotations
 
 ARCHITECTURES = {

@@ -10,6 +10,7 @@
    representations falls towards 0 with depth (Dong et al. 2021), while
    with skip connections scaled by 1/sqrt(L) it stays near 1 (Noci et al. 2022).
 """
+
 from __future__ import annotations
 
 import jax
@@ -27,14 +28,21 @@ def articles_example() -> None:
     x = jax.random.normal(jax.random.key(0), (2, 10, 512), jnp.float32)
     out, weights = mha(x, return_weights=True)
     row_sums = weights.sum(-1)
-    print(f"articles' example: out {out.shape}, weights {weights.shape}, "
-          f"row sums in [{float(row_sums.min()):.6f}, {float(row_sums.max()):.6f}]")
+    print(
+        f"articles' example: out {out.shape}, weights {weights.shape}, "
+        f"row sums in [{float(row_sums.min()):.6f}, {float(row_sums.max()):.6f}]"
+    )
 
 
 def depth_profile(skip: bool, depth: int = 12) -> np.ndarray:
     """Mean relative residual `[depth + 1]` of untrained attention-only layers, with or without scaled skips."""
     config = nn.TransformerConfig.create(
-        num_layers=depth, features=64, num_heads=4, input_features=64, positions=None, final_norm=False,
+        num_layers=depth,
+        features=64,
+        num_heads=4,
+        input_features=64,
+        positions=None,
+        final_norm=False,
         **architecture("skip_scaled" if skip else "attention_only"),
     )
     model = nn.Transformer(config, rngs=nnx.Rngs(1))

@@ -7,6 +7,7 @@ the filters `fmt`, `num` (`x | num(".3g")` is `format(x, ".3g")`), `label`,
 `count`, `table` (rows -> Markdown table lines joined by newlines;
 `table(header)`) and `predictions_table`, so no Python writes prose or table pipes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,9 +27,15 @@ def fmt(value) -> str:
         return "n/a"
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (int, float)) and math.isfinite(value) and (value == 0 or 1e-3 <= abs(value) < 1e4):
+    if (
+        isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value == 0 or 1e-3 <= abs(value) < 1e4)
+    ):
         return f"{value:.3f}" if isinstance(value, float) else str(value)
-    return f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
+    return (
+        f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
+    )
 
 
 def label(passed) -> str:
@@ -53,8 +60,13 @@ def markdown_table(header, rows, align: str | None = None, pad_empty: bool = Tru
     `| |` rather than `|  |`.
     """
     if align is not None and (len(align) != len(header) or set(align) - set(ALIGNMENTS)):
-        raise ValueError(f"align must give one of l, r, c for each of the {len(header)} columns; got {align!r}")
-    line = lambda cells: "|" + "|".join(_cell(c, pad_empty) for c in cells) + "|"  # noqa: E731
+        raise ValueError(
+            f"align must give one of l, r, c for each of the {len(header)} columns; got {align!r}"
+        )
+
+    def line(cells):
+        return "|" + "|".join(_cell(c, pad_empty) for c in cells) + "|"
+
     rule = "|" + "".join(ALIGNMENTS[a] for a in (align or "l" * len(header)))
     return [line(header), rule] + [line(cells) for cells in rows]
 
@@ -66,8 +78,17 @@ def count(predictions, which: str) -> int:
 
 def predictions_table(predictions) -> list[str]:
     """Markdown table lines of prediction records."""
-    rows = [[p["name"], p["source"], p["prediction"], fmt(p["measured"]), label(p["verdict"]), p["note"]]
-            for p in predictions]
+    rows = [
+        [
+            p["name"],
+            p["source"],
+            p["prediction"],
+            fmt(p["measured"]),
+            label(p["verdict"]),
+            p["note"],
+        ]
+        for p in predictions
+    ]
     return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)
 
 
@@ -86,10 +107,22 @@ def table(rows, header, **options) -> str:
 def environment(study: str) -> jinja2.Environment:
     """The Jinja2 environment of `experiments/<study>/templates/` (strict: an undefined name raises)."""
     folder = os.path.join(os.path.dirname(__file__), study, "templates")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(fmt=fmt, num=num, label=label, count=count, table=table,
-                       predictions_table=lambda checks: "\n".join(predictions_table(checks)))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        fmt=fmt,
+        num=num,
+        label=label,
+        count=count,
+        table=table,
+        predictions_table=lambda checks: "\n".join(predictions_table(checks)),
+    )
     return env
 
 

@@ -34,17 +34,25 @@
 * `-n auto` starts one worker more than there are cores, and the slowest
   files are dealt first (`SLOWEST_FIRST`).
 """
+
 import os
 import shutil
 import tempfile
 
 DEVICES_VARIABLE = "ATTNJAX_TEST_DEVICES"
-_DEVICE_FLAGS = ([f"--xla_force_host_platform_device_count={int(os.environ[DEVICES_VARIABLE])}"]
-                 if DEVICES_VARIABLE in os.environ else [])
+_DEVICE_FLAGS = (
+    [f"--xla_force_host_platform_device_count={int(os.environ[DEVICES_VARIABLE])}"]
+    if DEVICES_VARIABLE in os.environ
+    else []
+)
 os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", ""), *_DEVICE_FLAGS,
-     "--xla_cpu_enable_concurrency_optimized_scheduler=false", "--xla_backend_optimization_level=0",
-     "--xla_cpu_use_fusion_emitters=false"]
+    [
+        os.environ.get("XLA_FLAGS", ""),
+        *_DEVICE_FLAGS,
+        "--xla_cpu_enable_concurrency_optimized_scheduler=false",
+        "--xla_backend_optimization_level=0",
+        "--xla_cpu_use_fusion_emitters=false",
+    ]
 ).strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -68,8 +76,11 @@ if _OWNS_RUN_DIR:
     os.environ[RUN_DIR_VARIABLE] = tempfile.mkdtemp(prefix="attnjax-tests-")
 # Set in the environment, so that the processes the tests start (study commands,
 # launcher jobs, distributed workers) read and fill the same cache.
-_CACHE_SETTINGS = {"jax_compilation_cache_dir": os.path.join(os.environ[RUN_DIR_VARIABLE], "compilation_cache"),
-                   "jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+_CACHE_SETTINGS = {
+    "jax_compilation_cache_dir": os.path.join(os.environ[RUN_DIR_VARIABLE], "compilation_cache"),
+    "jax_persistent_cache_min_compile_time_secs": 0,
+    "jax_persistent_cache_min_entry_size_bytes": 0,
+}
 for _name, _value in _CACHE_SETTINGS.items():
     os.environ[_name.upper()] = str(_value)
     jax.config.update(_name, _value)
@@ -82,7 +93,9 @@ def figures_not_rendered(monkeypatch):
     figures of every study."""
     from attnjax.workdir import Workdir
 
-    monkeypatch.setattr(Workdir, "write_figure", lambda self, name, figure: self.file("plots", f"{name}.png"))
+    monkeypatch.setattr(
+        Workdir, "write_figure", lambda self, name, figure: self.file("plots", f"{name}.png")
+    )
 
 
 def pytest_unconfigure(config):
@@ -95,26 +108,66 @@ def pytest_unconfigure(config):
 # whole files to workers in collection order, so with the long ones dealt
 # early the run does not end with one worker busy on a long file and the other
 # idle. Files not listed keep their order, after these.
-SLOWEST_FIRST = ("test_studies.py", "test_benchmark.py", "test_distributed.py", "test_launch.py",
-                 "test_multi_device.py", "test_training.py", "test_decoding.py", "test_pretrained_study.py",
-                 "test_nn_edits.py", "test_nn_sink_cache.py", "test_kernels.py", "test_upstream_attention.py",
-                 "test_attention.py", "test_pretrained_bert.py", "test_pretrained_llama.py", "test_nn.py",
-                 "test_linear.py", "test_nn_options.py", "test_attention_broadcast.py", "test_pretrained_hf.py",
-                 "test_rank_collapse.py", "test_analysis_markov.py")
+SLOWEST_FIRST = (
+    "test_studies.py",
+    "test_benchmark.py",
+    "test_distributed.py",
+    "test_launch.py",
+    "test_multi_device.py",
+    "test_training.py",
+    "test_decoding.py",
+    "test_pretrained_study.py",
+    "test_nn_edits.py",
+    "test_nn_sink_cache.py",
+    "test_kernels.py",
+    "test_upstream_attention.py",
+    "test_attention.py",
+    "test_pretrained_bert.py",
+    "test_pretrained_llama.py",
+    "test_nn.py",
+    "test_linear.py",
+    "test_nn_options.py",
+    "test_attention_broadcast.py",
+    "test_pretrained_hf.py",
+    "test_rank_collapse.py",
+    "test_analysis_markov.py",
+)
 
 
 # The quick tier (`-m "not slow"`, the edit-test loop) leaves out these files
 # (study runs, model loads, training, decoding, subprocesses, the benchmark)
 # and the tests marked `@pytest.mark.slow` one by one in the other files.
-SLOW_FILES = frozenset({
-    "test_studies.py", "test_distributed.py", "test_launch.py", "test_kernels.py", "test_training.py",
-    "test_multi_device.py", "test_decoding.py", "test_upstream_attention.py", "test_pretrained_study.py",
-    "test_benchmark.py", "test_pretrained_bert.py", "test_pretrained_llama.py", "test_rank_collapse.py",
-    "test_softmax_scaling.py", "test_power_iteration.py", "test_mixed_precision.py", "test_nn_options.py",
-    "test_attention_broadcast.py", "test_nn_edits.py", "test_nn_sink_cache.py", "test_generate_sampling.py",
-    "test_reference_transformer.py", "test_workdir.py", "test_repo.py", "test_pretrained_hf.py",
-    "test_pretrained_study_checkpoint.py", "test_nn_switches.py",
-})
+SLOW_FILES = frozenset(
+    {
+        "test_studies.py",
+        "test_distributed.py",
+        "test_launch.py",
+        "test_kernels.py",
+        "test_training.py",
+        "test_multi_device.py",
+        "test_decoding.py",
+        "test_upstream_attention.py",
+        "test_pretrained_study.py",
+        "test_benchmark.py",
+        "test_pretrained_bert.py",
+        "test_pretrained_llama.py",
+        "test_rank_collapse.py",
+        "test_softmax_scaling.py",
+        "test_power_iteration.py",
+        "test_mixed_precision.py",
+        "test_nn_options.py",
+        "test_attention_broadcast.py",
+        "test_nn_edits.py",
+        "test_nn_sink_cache.py",
+        "test_generate_sampling.py",
+        "test_reference_transformer.py",
+        "test_workdir.py",
+        "test_repo.py",
+        "test_pretrained_hf.py",
+        "test_pretrained_study_checkpoint.py",
+        "test_nn_switches.py",
+    }
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -122,7 +175,9 @@ def pytest_collection_modifyitems(items):
         if item.path.name in SLOW_FILES:
             item.add_marker("slow")
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: a file's tests keep their order
+    items.sort(
+        key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST))
+    )  # stable: a file's tests keep their order
 
 
 def pytest_xdist_auto_num_workers(config):

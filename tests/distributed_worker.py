@@ -9,6 +9,7 @@ per seed to OUT (JSON). With NUM_PROCESSES 1 the process runs alone, without
 `jax.distributed`. The device count per process comes from XLA_FLAGS
 (`--xla_force_host_platform_device_count`), set by the caller.
 """
+
 import json
 import sys
 from typing import NamedTuple
@@ -35,11 +36,17 @@ class CopyTask(NamedTuple):
 
 def main(out: str, num_processes: int, process_id: int, port: int) -> None:
     if num_processes > 1:
-        jax.distributed.initialize(f"localhost:{port}", num_processes=num_processes, process_id=process_id,
-                                   initialization_timeout=60)
+        jax.distributed.initialize(
+            f"localhost:{port}",
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=60,
+        )
     from attnjax import nn, training
 
-    config = nn.TransformerConfig.create(num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8)
+    config = nn.TransformerConfig.create(
+        num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8
+    )
     optimizer = training.OptimizerConfig(learning_rate=3e-3, warmup_steps=2, total_steps=6)
     trainer = training.Trainer(config, optimizer, CopyTask(), batch_size=8)
     mesh = training.seeds_mesh(2, 8, jax.devices())  # every process's devices
@@ -49,12 +56,24 @@ def main(out: str, num_processes: int, process_id: int, port: int) -> None:
     state, first = runner.train(state, data_keys, 3)
     state, second = runner.train(state, data_keys, 3)  # the step counter is read back between calls
     losses = np.concatenate([np.asarray(first["loss"]), np.asarray(second["loss"])])
-    squares = jax.jit(lambda p: sum(jnp.sum(jnp.square(x), axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(p)),
-                      out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(state.params)
+    squares = jax.jit(
+        lambda p: sum(
+            jnp.sum(jnp.square(x), axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(p)
+        ),
+        out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
+    )(state.params)
     if process_id == 0:
         with open(out, "w") as f:
-            json.dump({"mesh": dict(mesh.shape), "processes": jax.process_count(), "devices": jax.device_count(),
-                       "losses": losses.tolist(), "param_squares": np.asarray(squares).tolist()}, f)
+            json.dump(
+                {
+                    "mesh": dict(mesh.shape),
+                    "processes": jax.process_count(),
+                    "devices": jax.device_count(),
+                    "losses": losses.tolist(),
+                    "param_squares": np.asarray(squares).tolist(),
+                },
+                f,
+            )
     print(f"process {process_id} done", flush=True)
 
 

@@ -20,6 +20,7 @@ torch and transformers are imported where they are used, so that collecting the
 tests (every worker imports every test module) does not import them;
 `AVAILABLE` says whether both are installed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,19 +48,41 @@ def hf_config(family: str, **overrides):
     window 4 and linear rope scaling; qwen2: q/k/v biases, tied head; gpt2: tied head)."""
     import transformers
 
-    common = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=128,
-                  vocab_size=VOCAB, max_position_embeddings=MAX_LEN, pad_token_id=0, initializer_range=INIT_STD)
+    common = dict(
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=MAX_LEN,
+        pad_token_id=0,
+        initializer_range=INIT_STD,
+    )
     if family == "bert":
         config = transformers.BertConfig(**common, type_vocab_size=2)
     elif family == "gpt2":
-        config = transformers.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, vocab_size=VOCAB,
-                                         n_positions=MAX_LEN, bos_token_id=2, eos_token_id=3, pad_token_id=0,
-                                         initializer_range=INIT_STD)
+        config = transformers.GPT2Config(
+            n_embd=HIDDEN,
+            n_layer=LAYERS,
+            n_head=HEADS,
+            vocab_size=VOCAB,
+            n_positions=MAX_LEN,
+            bos_token_id=2,
+            eos_token_id=3,
+            pad_token_id=0,
+            initializer_range=INIT_STD,
+        )
     else:
         kw = dict(common, num_key_value_heads=KV_HEADS, bos_token_id=2, eos_token_id=3)
         if family == "llama":
-            kw["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 4.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+            kw["rope_parameters"] = {
+                "rope_type": "llama3",
+                "rope_theta": 500.0,
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
             config = transformers.LlamaConfig(**kw)
         elif family == "mistral":
             kw["rope_parameters"] = {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0}
@@ -85,7 +108,9 @@ def write_tokenizer(path: str, family: str) -> None:
     if family == "bert":
         tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
         tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+            single="[CLS] $A [SEP]",
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+        )
     else:
         tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -93,8 +118,9 @@ def write_tokenizer(path: str, family: str) -> None:
     tokenizer.save(os.path.join(path, "tokenizer.json"))
 
 
-def write_checkpoint(family: str, path: str, *, seed: int = 0, torch_dtype=None, max_shard_size=None,
-                     **overrides):
+def write_checkpoint(
+    family: str, path: str, *, seed: int = 0, torch_dtype=None, max_shard_size=None, **overrides
+):
     """A random checkpoint of `family` in directory `path` (saved in `torch_dtype`, default float32); returns the
     float32 eager PyTorch model."""
     import torch
@@ -138,7 +164,9 @@ def _rotary_forward(module, rates):
     def forward(self, x, position_ids):
         freqs = position_ids[..., None].to(torch.float64) * rates
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (
+            emb.sin() * self.attention_scaling
+        ).to(x.dtype)
 
     return types.MethodType(forward, module)
 
@@ -190,12 +218,18 @@ def hf_outputs(model, ids: np.ndarray, valid: np.ndarray) -> dict:
     import torch
 
     with torch.no_grad():
-        out = model(input_ids=torch.as_tensor(ids, dtype=torch.long),
-                    attention_mask=torch.as_tensor(valid, dtype=torch.long),
-                    output_hidden_states=True, output_attentions=True)
+        out = model(
+            input_ids=torch.as_tensor(ids, dtype=torch.long),
+            attention_mask=torch.as_tensor(valid, dtype=torch.long),
+            output_hidden_states=True,
+            output_attentions=True,
+        )
     first = out.logits if hasattr(out, "logits") else out.last_hidden_state
-    return {"out": first.double().numpy(), "hidden": np.stack([h.double().numpy() for h in out.hidden_states]),
-            "attention": np.stack([a.double().numpy() for a in out.attentions])}
+    return {
+        "out": first.double().numpy(),
+        "hidden": np.stack([h.double().numpy() for h in out.hidden_states]),
+        "attention": np.stack([a.double().numpy() for a in out.attentions]),
+    }
 
 
 def relative_error(actual, expected) -> float:

@@ -5,6 +5,7 @@ new shape and dtype, often the costliest compile of a small test; a NumPy draw
 compiles nothing. Signatures follow jax.random's, with a seed for the key; the
 default dtypes are jax's (float64 and int64 here, where x64 is on).
 """
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,4 +22,6 @@ def bernoulli(seed, p, shape):
 
 def randint(seed, shape, minval, maxval, dtype=int):
     """Integers uniform in [minval, maxval)."""
-    return jnp.asarray(np.random.default_rng(seed).integers(minval, maxval, shape).astype(jnp.dtype(dtype)))
+    return jnp.asarray(
+        np.random.default_rng(seed).integers(minval, maxval, shape).astype(jnp.dtype(dtype))
+    )

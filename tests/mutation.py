@@ -13,6 +13,7 @@ Not listed: softmax_scaling's checks (their verdicts are tested only through a f
 of the study, minutes per mutant). Every verdict of experiments/rank_collapse/checks.py is
 flipped by one mutant each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,148 +38,404 @@ class Mutant(NamedTuple):
 
 
 REF = ("tests/test_reference_transformer.py",)
-PRETRAINED = ("tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
-              "tests/test_pretrained_study.py::test_comparison_checks")
-POWER = ("tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",)
-WU = tuple(f"tests/test_rank_collapse.py::{name}" for name in (
-    "test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2",
-    "test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one",
-    "test_the_exponential_check_fails_when_the_interval_over_seeds_reaches_one",
-    "test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2"))
+PRETRAINED = (
+    "tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
+    "tests/test_pretrained_study.py::test_comparison_checks",
+)
+POWER = (
+    "tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",
+)
+WU = tuple(
+    f"tests/test_rank_collapse.py::{name}"
+    for name in (
+        "test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2",
+        "test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one",
+        "test_the_exponential_check_fails_when_the_interval_over_seeds_reaches_one",
+        "test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2",
+    )
+)
 RC = "tests/test_rank_collapse.py::"
-DONG = tuple(RC + name for name in (
-    "test_dong_exponent_fails_on_super_geometric_decay_that_is_not_cubic",
-    "test_dong_exponent_passes_on_noisy_cubic_maps",
-    "test_dong_resolved_condition_fails_with_three_resolved_layers",
-    "test_bound_looseness_reads_only_resolved_layers_and_the_check_fails_above_the_bound"))
-REGIME = (RC + "test_regime_checks_fail_on_uniform_attention_and_on_a_logit_variance_off_the_prediction",)
-NOCI = (RC + "test_noci_check_fails_when_the_scaled_skips_lose_rank",
-        RC + "test_remedy_check_passes_when_only_the_unscaled_gradients_vanish",
-        RC + "test_remedy_check_fails_unless_the_scaling_is_what_keeps_the_gradients")
+DONG = tuple(
+    RC + name
+    for name in (
+        "test_dong_exponent_fails_on_super_geometric_decay_that_is_not_cubic",
+        "test_dong_exponent_passes_on_noisy_cubic_maps",
+        "test_dong_resolved_condition_fails_with_three_resolved_layers",
+        "test_bound_looseness_reads_only_resolved_layers_and_the_check_fails_above_the_bound",
+    )
+)
+REGIME = (
+    RC + "test_regime_checks_fail_on_uniform_attention_and_on_a_logit_variance_off_the_prediction",
+)
+NOCI = (
+    RC + "test_noci_check_fails_when_the_scaled_skips_lose_rank",
+    RC + "test_remedy_check_passes_when_only_the_unscaled_gradients_vanish",
+    RC + "test_remedy_check_fails_unless_the_scaling_is_what_keeps_the_gradients",
+)
 MASK = WU + (RC + "test_the_causal_mask_check_fails_when_the_causal_profile_falls_faster",)
-LAYERNORM = tuple(RC + name for name in (
-    "test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_a_flat_one",
-    "test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium",
-    "test_layernorm_random_init_check_fails_when_any_seed_collapses"))
-TRAINING = (RC + "test_training_check_needs_every_seed",
-            RC + "test_attention_only_training_check_fails_above_twice_chance")
-HF = ("tests/test_pretrained_hf.py",)  # skips without torch / transformers: run these with the oracle extra
+LAYERNORM = tuple(
+    RC + name
+    for name in (
+        "test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_a_flat_one",
+        "test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium",
+        "test_layernorm_random_init_check_fails_when_any_seed_collapses",
+    )
+)
+TRAINING = (
+    RC + "test_training_check_needs_every_seed",
+    RC + "test_attention_only_training_check_fails_above_twice_chance",
+)
+HF = (
+    "tests/test_pretrained_hf.py",
+)  # skips without torch / transformers: run these with the oracle extra
 SWITCHES = ("tests/test_nn_switches.py",)
 
 MUTANTS = (
-    Mutant("attnjax/nn/attention.py", "scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)",
-           "scale = 1.0 / math.sqrt(self.head_dim)", "softmax temperature dropped", REF),
-    Mutant("attnjax/nn/attention.py", "if self.config.rope is None:\n            return q, k",
-           "if True:\n            return q, k", "RoPE removed", REF),
-    Mutant("attnjax/nn/transformer.py",
-           "table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)",
-           "table = jnp.zeros((length, 2 * half), dtype)", "sinusoidal position table zeroed", REF),
-    Mutant("attnjax/nn/transformer.py",
-           "x = x + table[None].astype(x.dtype)\n        elif",
-           "x = x\n        elif", "learned positions not added", REF),
-    Mutant("attnjax/nn/transformer.py", "causal = self.config.causal", "causal = False",
-           "causal mask dropped in the Transformer", REF),
-    Mutant("attnjax/nn/transformer.py", "h = self.final_norm(h) if self.config.final_norm else h", "h = h",
-           "final norm skipped", REF),
-    Mutant("attnjax/nn/transformer.py", "return self.embed.attend(h)", "return self.embed.attend(2 * h)",
-           "tied head scaled", REF),
-    Mutant("attnjax/nn/block.py", "y = dropped(layer_norm(x))", "y = dropped(x)", "pre-norm skipped", REF),
-    Mutant("attnjax/nn/block.py", "return x + self.residual_scale * y if self.config.skip else y",
-           "return x + y if self.config.skip else y", "residual scale ignored", REF),
-    Mutant("attnjax/nn/block.py", 'return layer_norm(y) if self.config.norm == "post" else y', "return y",
-           "post-norm skipped", REF),
-    Mutant("attnjax/nn/block.py", "return self.fc2(act(self.fc1(x)))", "return self.fc2(self.fc1(x))",
-           "MLP activation removed", REF),
-    Mutant("attnjax/nn/transformer.py", "check_tokens(inputs, config.vocab_size)", "pass",
-           "out-of-vocabulary check removed", ("tests/test_tokens.py",)),
-    Mutant("attnjax/nn/generate.py", "logits / temperature, axis=-1", "logits, axis=-1",
-           "sampling temperature ignored", ("tests/test_generate_sampling.py",)),
-    Mutant("attnjax/nn/generate.py", "jax.random.fold_in(key, step)", "jax.random.fold_in(key, 0)",
-           "same sampling key at every step", ("tests/test_generate_sampling.py",)),
-    Mutant("attnjax/nn/statistics.py", "q, k = module._rotate(q, k, 0)\n        scale =", "scale =",
-           "model statistics from un-rotated q, k", ("tests/test_nn_statistics.py",)),
-    Mutant("attnjax/nn/statistics.py",
-           "        return out, stats",
-           "        out, _ = module._attend(q, k, v, mask, is_causal, False)\n        return out, stats",
-           "statistics forward through dense attention",
-           ("tests/test_nn_statistics.py::test_compiled_memory_at_4096_is_below_one_dense_attention_matrix",)),
-    Mutant("attnjax/nn/edits.py", "weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
-           "", "remove_keys without renormalisation", ("tests/test_nn_edits.py",)),
-    Mutant("attnjax/nn/sink_cache.py", "query_positions = jnp.minimum(p, slots_total - 1)", "query_positions = p",
-           "sink cache queries at absolute positions", ("tests/test_nn_sink_cache.py",)),
-    Mutant("attnjax/nn/sink_cache.py", "key_positions = jnp.where(s < n_sink, s, newest - (last - s) % window)",
-           "key_positions = s", "sink cache keys at their slot index", ("tests/test_nn_sink_cache.py",)),
-    Mutant("experiments/pretrained/checks.py", "return ratio, bool(ratio <= factor)",
-           "return ratio, bool(ratio > factor)", "collapse_check verdict flipped", PRETRAINED),
-    Mutant("experiments/pretrained/checks.py", "return worst, bool(worst >= min_ratio), ratios",
-           "return worst, bool(worst < min_ratio), ratios", "doubly_exponential_check verdict flipped", PRETRAINED),
-    Mutant("experiments/pretrained/checks.py",
-           "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio >= factor)",
-           "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio < factor)",
-           "counteract_check verdict flipped", PRETRAINED),
-    Mutant("experiments/pretrained/checks.py", "math.nan\n    return ratio, bool(ratio >= factor)\n\n\ndef non",
-           "math.nan\n    return ratio, bool(ratio < factor)\n\n\ndef non", "keeps_check verdict flipped",
-           PRETRAINED),
-    Mutant("experiments/power_iteration/checks.py", "worst, bool(worst <= math.log10(factor)), note)",
-           "worst, bool(worst > math.log10(factor)), note)", "lambda-product verdict flipped", POWER),
-    Mutant("experiments/power_iteration/checks.py", "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
-           "ENTROPY_RANGE[0] <= h", "regime check: upper entropy bound dropped", POWER),
-    Mutant("experiments/rank_collapse/checks.py", "bool(below and steady)", "bool(steady)",
-           "Wu exponential check: rate below 1 not required", WU),
-    Mutant("experiments/rank_collapse/checks.py", "bool(below and steady)", "bool(below)",
-           "Wu exponential check: constant rate not required", WU),
-    Mutant("experiments/rank_collapse/checks.py", 'abs(w["ratio"]["mean"] - 1) <= LAMBDA2_TOLERANCE',
-           'abs(w["ratio"]["mean"] - 1) > LAMBDA2_TOLERANCE', "|lambda_2| check verdict flipped", WU),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)",
+        "scale = 1.0 / math.sqrt(self.head_dim)",
+        "softmax temperature dropped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "if self.config.rope is None:\n            return q, k",
+        "if True:\n            return q, k",
+        "RoPE removed",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)",
+        "table = jnp.zeros((length, 2 * half), dtype)",
+        "sinusoidal position table zeroed",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "x = x + table[None].astype(x.dtype)\n        elif",
+        "x = x\n        elif",
+        "learned positions not added",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "causal = self.config.causal",
+        "causal = False",
+        "causal mask dropped in the Transformer",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "h = self.final_norm(h) if self.config.final_norm else h",
+        "h = h",
+        "final norm skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "return self.embed.attend(h)",
+        "return self.embed.attend(2 * h)",
+        "tied head scaled",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/block.py",
+        "y = dropped(layer_norm(x))",
+        "y = dropped(x)",
+        "pre-norm skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/block.py",
+        "return x + self.residual_scale * y if self.config.skip else y",
+        "return x + y if self.config.skip else y",
+        "residual scale ignored",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/block.py",
+        'return layer_norm(y) if self.config.norm == "post" else y',
+        "return y",
+        "post-norm skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/block.py",
+        "return self.fc2(act(self.fc1(x)))",
+        "return self.fc2(self.fc1(x))",
+        "MLP activation removed",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/transformer.py",
+        "check_tokens(inputs, config.vocab_size)",
+        "pass",
+        "out-of-vocabulary check removed",
+        ("tests/test_tokens.py",),
+    ),
+    Mutant(
+        "attnjax/nn/generate.py",
+        "logits / temperature, axis=-1",
+        "logits, axis=-1",
+        "sampling temperature ignored",
+        ("tests/test_generate_sampling.py",),
+    ),
+    Mutant(
+        "attnjax/nn/generate.py",
+        "jax.random.fold_in(key, step)",
+        "jax.random.fold_in(key, 0)",
+        "same sampling key at every step",
+        ("tests/test_generate_sampling.py",),
+    ),
+    Mutant(
+        "attnjax/nn/statistics.py",
+        "q, k = module._rotate(q, k, 0)\n        scale =",
+        "scale =",
+        "model statistics from un-rotated q, k",
+        ("tests/test_nn_statistics.py",),
+    ),
+    Mutant(
+        "attnjax/nn/statistics.py",
+        "        return out, stats",
+        "        out, _ = module._attend(q, k, v, mask, is_causal, False)\n        return out, stats",
+        "statistics forward through dense attention",
+        (
+            "tests/test_nn_statistics.py::test_compiled_memory_at_4096_is_below_one_dense_attention_matrix",
+        ),
+    ),
+    Mutant(
+        "attnjax/nn/edits.py",
+        "weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
+        "",
+        "remove_keys without renormalisation",
+        ("tests/test_nn_edits.py",),
+    ),
+    Mutant(
+        "attnjax/nn/sink_cache.py",
+        "query_positions = jnp.minimum(p, slots_total - 1)",
+        "query_positions = p",
+        "sink cache queries at absolute positions",
+        ("tests/test_nn_sink_cache.py",),
+    ),
+    Mutant(
+        "attnjax/nn/sink_cache.py",
+        "key_positions = jnp.where(s < n_sink, s, newest - (last - s) % window)",
+        "key_positions = s",
+        "sink cache keys at their slot index",
+        ("tests/test_nn_sink_cache.py",),
+    ),
+    Mutant(
+        "experiments/pretrained/checks.py",
+        "return ratio, bool(ratio <= factor)",
+        "return ratio, bool(ratio > factor)",
+        "collapse_check verdict flipped",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/pretrained/checks.py",
+        "return worst, bool(worst >= min_ratio), ratios",
+        "return worst, bool(worst < min_ratio), ratios",
+        "doubly_exponential_check verdict flipped",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/pretrained/checks.py",
+        "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio >= factor)",
+        "(math.inf if kept > 0 else math.nan)\n    return ratio, bool(ratio < factor)",
+        "counteract_check verdict flipped",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/pretrained/checks.py",
+        "math.nan\n    return ratio, bool(ratio >= factor)\n\n\ndef non",
+        "math.nan\n    return ratio, bool(ratio < factor)\n\n\ndef non",
+        "keeps_check verdict flipped",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "worst, bool(worst <= math.log10(factor)), note)",
+        "worst, bool(worst > math.log10(factor)), note)",
+        "lambda-product verdict flipped",
+        POWER,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
+        "ENTROPY_RANGE[0] <= h",
+        "regime check: upper entropy bound dropped",
+        POWER,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(below and steady)",
+        "bool(steady)",
+        "Wu exponential check: rate below 1 not required",
+        WU,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(below and steady)",
+        "bool(below)",
+        "Wu exponential check: constant rate not required",
+        WU,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'abs(w["ratio"]["mean"] - 1) <= LAMBDA2_TOLERANCE',
+        'abs(w["ratio"]["mean"] - 1) > LAMBDA2_TOLERANCE',
+        "|lambda_2| check verdict flipped",
+        WU,
+    ),
     # Every verdict of the rank-collapse checks flipped, one at a time.
-    Mutant("experiments/rank_collapse/checks.py", 'reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN',
-           'not (reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN)', "regime (not uniform) flipped", REGIME),
-    Mutant("experiments/rank_collapse/checks.py", "1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR",
-           "not 1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR", "logit variance flipped", REGIME),
-    Mutant("experiments/rank_collapse/checks.py", 'exponent["layers"] >= s.DONG_MIN_LAYERS, f"layers',
-           'exponent["layers"] < s.DONG_MIN_LAYERS, f"layers', "Dong 'resolved' flipped", DONG),
-    Mutant("experiments/rank_collapse/checks.py", 'exponent["high"] >= DONG_EXPONENT',
-           'exponent["high"] < DONG_EXPONENT', "Dong exponent flipped", DONG),
-    Mutant("experiments/rank_collapse/checks.py", "worst, worst <= 1,", "worst, worst > 1,", "Dong bound flipped",
-           DONG),
-    Mutant("experiments/rank_collapse/checks.py", "passed = lowest >= NOCI_MIN_RESIDUAL and",
-           "passed = not lowest >= NOCI_MIN_RESIDUAL and", "Noci skip_scaled rank flipped", NOCI),
-    Mutant("experiments/rank_collapse/checks.py", "bool(kept and vanished)", "not (kept and vanished)",
-           "Noci remedy flipped", NOCI),
-    Mutant("experiments/rank_collapse/checks.py", "bool(below and steady)", "not (below and steady)",
-           "Wu exponential flipped", MASK + LAYERNORM),
-    Mutant("experiments/rank_collapse/checks.py", 'bool(np.isfinite(at["low"]) and at["low"] > 1e-6)',
-           'not (np.isfinite(at["low"]) and at["low"] > 1e-6)', "causal mask slows flipped", MASK),
-    Mutant("experiments/rank_collapse/checks.py",
-           "bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
-           "not (ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
-           "Wu LayerNorm construction flipped", LAYERNORM),
-    Mutant("experiments/rank_collapse/checks.py", "bool(last.min() >= NO_COLLAPSE)", "not last.min() >= NO_COLLAPSE",
-           "Wu LayerNorm random init flipped", LAYERNORM),
-    Mutant("experiments/rank_collapse/checks.py", "bool(accs) and min(accs) >= RECALL_MIN_ACCURACY",
-           "not (bool(accs) and min(accs) >= RECALL_MIN_ACCURACY)", "training recall flipped", TRAINING),
-    Mutant("experiments/rank_collapse/checks.py", 'interval["high"] <= 2 * chance)',
-           'not interval["high"] <= 2 * chance)', "training near chance flipped", TRAINING),
-    Mutant("attnjax/pretrained/decoder.py", 'return {"use_bias": False, "qkv_bias": True}',
-           'return {"use_bias": False, "qkv_bias": False}', "qwen2's q/k/v biases dropped", HF),
-    Mutant("attnjax/pretrained/gpt2.py",
-           'return params.linear(get(f"{name}.weight", shape), get(f"{name}.bias", shape[1:]))',
-           'w = get(f"{name}.weight", shape)\n    return params.linear(w.T if w.shape[0] == w.shape[1] else w, '
-           'get(f"{name}.bias", shape[1:]))', "gpt2's square Conv1D weights transposed", HF),
-    Mutant("attnjax/pretrained/export.py", "(_half_layout(w, n) if interleaved else w).T", "w.T",
-           "export keeps interleaved RoPE columns", HF),
-    Mutant("attnjax/masks.py", "left=window - 1, right=", "left=window, right=", "sliding window one key wider",
-           SWITCHES + HF),
-    Mutant("attnjax/rope.py", "jnp.where(wavelength < original / high, inv_freq, smoothed)", "inv_freq",
-           "llama3 RoPE scaling: no smoothed band", SWITCHES + HF),
-    Mutant("attnjax/rope.py", "return inv_freq / scaling[1]", "return inv_freq", "linear RoPE scaling ignored",
-           SWITCHES + HF),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN',
+        'not (reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN)',
+        "regime (not uniform) flipped",
+        REGIME,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR",
+        "not 1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR",
+        "logit variance flipped",
+        REGIME,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'exponent["layers"] >= s.DONG_MIN_LAYERS, f"layers',
+        'exponent["layers"] < s.DONG_MIN_LAYERS, f"layers',
+        "Dong 'resolved' flipped",
+        DONG,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'exponent["high"] >= DONG_EXPONENT',
+        'exponent["high"] < DONG_EXPONENT',
+        "Dong exponent flipped",
+        DONG,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "worst, worst <= 1,",
+        "worst, worst > 1,",
+        "Dong bound flipped",
+        DONG,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "passed = lowest >= NOCI_MIN_RESIDUAL and",
+        "passed = not lowest >= NOCI_MIN_RESIDUAL and",
+        "Noci skip_scaled rank flipped",
+        NOCI,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(kept and vanished)",
+        "not (kept and vanished)",
+        "Noci remedy flipped",
+        NOCI,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(below and steady)",
+        "not (below and steady)",
+        "Wu exponential flipped",
+        MASK + LAYERNORM,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'bool(np.isfinite(at["low"]) and at["low"] > 1e-6)',
+        'not (np.isfinite(at["low"]) and at["low"] > 1e-6)',
+        "causal mask slows flipped",
+        MASK,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+        "not (ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+        "Wu LayerNorm construction flipped",
+        LAYERNORM,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(last.min() >= NO_COLLAPSE)",
+        "not last.min() >= NO_COLLAPSE",
+        "Wu LayerNorm random init flipped",
+        LAYERNORM,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        "bool(accs) and min(accs) >= RECALL_MIN_ACCURACY",
+        "not (bool(accs) and min(accs) >= RECALL_MIN_ACCURACY)",
+        "training recall flipped",
+        TRAINING,
+    ),
+    Mutant(
+        "experiments/rank_collapse/checks.py",
+        'interval["high"] <= 2 * chance)',
+        'not interval["high"] <= 2 * chance)',
+        "training near chance flipped",
+        TRAINING,
+    ),
+    Mutant(
+        "attnjax/pretrained/decoder.py",
+        'return {"use_bias": False, "qkv_bias": True}',
+        'return {"use_bias": False, "qkv_bias": False}',
+        "qwen2's q/k/v biases dropped",
+        HF,
+    ),
+    Mutant(
+        "attnjax/pretrained/gpt2.py",
+        'return params.linear(get(f"{name}.weight", shape), get(f"{name}.bias", shape[1:]))',
+        'w = get(f"{name}.weight", shape)\n    return params.linear(w.T if w.shape[0] == w.shape[1] else w, '
+        'get(f"{name}.bias", shape[1:]))',
+        "gpt2's square Conv1D weights transposed",
+        HF,
+    ),
+    Mutant(
+        "attnjax/pretrained/export.py",
+        "(_half_layout(w, n) if interleaved else w).T",
+        "w.T",
+        "export keeps interleaved RoPE columns",
+        HF,
+    ),
+    Mutant(
+        "attnjax/masks.py",
+        "left=window - 1, right=",
+        "left=window, right=",
+        "sliding window one key wider",
+        SWITCHES + HF,
+    ),
+    Mutant(
+        "attnjax/rope.py",
+        "jnp.where(wavelength < original / high, inv_freq, smoothed)",
+        "inv_freq",
+        "llama3 RoPE scaling: no smoothed band",
+        SWITCHES + HF,
+    ),
+    Mutant(
+        "attnjax/rope.py",
+        "return inv_freq / scaling[1]",
+        "return inv_freq",
+        "linear RoPE scaling ignored",
+        SWITCHES + HF,
+    ),
 )
 
 
 def _copy_tree(dest: Path) -> None:
     """The tracked (and untracked, not ignored) files of the repository into `dest`."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     for name in files:
         source = ROOT / name
         if source.is_file():
@@ -189,11 +446,22 @@ def _copy_tree(dest: Path) -> None:
 def _pytest(tree: Path, tests) -> tuple[bool, str]:
     """(passed, the first failing test id or the last output line)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tests],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tests],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     lines = proc.stdout.splitlines()
-    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
-    return proc.returncode == 0, (failed[0] if failed else (lines[-1] if lines else proc.stderr[-200:]))
+    failed = [
+        line.split(" ", 1)[1].split(" - ")[0]
+        for line in lines
+        if line.startswith(("FAILED ", "ERROR "))
+    ]
+    return proc.returncode == 0, (
+        failed[0] if failed else (lines[-1] if lines else proc.stderr[-200:])
+    )
 
 
 def run(mutants, out: Path) -> list[dict]:
@@ -209,17 +477,29 @@ def run(mutants, out: Path) -> list[dict]:
             path = tree / m.file
             text = path.read_text()
             if text.count(m.original) != 1:
-                raise SystemExit(f"{m.file}: the snippet of mutant {m.description!r} occurs "
-                                 f"{text.count(m.original)} times (need exactly once)")
+                raise SystemExit(
+                    f"{m.file}: the snippet of mutant {m.description!r} occurs "
+                    f"{text.count(m.original)} times (need exactly once)"
+                )
             try:
                 path.write_text(text.replace(m.original, m.replacement))
                 passed, detail = _pytest(tree, m.tests)
             finally:
                 path.write_text(text)
-            rows.append(dict(file=m.file, description=m.description, killed=not passed,
-                             killed_by=None if passed else detail, tests=list(m.tests)))
-            print(f"{'killed ' if not passed else 'SURVIVED'} {m.file:40s} {m.description:45s} "
-                  f"{detail if not passed else ''}", flush=True)
+            rows.append(
+                dict(
+                    file=m.file,
+                    description=m.description,
+                    killed=not passed,
+                    killed_by=None if passed else detail,
+                    tests=list(m.tests),
+                )
+            )
+            print(
+                f"{'killed ' if not passed else 'SURVIVED'} {m.file:40s} {m.description:45s} "
+                f"{detail if not passed else ''}",
+                flush=True,
+            )
     out.write_text(json.dumps(rows, indent=1) + "\n")
     return rows
 
@@ -227,7 +507,9 @@ def run(mutants, out: Path) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=Path("mutants.json"))
-    parser.add_argument("--only", default="", help="run the mutants whose file or description contains this")
+    parser.add_argument(
+        "--only", default="", help="run the mutants whose file or description contains this"
+    )
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if args.only in m.file or args.only in m.description]
     rows = run(chosen, args.json)

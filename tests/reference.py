@@ -1,4 +1,5 @@
 """Float64 NumPy references, written independently of the library code."""
+
 import numpy as np
 
 

@@ -11,6 +11,7 @@ Face names of a `BertModel` checkpoint (Linear weights stored `[out, in]`).
 Sentence embedding (sentence-transformers): mean of the last hidden states
 over real tokens, divided by its L2 norm.
 """
+
 import math
 
 import numpy as np
@@ -35,7 +36,10 @@ def _attention(x, weights, prefix, num_heads, valid):
     """x [T, D], valid [T] bool -> (out [T, D], probabilities [H, T, T])."""
     t, d = x.shape
     dh = d // num_heads
-    split = lambda y: y.reshape(t, num_heads, dh).transpose(1, 0, 2)  # noqa: E731  [H, T, dh]
+
+    def split(y):
+        return y.reshape(t, num_heads, dh).transpose(1, 0, 2)
+
     q, k, v = (split(_dense(x, weights, f"{prefix}.self.{n}")) for n in ("query", "key", "value"))
     logits = q @ k.transpose(0, 2, 1) / math.sqrt(dh)
     logits = np.where(valid[None, None, :], logits, -np.inf)
@@ -61,11 +65,19 @@ def bert_forward(weights, config, ids, types=None, valid=None):
     for layer in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{layer}"
         a, prob = _attention(x, w, f"{p}.attention", config["num_attention_heads"], valid)
-        x = _layer_norm(x + a, w[f"{p}.attention.output.LayerNorm.weight"],
-                        w[f"{p}.attention.output.LayerNorm.bias"], eps)
+        x = _layer_norm(
+            x + a,
+            w[f"{p}.attention.output.LayerNorm.weight"],
+            w[f"{p}.attention.output.LayerNorm.bias"],
+            eps,
+        )
         h = _gelu_exact(_dense(x, w, f"{p}.intermediate.dense"))
-        x = _layer_norm(x + _dense(h, w, f"{p}.output.dense"), w[f"{p}.output.LayerNorm.weight"],
-                        w[f"{p}.output.LayerNorm.bias"], eps)
+        x = _layer_norm(
+            x + _dense(h, w, f"{p}.output.dense"),
+            w[f"{p}.output.LayerNorm.weight"],
+            w[f"{p}.output.LayerNorm.bias"],
+            eps,
+        )
         hidden.append(x)
         probs.append(prob)
     return np.stack(hidden), np.stack(probs)

@@ -15,6 +15,7 @@ RoPE here rotates interleaved pairs (x_{2i}, x_{2i+1}) by angle
 t * base^(-2i / d_h): the layout GGUF files use (their converter permutes the
 query/key rows of each head). `rope="half"` rotates (x_i, x_{i + d_h/2}) instead.
 """
+
 import numpy as np
 
 
@@ -34,13 +35,18 @@ def _rope(x, base, layout):
         out[..., 0::2] = a * cos - b * sin
         out[..., 1::2] = a * sin + b * cos
         return out
-    a, b = x[..., : dh // 2], x[..., dh // 2:]
+    a, b = x[..., : dh // 2], x[..., dh // 2 :]
     return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
 
 
-def llama_forward(weights, *, num_layers, num_heads, num_kv_heads, rope_base, eps, ids, rope="interleaved"):
+def llama_forward(
+    weights, *, num_layers, num_heads, num_kv_heads, rope_base, eps, ids, rope="interleaved"
+):
     """ids [T] -> logits [T, V] in float64 (`weights`: GGUF name -> dequantized [out, in] array)."""
-    w = lambda name: np.asarray(weights[name], np.float64)  # noqa: E731
+
+    def w(name):
+        return np.asarray(weights[name], np.float64)
+
     embed = w("token_embd.weight")
     x = embed[np.asarray(ids)]
     t, d = x.shape
@@ -62,5 +68,9 @@ def llama_forward(weights, *, num_layers, num_heads, num_kv_heads, rope_base, ep
         x = x + context @ w(p + "attn_output.weight").T
         h = _rms_norm(x, w(p + "ffn_norm.weight"), eps)
         gate = h @ w(p + "ffn_gate.weight").T
-        x = x + (gate / (1.0 + np.exp(-gate)) * (h @ w(p + "ffn_up.weight").T)) @ w(p + "ffn_down.weight").T
+        x = (
+            x
+            + (gate / (1.0 + np.exp(-gate)) * (h @ w(p + "ffn_up.weight").T))
+            @ w(p + "ffn_down.weight").T
+        )
     return _rms_norm(x, w("output_norm.weight"), eps) @ embed.T

@@ -19,6 +19,7 @@ Hand-written edits (`edits`, a dict of optional callables, layer index first):
 the value product; 'heads'(l, o) -> o on its head outputs `[B, T, H, Dh]`
 before W_o; 'residual'(l, x) -> x on the output of block l.
 """
+
 import math
 
 import numpy as np
@@ -27,7 +28,7 @@ from tests.reference import softmax_attention
 from tests.reference_llama import _rope
 
 _ACTIVATIONS = {
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "relu": lambda x: np.maximum(x, 0),
 }
 
@@ -46,7 +47,7 @@ def sinusoidal(length, features):
     half = features // 2
     angle = np.arange(length)[:, None] * 10000.0 ** (-np.arange(half) / max(half, 1))[None, :]
     table = np.zeros((length, features))
-    table[:, :half], table[:, half:2 * half] = np.sin(angle), np.cos(angle)
+    table[:, :half], table[:, half : 2 * half] = np.sin(angle), np.cos(angle)
     return table
 
 
@@ -54,8 +55,19 @@ def _dense(x, p):
     return x @ p["kernel"] + p.get("bias", 0.0)
 
 
-def multi_head_attention(p, x, *, num_heads, num_kv_heads, temperature=1.0, rope=None, rope_base=10000.0,
-                         mask=None, weights_edit=None, heads_edit=None):
+def multi_head_attention(
+    p,
+    x,
+    *,
+    num_heads,
+    num_kv_heads,
+    temperature=1.0,
+    rope=None,
+    rope_base=10000.0,
+    mask=None,
+    weights_edit=None,
+    heads_edit=None,
+):
     """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool;
     `weights_edit(P)`, `heads_edit(o)`: see the module docstring."""
     b, t, _ = x.shape
@@ -66,9 +78,15 @@ def multi_head_attention(p, x, *, num_heads, num_kv_heads, temperature=1.0, rope
     if rope is not None:
         q = np.stack([_rope(qi, rope_base, rope) for qi in q])
         k = np.stack([_rope(ki, rope_base, rope) for ki in k])
-    out, weights = softmax_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
+    out, weights = softmax_attention(
+        q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature
+    )
     if weights_edit is not None:
-        out = np.einsum("bhts,bshd->bthd", weights_edit(weights), np.repeat(v, num_heads // num_kv_heads, axis=-2))
+        out = np.einsum(
+            "bhts,bshd->bthd",
+            weights_edit(weights),
+            np.repeat(v, num_heads // num_kv_heads, axis=-2),
+        )
     if heads_edit is not None:
         out = heads_edit(out)
     return _dense(out.reshape(b, t, num_heads * dh), p["out"])
@@ -102,18 +120,36 @@ def transformer(flat_params, config, ids, edits=None):
         x = x + sinusoidal(t, block.features)
     mask = np.tril(np.ones((t, t), bool)) if config.causal else None
     scale = block.branch_scale(config.num_layers)
-    n = lambda h, q: norm(h, q, block.norm_kind, block.norm_eps)  # noqa: E731
+
+    def n(h, q):
+        return norm(h, q, block.norm_kind, block.norm_eps)
+
     hidden, edits = [x], edits or {}
     for i in range(config.num_layers):
         w_edit = None if "weights" not in edits else (lambda w, i=i: edits["weights"](i, w))
         o_edit = None if "heads" not in edits else (lambda o, i=i: edits["heads"](i, o))
         layer = _layer(p["blocks"], i)
-        attend = lambda h: multi_head_attention(  # noqa: E731
-            layer["attention"], h, num_heads=block.num_heads, num_kv_heads=att.kv_heads(block.num_heads),
-            temperature=att.temperature, rope=att.rope, rope_base=att.rope_base, mask=mask,
-            weights_edit=w_edit, heads_edit=o_edit)
-        mlp = lambda h: _dense(_ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"])),  # noqa: E731
-                               layer["mlp"]["fc2"])
+
+        def attend(h):
+            return multi_head_attention(
+                layer["attention"],
+                h,
+                num_heads=block.num_heads,
+                num_kv_heads=att.kv_heads(block.num_heads),
+                temperature=att.temperature,
+                rope=att.rope,
+                rope_base=att.rope_base,
+                mask=mask,
+                weights_edit=w_edit,
+                heads_edit=o_edit,
+            )
+
+        def mlp(h):
+            return _dense(
+                _ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"])),
+                layer["mlp"]["fc2"],
+            )
+
         sublayers = [(attend, "attention_norm")] + ([(mlp, "mlp_norm")] if block.mlp else [])
         for f, name in sublayers:
             if block.norm == "pre":

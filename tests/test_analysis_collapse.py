@@ -1,4 +1,5 @@
 """Dong et al.'s theory as functions (attnjax.analysis.collapse), with controls that can fail."""
+
 import math
 
 import jax
@@ -23,21 +24,35 @@ def _composite_np(m):
 
 def test_composite_norm_and_residuals_match_numpy():
     x = np.random.default_rng(0).normal(size=(3, 7, 5))
-    np.testing.assert_allclose(collapse.composite_norm(jnp.asarray(x)), [_composite_np(m) for m in x], rtol=1e-12)
+    np.testing.assert_allclose(
+        collapse.composite_norm(jnp.asarray(x)), [_composite_np(m) for m in x], rtol=1e-12
+    )
     centred = x - x.mean(axis=1, keepdims=True)
-    np.testing.assert_allclose(collapse.residual_norm(jnp.asarray(x)), [_composite_np(m) for m in centred],
-                               rtol=1e-12)
-    np.testing.assert_allclose(collapse.residual_norm(jnp.asarray(x), "fro"),
-                               np.sqrt((centred ** 2).sum(axis=(1, 2))), rtol=1e-12)
+    np.testing.assert_allclose(
+        collapse.residual_norm(jnp.asarray(x)), [_composite_np(m) for m in centred], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        collapse.residual_norm(jnp.asarray(x), "fro"),
+        np.sqrt((centred**2).sum(axis=(1, 2))),
+        rtol=1e-12,
+    )
     # The relative residual of analysis.residual_ratio is the absolute one over ||X||.
-    np.testing.assert_allclose(analysis.residual_ratio(jnp.asarray(x), "l1inf"),
-                               [_composite_np(c) / _composite_np(m) for c, m in zip(centred, x)], rtol=1e-12)
+    np.testing.assert_allclose(
+        analysis.residual_ratio(jnp.asarray(x), "l1inf"),
+        [_composite_np(c) / _composite_np(m) for c, m in zip(centred, x)],
+        rtol=1e-12,
+    )
     # A component shared by every token changes the relative residual, not the absolute one.
     shifted = x + 100.0
-    np.testing.assert_allclose(collapse.residual_norm(jnp.asarray(shifted)), collapse.residual_norm(jnp.asarray(x)),
-                               rtol=1e-10)
-    assert np.all(analysis.residual_ratio(jnp.asarray(shifted), "l1inf") < 0.1 * analysis.residual_ratio(
-        jnp.asarray(x), "l1inf"))
+    np.testing.assert_allclose(
+        collapse.residual_norm(jnp.asarray(shifted)),
+        collapse.residual_norm(jnp.asarray(x)),
+        rtol=1e-10,
+    )
+    assert np.all(
+        analysis.residual_ratio(jnp.asarray(shifted), "l1inf")
+        < 0.1 * analysis.residual_ratio(jnp.asarray(x), "l1inf")
+    )
     with pytest.raises(ValueError, match="norm must be one of"):
         collapse.residual_norm(jnp.asarray(x), "l2")
 
@@ -47,10 +62,14 @@ def test_composite_norm_and_residuals_match_numpy():
 
 
 def test_doubly_exponential_sequence():
-    np.testing.assert_allclose(collapse.doubly_exponential_sequence(0.9, 4), 0.9 ** (3.0 ** np.arange(5)), rtol=1e-12)
+    np.testing.assert_allclose(
+        collapse.doubly_exponential_sequence(0.9, 4), 0.9 ** (3.0 ** np.arange(5)), rtol=1e-12
+    )
     c = 2.0
-    expected = [0.5, c * 0.5 ** 3, c * (c * 0.5 ** 3) ** 3]
-    np.testing.assert_allclose(collapse.doubly_exponential_sequence(0.5, 2, constant=c), expected, rtol=1e-12)
+    expected = [0.5, c * 0.5**3, c * (c * 0.5**3) ** 3]
+    np.testing.assert_allclose(
+        collapse.doubly_exponential_sequence(0.5, 2, constant=c), expected, rtol=1e-12
+    )
     with pytest.raises(ValueError, match="r0 must be > 0"):
         collapse.doubly_exponential_sequence(0.0, 3)
     with pytest.raises(ValueError, match="num_layers"):
@@ -71,13 +90,16 @@ def test_positive_control_three_to_the_l_passes(r0):
     assert collapse.is_doubly_exponential(fit) and fit.rate_low <= 3.0 <= fit.rate_high
 
 
-@pytest.mark.parametrize("q, r0, layers", [(0.1, 1.0, 6), (0.1, 1.0, 3), (0.5, 0.9, 20), (1e-3, 0.5, 4),
-                                           (0.7, 1.0, 40)])
+@pytest.mark.parametrize(
+    "q, r0, layers", [(0.1, 1.0, 6), (0.1, 1.0, 3), (0.5, 0.9, 20), (1e-3, 0.5, 4), (0.7, 1.0, 40)]
+)
 def test_negative_control_geometric_decay_fails(q, r0, layers):
     r = r0 * q ** np.arange(layers + 1, dtype=np.float64)  # 0.1^l among them
     fit = collapse.fit_log_log(r)
     assert not collapse.is_doubly_exponential(fit), fit
-    assert min(fit.step_growth[1:]) <= 2.0 + 1e-12  # from layer 1 on, geometric growth of log(1/r) is <= 2
+    assert (
+        min(fit.step_growth[1:]) <= 2.0 + 1e-12
+    )  # from layer 1 on, geometric growth of log(1/r) is <= 2
     # Replicates narrow the interval but do not rescue geometric decay.
     assert not collapse.is_doubly_exponential(collapse.fit_log_log(np.repeat(r[None], 64, axis=0)))
     # The geometric fit recovers q exactly.
@@ -85,14 +107,23 @@ def test_negative_control_geometric_decay_fails(q, r0, layers):
 
 
 def test_fits_use_the_resolved_layers_only():
-    r = np.array([1.0, 0.9, 0.9 ** 3, 0.9 ** 9, 0.9 ** 27, 1e-16, 1e-16, 0.3])
+    r = np.array([1.0, 0.9, 0.9**3, 0.9**9, 0.9**27, 1e-16, 1e-16, 0.3])
     fit = collapse.fit_log_log(r)
-    assert fit.layers == (1, 2, 3, 4)  # r_0 = 1 has no log(1/r) > 0; 1e-16 is below the float64 floor
+    assert fit.layers == (
+        1,
+        2,
+        3,
+        4,
+    )  # r_0 = 1 has no log(1/r) > 0; 1e-16 is below the float64 floor
     np.testing.assert_allclose(fit.rate, 3.0, rtol=1e-9)
     assert collapse.fit_log_log(r, floor=0.1).layers == (1, 2, 3)
     # Too few layers: no interval, and no verdict of doubly exponential decay.
     short = collapse.fit_log_log(np.array([0.5, 0.125, 1e-20]))
-    assert short.layers == (0, 1) and math.isnan(short.rate_low) and not collapse.is_doubly_exponential(short)
+    assert (
+        short.layers == (0, 1)
+        and math.isnan(short.rate_low)
+        and not collapse.is_doubly_exponential(short)
+    )
     with pytest.raises(ValueError, match="floor must be > 0"):
         collapse.fit_log_log(r, floor=0.0)
     with pytest.raises(ValueError, match=r"residuals must be \[L \+ 1\]"):
@@ -109,7 +140,10 @@ def _attention_layer(x, w_q, w_k, w_v, w_o, num_heads):
     """Multi-head self-attention without biases, x [T, D] -> [T, D], in the input dtype."""
     t, d = x.shape
     dh = w_q.shape[1] // num_heads
-    heads = lambda y: y.reshape(t, num_heads, dh)  # noqa: E731
+
+    def heads(y):
+        return y.reshape(t, num_heads, dh)
+
     out = dot_product_attention(heads(x @ w_q)[None], heads(x @ w_k)[None], heads(x @ w_v)[None])[0]
     return out.reshape(t, num_heads * dh) @ w_o
 
@@ -128,7 +162,9 @@ def test_bound_on_a_two_token_example_by_hand():
     bound = c * collapse.residual_norm(x) ** 3
     np.testing.assert_allclose(bound, 4 * w * v * (math.sqrt(2) * a) ** 3, rtol=1e-12)
     assert measured <= bound
-    np.testing.assert_allclose(collapse.dong_constant(w_qk, w_vo, 4.0, gamma=3.0), 3 * 4 * w * v / 2, rtol=1e-12)
+    np.testing.assert_allclose(
+        collapse.dong_constant(w_qk, w_vo, 4.0, gamma=3.0), 3 * 4 * w * v / 2, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("num_heads", [1, 4])
@@ -172,12 +208,15 @@ def test_head_matrices_and_constant_check_shapes():
 def test_logit_variance_recovers_the_logits_variance():
     logits = jnp.asarray(np.random.default_rng(2).normal(scale=1.5, size=(3, 9, 9)))
     weights = jax.nn.softmax(logits, axis=-1)
-    np.testing.assert_allclose(collapse.logit_variance(weights), jnp.mean(jnp.var(logits, axis=-1), axis=-1),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        collapse.logit_variance(weights), jnp.mean(jnp.var(logits, axis=-1), axis=-1), rtol=1e-10
+    )
     # Causal: masked keys (weight 0) are left out, and so is the first query (one key).
     causal = jnp.where(jnp.tril(jnp.ones((9, 9), bool)), logits, -jnp.inf)
     w = jax.nn.softmax(causal, axis=-1)
-    expected = np.mean([[np.var(np.asarray(logits)[b, i, : i + 1]) for i in range(1, 9)] for b in range(3)], axis=1)
+    expected = np.mean(
+        [[np.var(np.asarray(logits)[b, i, : i + 1]) for i in range(1, 9)] for b in range(3)], axis=1
+    )
     np.testing.assert_allclose(collapse.logit_variance(w), expected, rtol=1e-10)
 
 
@@ -190,12 +229,19 @@ def test_unit_variance_queries_and_keys_give_unit_logit_variance():
 
 
 def test_sampled_paths_and_their_products():
-    attention = jax.nn.softmax(jnp.asarray(np.random.default_rng(4).normal(size=(5, 3, 2, 6, 6))), axis=-1)
-    paths = collapse.sample_paths(jax.random.key(0), num_layers=5, num_heads=2, length=3, num_paths=40,
-                                  num_examples=3)
+    attention = jax.nn.softmax(
+        jnp.asarray(np.random.default_rng(4).normal(size=(5, 3, 2, 6, 6))), axis=-1
+    )
+    paths = collapse.sample_paths(
+        jax.random.key(0), num_layers=5, num_heads=2, length=3, num_paths=40, num_examples=3
+    )
     layers, heads, examples = (np.asarray(paths[k]) for k in ("layers", "heads", "examples"))
     assert layers.shape == (40, 3) and np.all(np.diff(layers, axis=1) > 0) and layers.max() <= 4
-    assert set(heads.ravel()) <= {0, 1} and set(examples) <= {0, 1, 2} and len(set(map(tuple, layers))) > 1
+    assert (
+        set(heads.ravel()) <= {0, 1}
+        and set(examples) <= {0, 1, 2}
+        and len(set(map(tuple, layers))) > 1
+    )
     products = collapse.path_products(attention, paths["layers"], paths["heads"], paths["examples"])
     a = np.asarray(attention)
     for n in (0, 17):
@@ -214,9 +260,19 @@ def test_sampled_paths_and_their_products():
 
 @pytest.mark.slow
 def test_depth_profile_keeps_float64_and_resolves_the_collapse():
-    config = nn.TransformerConfig.create(num_layers=5, features=32, num_heads=4, input_features=32, positions=None,
-                                         skip=False, mlp=False, norm=None, final_norm=False, dtype=jnp.float64,
-                                         param_dtype=jnp.float64)
+    config = nn.TransformerConfig.create(
+        num_layers=5,
+        features=32,
+        num_heads=4,
+        input_features=32,
+        positions=None,
+        skip=False,
+        mlp=False,
+        norm=None,
+        final_norm=False,
+        dtype=jnp.float64,
+        param_dtype=jnp.float64,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (3, 16, 32), jnp.float64)  # unit-variance tokens
     inter = model(x, return_intermediates=True)[1]
@@ -226,12 +282,19 @@ def test_depth_profile_keeps_float64_and_resolves_the_collapse():
     assert r[0] > 0.9 and np.all(np.diff(r) < 0)
     # Below float32 resolution (~1e-7) and still above the float64 floor.
     assert np.any((r > 1e-14) & (r < 1e-8)), r
-    np.testing.assert_allclose(profile["residual_abs_fro"][1],
-                               np.mean([np.linalg.norm(h - h.mean(axis=0)) for h in np.asarray(inter["hidden"][1])]),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        profile["residual_abs_fro"][1],
+        np.mean([np.linalg.norm(h - h.mean(axis=0)) for h in np.asarray(inter["hidden"][1])]),
+        rtol=1e-10,
+    )
     means = np.asarray(inter["hidden"]).mean(axis=2)  # [L + 1, B, D]
-    np.testing.assert_allclose(profile["mean_token_norm"], np.sqrt(16) * np.linalg.norm(means, axis=-1).mean(axis=1),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        profile["mean_token_norm"],
+        np.sqrt(16) * np.linalg.norm(means, axis=-1).mean(axis=1),
+        rtol=1e-10,
+    )
     ent = np.asarray(profile["attention_entropy_normalized"])
-    np.testing.assert_allclose(ent, np.asarray(profile["attention_entropy"]) / math.log(16), rtol=1e-10)
+    np.testing.assert_allclose(
+        ent, np.asarray(profile["attention_entropy"]) / math.log(16), rtol=1e-10
+    )
     assert ent[0] < 0.95 and profile["dobrushin"][0] > 0.1

@@ -9,9 +9,18 @@ from attnjax.analysis.depth import ATTENTION_METRICS, HIDDEN_METRICS, depth_prof
 
 
 def _forward(skip, depth=6):
-    config = nn.TransformerConfig.create(num_layers=depth, features=32, num_heads=2, input_features=32, positions=None,
-                                         skip=skip, mlp=False, norm=None, final_norm=False,
-                                         residual_scale="inv_sqrt_depth" if skip else 1.0)
+    config = nn.TransformerConfig.create(
+        num_layers=depth,
+        features=32,
+        num_heads=2,
+        input_features=32,
+        positions=None,
+        skip=skip,
+        mlp=False,
+        norm=None,
+        final_norm=False,
+        residual_scale="inv_sqrt_depth" if skip else 1.0,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (3, 12, 32), jnp.float32)
     return model(x, return_intermediates=True)[1]
@@ -25,13 +34,17 @@ def test_profile_shapes_and_agreement_with_the_single_metrics():
         assert profile[name].shape == (7,)
     for name in ATTENTION_METRICS:
         assert profile[name].shape == (6,)
-    np.testing.assert_allclose(profile["residual_fro"][2], analysis.residual_ratio(inter["hidden"][2]).mean(),
-                               rtol=1e-5)
-    np.testing.assert_allclose(profile["slem"][0], analysis.slem(inter["attention"][0]).mean(), rtol=1e-5)
+    np.testing.assert_allclose(
+        profile["residual_fro"][2], analysis.residual_ratio(inter["hidden"][2]).mean(), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        profile["slem"][0], analysis.slem(inter["attention"][0]).mean(), rtol=1e-5
+    )
     # The path product of layer 1 is the head-averaged first attention matrix.
     a1 = inter["attention"][0].mean(axis=1)
-    np.testing.assert_allclose(profile["path_rank_one_residual"][0], analysis.rank_one_residual(a1).best.mean(),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        profile["path_rank_one_residual"][0], analysis.rank_one_residual(a1).best.mean(), rtol=1e-5
+    )
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
 """Per-head statistics: entropy, distance, redundancy, pattern classes."""
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ def rtol(dtype):
 
 # ---- entropy and distance ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_entropy_known_answers(dtype):
     n = 6
@@ -31,7 +33,9 @@ def test_attention_entropy_known_answers(dtype):
     assert h.shape == (2, n) and h.dtype == dtype
     np.testing.assert_allclose(h[0], np.full(n, np.log(n)), rtol=rtol(dtype))
     np.testing.assert_array_equal(h[1], np.zeros(n, dtype))  # 0 log 0 = 0, no NaN
-    np.testing.assert_allclose(an.attention_entropy(maps, normalize=True)[0], np.ones(n), rtol=rtol(dtype))
+    np.testing.assert_allclose(
+        an.attention_entropy(maps, normalize=True)[0], np.ones(n), rtol=rtol(dtype)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -40,7 +44,9 @@ def test_attention_entropy_matches_numpy(dtype):
     w64 = w.astype(np.float64)
     expected = -np.sum(w64 * np.log(w64), -1)
     np.testing.assert_allclose(an.attention_entropy(w), expected, rtol=rtol(dtype))
-    np.testing.assert_allclose(an.attention_entropy(w, normalize=True), expected / np.log(7), rtol=rtol(dtype))
+    np.testing.assert_allclose(
+        an.attention_entropy(w, normalize=True), expected / np.log(7), rtol=rtol(dtype)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -53,13 +59,20 @@ def test_mean_attention_distance(dtype):
     assert got.shape == (3, n) and got.dtype == dtype
     np.testing.assert_allclose(got[0], np.zeros(n), atol=rtol(dtype))  # attend to self
     np.testing.assert_allclose(got[1], dist.mean(-1), rtol=rtol(dtype))  # uniform
-    np.testing.assert_allclose(got[2], [4, 1, 1, 1, 1], rtol=rtol(dtype))  # previous token; query 0 wraps to key 4
+    np.testing.assert_allclose(
+        got[2], [4, 1, 1, 1, 1], rtol=rtol(dtype)
+    )  # previous token; query 0 wraps to key 4
     w = softmax_heads(2, (2, 4, 6), dtype=dtype)
-    expected = (w.astype(np.float64) * np.abs(np.arange(4)[:, None] + 2 - np.arange(6)[None, :])).sum(-1)
-    np.testing.assert_allclose(an.mean_attention_distance(w, query_offset=2), expected, rtol=rtol(dtype))
+    expected = (
+        w.astype(np.float64) * np.abs(np.arange(4)[:, None] + 2 - np.arange(6)[None, :])
+    ).sum(-1)
+    np.testing.assert_allclose(
+        an.mean_attention_distance(w, query_offset=2), expected, rtol=rtol(dtype)
+    )
 
 
 # ---- head redundancy --------------------------------------------------------------------------
+
 
 def ref_redundancy(w, centered=False):
     """The seed's double loop (§6.3), per example, in float64."""
@@ -72,7 +85,9 @@ def ref_redundancy(w, centered=False):
     for i in range(h):
         for j in range(h):
             a, b = flat[..., i, :], flat[..., j, :]
-            out[..., i, j] = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+            out[..., i, j] = (a * b).sum(-1) / (
+                np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+            )
     return out
 
 
@@ -82,12 +97,19 @@ def test_head_redundancy_matches_double_loop(dtype):
     got = an.head_redundancy(w)
     assert got.shape == (2, 4, 4) and got.dtype == dtype
     np.testing.assert_allclose(got, ref_redundancy(w), rtol=rtol(dtype))
-    np.testing.assert_allclose(np.diagonal(got, axis1=-2, axis2=-1), np.ones((2, 4)), rtol=rtol(dtype))
+    np.testing.assert_allclose(
+        np.diagonal(got, axis1=-2, axis2=-1), np.ones((2, 4)), rtol=rtol(dtype)
+    )
     pooled = an.head_redundancy(w, pooled=True)  # the seed: batch flattened into each head's vector
-    np.testing.assert_allclose(pooled, ref_redundancy(np.swapaxes(w, 0, 1).reshape(1, 4, 10, 5))[0], rtol=rtol(dtype))
+    np.testing.assert_allclose(
+        pooled, ref_redundancy(np.swapaxes(w, 0, 1).reshape(1, 4, 10, 5))[0], rtol=rtol(dtype)
+    )
     centered = an.head_redundancy(w, centered=True)  # Pearson correlation
-    np.testing.assert_allclose(centered[0], np.corrcoef(w[0].reshape(4, -1).astype(np.float64)),
-                               rtol=1e-4 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(
+        centered[0],
+        np.corrcoef(w[0].reshape(4, -1).astype(np.float64)),
+        rtol=1e-4 if dtype == np.float32 else 1e-12,
+    )
 
 
 def test_head_redundancy_identical_and_disjoint_heads():
@@ -101,6 +123,7 @@ def test_head_redundancy_identical_and_disjoint_heads():
 
 
 # ---- pattern classes -----------------------------------------------------------------------------
+
 
 def prototype_maps(t, rng):
     """One float64 [t, t] map per class, with a little noise, in PATTERN_NAMES order."""
@@ -121,7 +144,7 @@ def prototype_maps(t, rng):
     block = np.zeros((t, t))
     for i in range(t):
         start = ((i // (t // 4)) * (t // 4) + t // 2) % t
-        block[i, start:start + t // 4] = 1.0 / (t // 4)
+        block[i, start : start + t // 4] = 1.0 / (t // 4)
     return {
         "uniform": mix(np.full((t, t), 1 / t), 0.5),
         "one-hot": mix(far, 0.999),
@@ -199,6 +222,7 @@ def test_float32_without_x64():
 
 
 # ---- bad input -----------------------------------------------------------------------------------------
+
 
 def test_bad_input_raises_naming_argument_and_shape():
     with pytest.raises(ValueError, match=r"weights must have shape \[\.\.\., H, T, S\].*\(5, 5\)"):

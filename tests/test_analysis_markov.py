@@ -1,5 +1,6 @@
 """Markov-chain view of attention: known answers, NumPy float64 references,
 hypothesis properties on random stochastic matrices, jit/vmap, errors."""
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ def two_state(p, q, dtype):
 
 # ---- float64 NumPy references -------------------------------------------------------
 
+
 def ref_slem(a):
     """|λ_2| from numpy.linalg.eig in float64: drop the eigenvalue nearest 1."""
     out = []
@@ -56,10 +58,16 @@ def ref_dobrushin(a):
 
 # ---- known answers ----------------------------------------------------------------------
 
+
 def uniform_and_permutations(n, dtype):
     """[uniform, identity, n-cycle, a 2-cycle with an (n-2)-cycle], each [n, n]."""
     eye = np.eye(n)
-    mats = [np.full((n, n), 1 / n), eye, eye[np.roll(np.arange(n), 1)], eye[[1, 0, *np.roll(np.arange(2, n), 1)]]]
+    mats = [
+        np.full((n, n), 1 / n),
+        eye,
+        eye[np.roll(np.arange(n), 1)],
+        eye[[1, 0, *np.roll(np.arange(2, n), 1)]],
+    ]
     return np.stack(mats).astype(dtype)
 
 
@@ -85,14 +93,22 @@ def test_uniform_and_permutation_chains(method, dtype):
 def test_two_state_chain_closed_form(dtype):
     pq = np.array([(0.3, 0.1), (0.9, 0.8), (0.05, 0.6), (1.0, 1.0)])
     a = np.stack([two_state(p, q, np.float64) for p, q in pq]).astype(dtype)
-    lam2 = 1 - pq.sum(-1)  # eigenvalues 1 and 1 - p - q: a negative λ_2 and a periodic chain included
+    lam2 = 1 - pq.sum(
+        -1
+    )  # eigenvalues 1 and 1 - p - q: a negative λ_2 and a periodic chain included
     tol = 1e-6 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(an.slem(a), np.abs(lam2), atol=tol)
     np.testing.assert_allclose(an.dobrushin(a), np.abs(lam2), atol=tol)
-    np.testing.assert_allclose(an.stationary_distribution(a), pq[:, ::-1] / pq.sum(-1, keepdims=True), atol=tol)
+    np.testing.assert_allclose(
+        an.stationary_distribution(a), pq[:, ::-1] / pq.sum(-1, keepdims=True), atol=tol
+    )
     # increments shrink like |λ_2|^t: stop well above rounding level
-    run = an.power_iteration(a[:3], np.array([1.0, 0.0], dtype), steps=6 if dtype == np.float32 else 12)
-    np.testing.assert_allclose(run.rate, np.abs(lam2[:3]), rtol=1e-3 if dtype == np.float32 else 1e-9)
+    run = an.power_iteration(
+        a[:3], np.array([1.0, 0.0], dtype), steps=6 if dtype == np.float32 else 12
+    )
+    np.testing.assert_allclose(
+        run.rate, np.abs(lam2[:3]), rtol=1e-3 if dtype == np.float32 else 1e-9
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -102,14 +118,18 @@ def test_causal_chain_eigenvalues_are_the_diagonal(dtype):
     expected = diag[:, -2]  # triangular: eigenvalues = diagonal; a_00 = 1 is the Perron one
     np.testing.assert_allclose(an.slem(a), expected, atol=1e-6 if dtype == np.float32 else 1e-12)
     pi = an.stationary_distribution(a)  # token 0 is absorbing
-    np.testing.assert_allclose(pi, np.tile(np.eye(5)[0], (4, 1)), atol=1e-5 if dtype == np.float32 else 1e-10)
+    np.testing.assert_allclose(
+        pi, np.tile(np.eye(5)[0], (4, 1)), atol=1e-5 if dtype == np.float32 else 1e-10
+    )
 
 
 def far_from_normal_causal_maps(dtype):
     """Causal softmax maps [2, 8, 33, 33] far from normal: a first-token sink and a previous-token head."""
     t = 33
     noise = 0.1 * np.random.default_rng(3).normal(size=(2, 8, t, t))
-    scores = noise + 5 * np.stack([np.broadcast_to(np.arange(t) == 0, (t, t)), np.eye(t, k=-1)])[:, None]
+    scores = (
+        noise + 5 * np.stack([np.broadcast_to(np.arange(t) == 0, (t, t)), np.eye(t, k=-1)])[:, None]
+    )
     z = np.where(np.tril(np.ones((t, t), bool)), scores, -np.inf)
     e = np.exp(z - z.max(-1, keepdims=True))
     return (e / e.sum(-1, keepdims=True)).astype(dtype)
@@ -128,11 +148,14 @@ def test_slem_of_a_triangular_map_is_read_off_its_diagonal(method, dtype):
     np.testing.assert_array_equal(an.slem(np.flip(a, (-2, -1)), method=method), exact.astype(dtype))
     if dtype == np.float32:
         deflated = jnp.asarray(a - an.stationary_distribution(a)[..., None, :])
-        squaring = an.markov.spectral_radius_by_squaring(deflated, an.markov.default_squarings(dtype))
+        squaring = an.markov.spectral_radius_by_squaring(
+            deflated, an.markov.default_squarings(dtype)
+        )
         assert np.max(np.abs(np.asarray(squaring, np.float64) - exact)) > 1e-3
 
 
 # ---- cross-checks against numpy.linalg.eig in float64 -------------------------------------
+
 
 def mixed_scale_chains(seed, n, dtype):
     """Four softmax chains [4, n, n] with score scales 0.5, 2, 4, 10 (fast to slow mixing)."""
@@ -141,7 +164,9 @@ def mixed_scale_chains(seed, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("method,n", [("iterative", 3), ("iterative", 32), ("eig", 32), ("host", 32)])
+@pytest.mark.parametrize(
+    "method,n", [("iterative", 3), ("iterative", 32), ("eig", 32), ("host", 32)]
+)
 def test_slem_matches_numpy_eig(n, method, dtype):
     a = mixed_scale_chains(n, n, dtype)
     got = an.slem(a, method=method)
@@ -176,16 +201,23 @@ def test_stationary_distribution_of_reducible_and_periodic_chains(dtype):
     block = softmax_chain(6, (2, 3, 3), scale=2.0)
     reducible = np.zeros((6, 6))
     reducible[:3, :3], reducible[3:, 3:] = block[0], block[1]  # two closed classes: π not unique
-    bipartite = np.array([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])  # period 2, π = (1/2, 1/4, 1/4)
+    bipartite = np.array(
+        [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    )  # period 2, π = (1/2, 1/4, 1/4)
     for a in [reducible, bipartite]:
         a = a.astype(dtype)
         pi = np.asarray(an.stationary_distribution(a), np.float64)
         assert pi.min() >= 0 and abs(pi.sum() - 1) <= 1e-6
-        np.testing.assert_allclose(pi @ a.astype(np.float64), pi, atol=1e-5 if dtype == np.float32 else 1e-12)
-    np.testing.assert_allclose(an.stationary_distribution(bipartite.astype(dtype)), [0.5, 0.25, 0.25], atol=1e-6)
+        np.testing.assert_allclose(
+            pi @ a.astype(np.float64), pi, atol=1e-5 if dtype == np.float32 else 1e-12
+        )
+    np.testing.assert_allclose(
+        an.stationary_distribution(bipartite.astype(dtype)), [0.5, 0.25, 0.25], atol=1e-6
+    )
 
 
 # ---- properties on random stochastic matrices (hypothesis) ---------------------------------
+
 
 @st.composite
 def stochastic_matrices(draw, count=4):
@@ -236,10 +268,13 @@ def test_stationary_distribution_is_a_fixed_point(mats, dtype):
     pi = np.asarray(an.stationary_distribution(a), np.float64)
     assert pi.min() >= 0
     np.testing.assert_allclose(pi.sum(-1), 1.0, atol=1e-6)
-    np.testing.assert_allclose(np.einsum("bi,bij->bj", pi, mats), pi, atol=1e-5 if dtype == np.float32 else 1e-11)
+    np.testing.assert_allclose(
+        np.einsum("bi,bij->bj", pi, mats), pi, atol=1e-5 if dtype == np.float32 else 1e-11
+    )
 
 
 # ---- products across depth, rank-one residuals, power iteration -----------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_path_product_matches_loop_and_collapses(dtype):
@@ -267,7 +302,9 @@ def test_rank_one_residual_matches_numpy(dtype):
     s = np.linalg.svd(p.astype(np.float64), compute_uv=False)
     best = np.sqrt((s[:, 1:] ** 2).sum(-1) / (s**2).sum(-1))
     pi = ref_stationary(p)
-    stationary = np.linalg.norm(p - pi[:, None, :], axis=(-2, -1)) / np.linalg.norm(p, axis=(-2, -1))
+    stationary = np.linalg.norm(p - pi[:, None, :], axis=(-2, -1)) / np.linalg.norm(
+        p, axis=(-2, -1)
+    )
     rtol = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(got.best, best, rtol=rtol)
     np.testing.assert_allclose(got.stationary, stationary, rtol=rtol)
@@ -283,12 +320,18 @@ def test_power_iteration_iterates_and_rate(dtype):
     v = np.tile(v0.astype(np.float64), (4, 1))
     for t in range(1, 4):
         v = np.einsum("bij,bj->bi", a.astype(np.float64), v)
-        np.testing.assert_allclose(run.iterates[:, t], v, rtol=1e-5 if dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(
+            run.iterates[:, t], v, rtol=1e-5 if dtype == np.float32 else 1e-12
+        )
     # right iterates reach consensus (π·v0) 1 at the rate |λ_2|^t, measured by `rate`
     pi, lam2 = ref_stationary(a), ref_slem(a)
-    consensus_error = np.abs(np.asarray(run.iterates[:, -1], np.float64) - (pi @ v0)[:, None]).max(-1)
+    consensus_error = np.abs(np.asarray(run.iterates[:, -1], np.float64) - (pi @ v0)[:, None]).max(
+        -1
+    )
     assert np.all(consensus_error <= 5 * lam2**40 + 1e-6)
-    np.testing.assert_allclose(run.rate, lam2, rtol=0.05)  # complex λ_2 makes the increments oscillate
+    np.testing.assert_allclose(
+        run.rate, lam2, rtol=0.05
+    )  # complex λ_2 makes the increments oscillate
     left = an.power_iteration(a, np.full(5, 1 / 5, dtype), steps=150, side="left")
     mixed = lam2**150 < 1e-8  # distributions reach π where |λ_2|^150 is negligible
     assert mixed.sum() >= 2
@@ -343,7 +386,9 @@ def test_vmap_agrees_with_batched_call(name):
 
 def test_path_product_under_jit_and_vmap():
     mats = softmax_chain(13, (2, 3, 4, 4), dtype=np.float32)
-    np.testing.assert_allclose(jax.vmap(jax.jit(an.path_product))(mats), an.path_product(mats), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.vmap(jax.jit(an.path_product))(mats), an.path_product(mats), rtol=1e-6
+    )
 
 
 def test_float32_without_x64():
@@ -358,6 +403,7 @@ def test_float32_without_x64():
 
 
 # ---- bad input ------------------------------------------------------------------------------
+
 
 def test_non_square_raises_naming_argument_and_shape():
     with pytest.raises(ValueError, match=r"a must be square.*\(3, 4\)"):

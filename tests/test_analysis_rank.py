@@ -1,4 +1,5 @@
 """Rank metrics: known answers, float64 NumPy references, jit/vmap, errors."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +10,13 @@ from attnjax import analysis as an
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 2e-5, np.float64: 1e-11}
 
-SV_METRICS = ["stable_rank", "effective_rank", "participation_ratio", "spectral_entropy", "condition_number"]
+SV_METRICS = [
+    "stable_rank",
+    "effective_rank",
+    "participation_ratio",
+    "spectral_entropy",
+    "condition_number",
+]
 
 
 def random_x(seed, shape, dtype):
@@ -17,6 +24,7 @@ def random_x(seed, shape, dtype):
 
 
 # ---- float64 NumPy references -------------------------------------------------
+
 
 def ref_sv(x):
     return np.linalg.svd(np.asarray(x, np.float64), compute_uv=False)
@@ -57,6 +65,7 @@ def ref_token_cosine(x):
 
 
 # ---- known answers (through rank_report: one compilation per shape) ------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_identical_tokens_have_no_residual_and_rank_one(dtype):
@@ -103,8 +112,16 @@ def test_diagonal_matrices_known_values(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_zero_matrix_conventions(dtype):
     report = an.rank_report(np.zeros((6, 4), dtype))
-    for name in ["residual_ratio", "residual_ratio_l1inf", "token_cosine_similarity", "stable_rank",
-                 "effective_rank", "participation_ratio", "spectral_entropy", "rank_one_residual"]:
+    for name in [
+        "residual_ratio",
+        "residual_ratio_l1inf",
+        "token_cosine_similarity",
+        "stable_rank",
+        "effective_rank",
+        "participation_ratio",
+        "spectral_entropy",
+        "rank_one_residual",
+    ]:
         assert float(getattr(report, name)) == 0.0, name
     assert int(report.numerical_rank) == 0
     assert float(report.condition_number) == np.inf
@@ -121,10 +138,13 @@ def test_numerical_rank_is_relative_to_largest_singular_value(dtype):
     scaled = np.stack([scale * x for scale in [1e-9, 1.0, 1e9]]).astype(dtype)
     # an absolute threshold such as the seed's 1e-6 fails at one end or the other
     np.testing.assert_array_equal(an.numerical_rank(scaled), [3, 3, 3])
-    np.testing.assert_array_equal(an.numerical_rank(scaled, rtol=0.5), [2, 2, 2])  # only 3 and 2 exceed 1.5
+    np.testing.assert_array_equal(
+        an.numerical_rank(scaled, rtol=0.5), [2, 2, 2]
+    )  # only 3 and 2 exceed 1.5
 
 
 # ---- every function against float64 NumPy, and under vmap --------------------------------
+
 
 def references(x):
     refs = {name: ref_metric(name, x) for name in SV_METRICS}
@@ -177,9 +197,13 @@ def test_rank_report_agrees_with_the_separate_functions(dtype):
     for name, fn in FUNCTIONS.items():
         np.testing.assert_allclose(getattr(report, name), fn(x), rtol=1e-6, err_msg=name)
     s = ref_sv(x)
-    np.testing.assert_allclose(report.singular_values, s, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-6)
+    np.testing.assert_allclose(
+        report.singular_values, s, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-6
+    )
     best = np.sqrt((s[..., 1:] ** 2).sum(-1) / (s**2).sum(-1))
-    np.testing.assert_allclose(report.rank_one_residual, best, rtol=1e-4 if dtype == np.float32 else 1e-10)
+    np.testing.assert_allclose(
+        report.rank_one_residual, best, rtol=1e-4 if dtype == np.float32 else 1e-10
+    )
 
 
 def test_rank_report_works_under_jit_and_without_x64():
@@ -200,6 +224,7 @@ def test_half_precision_is_computed_in_float32():
 
 
 # ---- bad input -----------------------------------------------------------------------
+
 
 def test_vector_input_raises_naming_argument_and_shape():
     with pytest.raises(ValueError, match=r"x .*\(5,\)"):

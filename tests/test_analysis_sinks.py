@@ -1,4 +1,5 @@
 """attnjax.analysis.sinks against float64 NumPy references written from the formulas."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,8 +17,14 @@ def _stochastic(rng, shape, causal=False):
 
 
 def test_exported_from_the_package():
-    for name in ("normalized_entropy", "sink_mass", "uniform_sink_mass", "distance_to_first", "triangular_slem",
-                 "residual_norms"):
+    for name in (
+        "normalized_entropy",
+        "sink_mass",
+        "uniform_sink_mass",
+        "distance_to_first",
+        "triangular_slem",
+        "residual_norms",
+    ):
         assert getattr(analysis, name) is getattr(sinks, name)
 
 
@@ -35,12 +42,16 @@ def test_normalized_entropy_divides_by_the_log_of_the_visible_keys(causal):
     assert got.shape == (2, 3, 5)
     # Uniform over the visible keys is 1 for every query with a choice.
     uniform = visible / visible.sum(-1, keepdims=True)
-    np.testing.assert_allclose(sinks.normalized_entropy(jnp.asarray(uniform), jnp.asarray(visible))[1:], 1, rtol=1e-12)
+    np.testing.assert_allclose(
+        sinks.normalized_entropy(jnp.asarray(uniform), jnp.asarray(visible))[1:], 1, rtol=1e-12
+    )
 
 
 def test_normalized_entropy_without_a_mask_is_the_attention_entropy_over_log_s():
     a = jnp.asarray(_stochastic(np.random.default_rng(1), (4, 6, 6)))
-    np.testing.assert_allclose(sinks.normalized_entropy(a), analysis.attention_entropy(a, normalize=True), rtol=1e-12)
+    np.testing.assert_allclose(
+        sinks.normalized_entropy(a), analysis.attention_entropy(a, normalize=True), rtol=1e-12
+    )
 
 
 def test_sink_mass_and_its_uniform_baseline_broadcast_leading_axes():
@@ -49,7 +60,9 @@ def test_sink_mass_and_its_uniform_baseline_broadcast_leading_axes():
     sink = rng.random((4, 1, 1, 6)) < 0.4  # [C, 1, 1, S]
     got = np.asarray(sinks.sink_mass(jnp.asarray(a), jnp.asarray(sink)))
     assert got.shape == (4, 3, 2, 6)
-    np.testing.assert_allclose(got, np.einsum("lhts,cs->clht", a, sink[:, 0, 0].astype(float)), rtol=1e-12)
+    np.testing.assert_allclose(
+        got, np.einsum("lhts,cs->clht", a, sink[:, 0, 0].astype(float)), rtol=1e-12
+    )
     visible = np.tril(np.ones((6, 6), bool))
     base = np.asarray(sinks.uniform_sink_mass(jnp.asarray(visible), jnp.asarray(sink[:, 0, 0])))
     want = (visible[None] & sink[:, 0, 0][:, None, :]).sum(-1) / visible.sum(-1)
@@ -68,18 +81,25 @@ def test_sink_mass_under_jit_with_a_broadcast_sink_axis_and_a_query_mean():
 
     def per_category(a, sink):
         mass = sinks.sink_mass(a[None], sink[:, None, :, None, :])  # [C, L, B, H, T]
-        return jnp.sum(jnp.sum(mass * weight[None, None, None, None], axis=-1), axis=(-1, -2))  # [C, L]
+        return jnp.sum(
+            jnp.sum(mass * weight[None, None, None, None], axis=-1), axis=(-1, -2)
+        )  # [C, L]
 
-    want = np.einsum("lbhij,cbj,i->cl", np.asarray(a, np.float64), np.asarray(sink, np.float64),
-                     np.asarray(weight, np.float64))
+    want = np.einsum(
+        "lbhij,cbj,i->cl",
+        np.asarray(a, np.float64),
+        np.asarray(sink, np.float64),
+        np.asarray(weight, np.float64),
+    )
     np.testing.assert_allclose(jax.jit(per_category)(a, sink), want, rtol=1e-4)
 
 
 def test_distance_to_first_and_triangular_slem():
     rng = np.random.default_rng(4)
     a = _stochastic(rng, (3, 7, 7), causal=True)
-    np.testing.assert_allclose(sinks.distance_to_first(jnp.asarray(a)), 0.5 * np.abs(a - np.eye(7)[0]).sum(-1),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        sinks.distance_to_first(jnp.asarray(a)), 0.5 * np.abs(a - np.eye(7)[0]).sum(-1), rtol=1e-12
+    )
     eig = np.sort(np.abs(np.linalg.eigvals(a)), axis=-1)[:, -2]
     np.testing.assert_allclose(sinks.triangular_slem(jnp.asarray(a)), eig, rtol=1e-10)
     assert float(sinks.triangular_slem(jnp.ones((1, 1)))) == 0
@@ -89,10 +109,15 @@ def test_residual_norms_split_the_frobenius_norm():
     x = np.random.default_rng(5).normal(size=(2, 5, 3)) + np.array([10.0, 0.0, -3.0])
     residual, shared = map(np.asarray, sinks.residual_norms(jnp.asarray(x)))
     mean = x.mean(-2, keepdims=True)
-    np.testing.assert_allclose(residual, np.linalg.norm((x - mean).reshape(2, -1), axis=-1), rtol=1e-12)
-    np.testing.assert_allclose(residual ** 2 + shared ** 2, (x ** 2).sum((-2, -1)), rtol=1e-12)
-    np.testing.assert_allclose(residual / np.sqrt((x ** 2).sum((-2, -1))), analysis.residual_ratio(jnp.asarray(x)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        residual, np.linalg.norm((x - mean).reshape(2, -1), axis=-1), rtol=1e-12
+    )
+    np.testing.assert_allclose(residual**2 + shared**2, (x**2).sum((-2, -1)), rtol=1e-12)
+    np.testing.assert_allclose(
+        residual / np.sqrt((x**2).sum((-2, -1))),
+        analysis.residual_ratio(jnp.asarray(x)),
+        rtol=1e-12,
+    )
     # Identical rows: no residual, however large the shared part.
     residual, shared = sinks.residual_norms(jnp.full((4, 2), 1e3))
     assert float(residual) == 0 and float(shared) == pytest.approx(1e3 * np.sqrt(8))

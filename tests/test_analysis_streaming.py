@@ -1,4 +1,5 @@
 """attention_statistics: chunked per-row statistics against the dense weights (float64 NumPy reference)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +19,10 @@ FIELDS = AttentionStatistics._fields
 
 def inputs(dtype, t=T, s=S, h=H, k=H, seed=0):
     rng = np.random.default_rng(seed)  # host draws: eager jax.random compiles per shape and dtype
-    draw = lambda shape, scale: jnp.asarray((scale * rng.standard_normal(shape)).astype(jnp.dtype(dtype)))  # noqa: E731
+
+    def draw(shape, scale):
+        return jnp.asarray((scale * rng.standard_normal(shape)).astype(jnp.dtype(dtype)))
+
     return draw((B, t, h, D), 1.5), draw((B, s, k, D), 1.5), draw((B, 1, 1, s), 1.0)
 
 
@@ -62,7 +66,9 @@ def dense_weights(q, key, bias, mask, temperature):
 def dense_statistics(q, key, visible, bias=None, temperature=1.0, sinks=SINKS, window=WINDOW):
     """Reference: every statistic from the dense weights of `attnjax.attention_weights` (float64)."""
     q64, k64 = (jnp.asarray(x, jnp.float64) for x in (q, key))
-    b64 = jnp.zeros((1, 1, 1, 1), jnp.float64) if bias is None else jnp.asarray(bias, jnp.float64)  # one compile
+    b64 = (
+        jnp.zeros((1, 1, 1, 1), jnp.float64) if bias is None else jnp.asarray(bias, jnp.float64)
+    )  # one compile
     with jax.default_matmul_precision("highest"):
         p = np.asarray(dense_weights(q64, k64, b64, jnp.asarray(visible), temperature))
     x = numpy_logits(q, key, bias, 1 / np.sqrt(q.shape[-1]), temperature)
@@ -95,9 +101,18 @@ def assert_statistics_equal(got, want, atol):
 
 def stats_fn(chunk_size, query_chunk_size=128, **kwargs):
     """attention_statistics jitted in (q, k, bias), the case's masks and options fixed."""
-    return jax.jit(lambda q, k, bias: attention_statistics(
-        q, k, bias=bias, sink_positions=SINKS, window=WINDOW, chunk_size=chunk_size,
-        query_chunk_size=query_chunk_size, **kwargs))
+    return jax.jit(
+        lambda q, k, bias: attention_statistics(
+            q,
+            k,
+            bias=bias,
+            sink_positions=SINKS,
+            window=WINDOW,
+            chunk_size=chunk_size,
+            query_chunk_size=query_chunk_size,
+            **kwargs,
+        )
+    )
 
 
 # (mask case, key heads, bias, key chunk, query block): 5 and 8 do not divide S = 37, 64 exceeds it; query
@@ -112,9 +127,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-5), (jnp.float64, 1e-12)], ids=["f32", "f64"])
-@pytest.mark.parametrize("case, heads_kv, use_bias, chunk_size, query_chunk_size", CASES, ids=[c[0] for c in CASES])
-def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size, query_chunk_size, dtype, atol):
+@pytest.mark.parametrize(
+    "dtype, atol", [(jnp.float32, 1e-5), (jnp.float64, 1e-12)], ids=["f32", "f64"]
+)
+@pytest.mark.parametrize(
+    "case, heads_kv, use_bias, chunk_size, query_chunk_size", CASES, ids=[c[0] for c in CASES]
+)
+def test_statistics_equal_the_dense_weights(
+    case, heads_kv, use_bias, chunk_size, query_chunk_size, dtype, atol
+):
     q, key, bias = inputs(dtype, k=heads_kv)
     bias = bias if use_bias else None
     visible, kwargs = visible_matrix(case)
@@ -124,31 +145,47 @@ def test_statistics_equal_the_dense_weights(case, heads_kv, use_bias, chunk_size
     assert_statistics_equal(got, dense_statistics(q, key, visible, bias), atol)
 
 
-@pytest.mark.parametrize("is_causal, mask_shape, chunks", [
-    (True, (2, 1, 1, 13), (3, 5)),  # padding keys; blocks of 5 queries skip the key chunks after them
-    (False, (2, 4, 11, 13), (4, 1)),  # a full mask sliced per block of one query
-    (True, None, (13, 11)),  # one chunk, one block
-], ids=["causal-padding", "full-mask", "one-block"])
+@pytest.mark.parametrize(
+    "is_causal, mask_shape, chunks",
+    [
+        (
+            True,
+            (2, 1, 1, 13),
+            (3, 5),
+        ),  # padding keys; blocks of 5 queries skip the key chunks after them
+        (False, (2, 4, 11, 13), (4, 1)),  # a full mask sliced per block of one query
+        (True, None, (13, 11)),  # one chunk, one block
+    ],
+    ids=["causal-padding", "full-mask", "one-block"],
+)
 def test_output_from_the_same_pass_equals_dot_product_attention(is_causal, mask_shape, chunks):
     """`value=`: the attention output accumulated online beside the statistics, float64, GQA; its statistics are
     those of the call without values."""
     keys = jax.random.split(jax.random.key(0), 4)
     q = jax.random.normal(keys[0], (2, 11, 4, 8), jnp.float64)
     k, v = (jax.random.normal(key, (2, 13, 2, d), jnp.float64) for key, d in zip(keys[1:3], (8, 5)))
-    mask = None if mask_shape is None else jax.random.bernoulli(keys[3], 0.7, mask_shape).at[..., 0].set(True)
+    mask = (
+        None
+        if mask_shape is None
+        else jax.random.bernoulli(keys[3], 0.7, mask_shape).at[..., 0].set(True)
+    )
     kwargs = dict(is_causal=is_causal, scale=0.3, chunk_size=chunks[0], query_chunk_size=chunks[1])
 
     @jax.jit  # one program for the three calls
     def run(q, k, v, mask):
-        return (attention_statistics(q, k, value=v, mask=mask, **kwargs),
-                attention_statistics(q, k, mask=mask, **kwargs),
-                attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, scale=0.3))
+        return (
+            attention_statistics(q, k, value=v, mask=mask, **kwargs),
+            attention_statistics(q, k, mask=mask, **kwargs),
+            attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, scale=0.3),
+        )
 
     (stats, out), alone, want = run(q, k, v, mask)
     assert out.shape == (2, 11, 4, 5)
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=0, atol=1e-12)
     for name in FIELDS:
-        np.testing.assert_array_equal(np.asarray(getattr(stats, name)), np.asarray(getattr(alone, name)))
+        np.testing.assert_array_equal(
+            np.asarray(getattr(stats, name)), np.asarray(getattr(alone, name))
+        )
 
 
 def test_fully_masked_rows_get_the_documented_values():
@@ -167,20 +204,27 @@ def test_square_causal_with_temperature_and_a_full_bias():
     q, key, _ = inputs(jnp.float64, t=16, s=16)
     bias = host_random.normal(3, (H, 16, 16), jnp.float64)
     visible, kwargs = visible_matrix("causal", t=16, s=16)
-    got = stats_fn(6, 5, temperature=0.7, **kwargs)(q, key, bias)  # the bias sliced per block of 5 queries
-    assert_statistics_equal(got, dense_statistics(q, key, visible, bias[None], temperature=0.7), 1e-12)
+    got = stats_fn(6, 5, temperature=0.7, **kwargs)(
+        q, key, bias
+    )  # the bias sliced per block of 5 queries
+    assert_statistics_equal(
+        got, dense_statistics(q, key, visible, bias[None], temperature=0.7), 1e-12
+    )
     assert np.all(np.asarray(got.normalized_entropy)[..., 0] == 0)
 
 
-@pytest.mark.parametrize("lse_dtype", [jnp.float32, jnp.bfloat16], ids=["lse_f32", "lse_bf16_rounded"])
+@pytest.mark.parametrize(
+    "lse_dtype", [jnp.float32, jnp.bfloat16], ids=["lse_f32", "lse_bf16_rounded"]
+)
 def test_lse_from_jax_nn_return_residual_gives_the_same_statistics(lse_dtype):
     """One pass with p = exp(x - lse) from jax.nn; sums are renormalised, so even a bf16-rounded lse is exact.
     Queries 5 onwards are 40x larger (logits in the hundreds): a block given another block's lse overflows."""
     q, key, _ = inputs(jnp.float32, k=2)
     q = q * jnp.where(jnp.arange(T) < 5, 1.0, 40.0).astype(q.dtype)[None, :, None, None]
     visible, kwargs = visible_matrix("causal_padding")
-    _, lse = jax.jit(lambda q, k, m: jax.nn.dot_product_attention(q, k, k, mask=m, return_residual=True))(
-        q, key, jnp.asarray(visible))
+    _, lse = jax.jit(
+        lambda q, k, m: jax.nn.dot_product_attention(q, k, k, mask=m, return_residual=True)
+    )(q, key, jnp.asarray(visible))
     assert lse.shape == (B, T, H)
     with jax.default_matmul_precision("highest"):
         got = given_lse(q, key, lse.astype(lse_dtype).astype(jnp.float32), kwargs["key_padding"])
@@ -189,8 +233,17 @@ def test_lse_from_jax_nn_return_residual_gives_the_same_statistics(lse_dtype):
 
 @jax.jit
 def given_lse(q, key, lse, padding):
-    return attention_statistics(q, key, is_causal=True, key_padding=padding, lse=lse, sink_positions=SINKS,
-                                window=WINDOW, chunk_size=5, query_chunk_size=5)  # the lse sliced per block
+    return attention_statistics(
+        q,
+        key,
+        is_causal=True,
+        key_padding=padding,
+        lse=lse,
+        sink_positions=SINKS,
+        window=WINDOW,
+        chunk_size=5,
+        query_chunk_size=5,
+    )  # the lse sliced per block
 
 
 def test_bf16_inputs_accumulate_in_float32():
@@ -207,15 +260,22 @@ def test_vmap_over_batch_and_grad_of_entropy_are_finite_and_exact():
     visible, kwargs = visible_matrix("causal_padding")
 
     def mean_entropy(q, key, padding, reduce=True):
-        entropy = attention_statistics(q, key, is_causal=True, key_padding=padding, chunk_size=8,
-                                       query_chunk_size=5).entropy  # through the blocks and skipped chunks
+        entropy = attention_statistics(
+            q, key, is_causal=True, key_padding=padding, chunk_size=8, query_chunk_size=5
+        ).entropy  # through the blocks and skipped chunks
         return jnp.sum(entropy) if reduce else entropy
 
-    batched = jax.jit(lambda q, k, p: mean_entropy(q, k, p, reduce=False))(q, key, kwargs["key_padding"])
-    mapped = jax.jit(jax.vmap(lambda q, k, p: mean_entropy(q, k, p, reduce=False)))(q, key, kwargs["key_padding"])
+    batched = jax.jit(lambda q, k, p: mean_entropy(q, k, p, reduce=False))(
+        q, key, kwargs["key_padding"]
+    )
+    mapped = jax.jit(jax.vmap(lambda q, k, p: mean_entropy(q, k, p, reduce=False)))(
+        q, key, kwargs["key_padding"]
+    )
     np.testing.assert_allclose(mapped, batched, rtol=0, atol=1e-12)
     grad = jax.jit(jax.grad(mean_entropy))(q, key, kwargs["key_padding"])
-    assert np.all(np.isfinite(grad)) and np.all(np.asarray(grad)[1] == 0)  # batch 1: every row fully masked
+    assert np.all(np.isfinite(grad)) and np.all(
+        np.asarray(grad)[1] == 0
+    )  # batch 1: every row fully masked
 
     def dense_entropy(q):
         p = attnjax.attention_weights(q, key, mask=jnp.asarray(visible))
@@ -228,26 +288,57 @@ def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
     """T = S = 4096, H = 8, D = 64, float32: the program never holds a [H, T, T] array."""
     t, h, d = 4096, 8, 64
     q = jax.ShapeDtypeStruct((1, t, h, d), jnp.float32)
-    f = jax.jit(lambda q, k: attention_statistics(q, k, is_causal=True, sink_positions=(0,), window=128))
+    f = jax.jit(
+        lambda q, k: attention_statistics(q, k, is_causal=True, sink_positions=(0,), window=128)
+    )
     temp = f.lower(q, q).compile().memory_analysis().temp_size_in_bytes
     dense = h * t * t * 4
     assert temp < dense, (temp, dense)
 
 
-@pytest.mark.parametrize("args, kwargs, message", [
-    (((T, H, D), (S, H)), {}, r"key must have layout \[..., T, H, D\]"),
-    (((B, T, 3, D), (B, S, 2, D)), {}, r"key heads \(2\) must divide query heads \(3\)"),
-    (((B, T, H, D), (B, S, H, D)), {"chunk_size": 0}, r"chunk_size must be an int >= 1, got 0 \(key.shape"),
-    (((B, T, H, D), (B, S, H, D)), {"value": np.zeros((B, S - 1, H, D))},
-     r"key and value must agree on \[..., S, K\]"),
-    (((B, T, H, D), (B, S, H, D)), {"query_chunk_size": 1.5},
-     r"query_chunk_size must be an int >= 1, got 1.5 \(query.shape"),
-    (((B, T, H, D), (B, S, H, D)), {"sink_positions": (0, S)}, r"sink_positions \[0, 37\] out of range .* S = 37"),
-    (((B, T, H, D), (B, S, H, D)), {"lse": np.zeros((B, H, T))}, r"lse must have shape \[..., T, H\]"),
-    (((B, T, H, D), (B, S, H, D)), {"key_padding": np.ones((B, T), bool)}, r"key_padding of shape \(2, 12\)"),
-    (((B, T, H, D), (B, S, H, D)), {"mask": np.ones((T, T), bool)}, r"mask of shape \(12, 12\)"),
-    (((B, T, H, D), (B, S, H, D)), {"window": 0}, r"window"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        (((T, H, D), (S, H)), {}, r"key must have layout \[..., T, H, D\]"),
+        (((B, T, 3, D), (B, S, 2, D)), {}, r"key heads \(2\) must divide query heads \(3\)"),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"chunk_size": 0},
+            r"chunk_size must be an int >= 1, got 0 \(key.shape",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"value": np.zeros((B, S - 1, H, D))},
+            r"key and value must agree on \[..., S, K\]",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"query_chunk_size": 1.5},
+            r"query_chunk_size must be an int >= 1, got 1.5 \(query.shape",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"sink_positions": (0, S)},
+            r"sink_positions \[0, 37\] out of range .* S = 37",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"lse": np.zeros((B, H, T))},
+            r"lse must have shape \[..., T, H\]",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"key_padding": np.ones((B, T), bool)},
+            r"key_padding of shape \(2, 12\)",
+        ),
+        (
+            ((B, T, H, D), (B, S, H, D)),
+            {"mask": np.ones((T, T), bool)},
+            r"mask of shape \(12, 12\)",
+        ),
+        (((B, T, H, D), (B, S, H, D)), {"window": 0}, r"window"),
+    ],
+)
 def test_bad_input_raises_naming_the_argument_and_shapes(args, kwargs, message):
     q, key = (jnp.zeros(shape, jnp.float32) for shape in args)
     with pytest.raises(ValueError, match=message):

@@ -1,6 +1,7 @@
 """The analysis functions under jax.vmap: the same numbers as the batched call, the
 same memory, the fallbacks of stationary_distribution still branched; and
 check_stochastic, which names the rows that are not distributions."""
+
 import re
 
 import jax
@@ -25,8 +26,8 @@ def mixed_chains(n=6):
     that lane only, and a reducible one (two closed classes)."""
     a = softmax_maps(0, (2, 3, n, n))
     slow = 0.9 * np.eye(n) + 0.1 * softmax_maps(1, (n, n))
-    slow[: n // 2, n // 2:] *= 1e-5
-    slow[n // 2:, : n // 2] *= 1e-5
+    slow[: n // 2, n // 2 :] *= 1e-5
+    slow[n // 2 :, : n // 2] *= 1e-5
     a[0, 1] = slow / slow.sum(-1, keepdims=True)
     a[1, 2] = np.kron(np.eye(2), np.full((n // 2, n // 2), 2 / n))
     return a
@@ -44,7 +45,9 @@ MAP_FUNCTIONS = {
 @pytest.mark.parametrize("name", sorted(MAP_FUNCTIONS))
 def test_vmap_over_two_axes_is_the_batched_call(name):
     fn, a = MAP_FUNCTIONS[name], mixed_chains()
-    two = jax.jit(jax.vmap(jax.vmap(fn), in_axes=1, out_axes=1))(a)  # nested, the outer axis not first
+    two = jax.jit(jax.vmap(jax.vmap(fn), in_axes=1, out_axes=1))(
+        a
+    )  # nested, the outer axis not first
     np.testing.assert_array_equal(two, fn(a))
 
 
@@ -81,16 +84,20 @@ def test_dobrushin_is_differentiable_and_its_gradient_vmaps():
 
 # ---- check_stochastic ---------------------------------------------------------------
 
+
 def test_check_stochastic_passes_a_softmax_map():
     an.check_stochastic(softmax_maps(2, (2, 4, 33, 33), dtype=np.float32))
     an.check_stochastic(jax.nn.softmax(jnp.ones((3, 7, 5)), axis=-1))
 
 
-@pytest.mark.parametrize("edit, sum_, min_", [
-    (lambda a: a.__setitem__((1, 2), a[1, 2] * 1.1), "1.1", None),  # a row summing to 1.1
-    (lambda a: a.__setitem__((1, 2, 0), -0.25), None, "-0.25"),  # a negative entry
-    (lambda a: a.__setitem__((1, 2, 3), np.nan), "nan", None),
-])
+@pytest.mark.parametrize(
+    "edit, sum_, min_",
+    [
+        (lambda a: a.__setitem__((1, 2), a[1, 2] * 1.1), "1.1", None),  # a row summing to 1.1
+        (lambda a: a.__setitem__((1, 2, 0), -0.25), None, "-0.25"),  # a negative entry
+        (lambda a: a.__setitem__((1, 2, 3), np.nan), "nan", None),
+    ],
+)
 def test_check_stochastic_names_the_offending_row(edit, sum_, min_):
     a = softmax_maps(3, (2, 4, 6))
     edit(a)

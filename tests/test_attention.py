@@ -20,7 +20,9 @@ def qkv(seed, batch, t, s, h, k, d, dtype=jnp.float32, dv=None):
     """Standard normal q `[*batch, t, h, d]`, k `[*batch, s, k, d]`, v `[*batch, s, k, dv]`, drawn on the host."""
     rng = np.random.default_rng(seed)
     shapes = (batch + (t, h, d), batch + (s, k, d), batch + (s, k, dv or d))
-    return tuple(jnp.asarray(rng.standard_normal(shape).astype(jnp.dtype(dtype))) for shape in shapes)
+    return tuple(
+        jnp.asarray(rng.standard_normal(shape).astype(jnp.dtype(dtype))) for shape in shapes
+    )
 
 
 def random_mask(seed, shape, p=0.7):
@@ -52,9 +54,13 @@ def test_float32_matches_float64_reference(case, return_weights):
         kwargs["temperature"] = ref_kwargs["temperature"] = 0.5
     causal = case in ("causal", "all")
     if causal:
-        ref_kwargs["mask"] = np.tril(np.ones((128, 128), bool)) & np.asarray(ref_kwargs.get("mask", True))
+        ref_kwargs["mask"] = np.tril(np.ones((128, 128), bool)) & np.asarray(
+            ref_kwargs.get("mask", True)
+        )
     with jax.default_matmul_precision("highest"):
-        got = attnjax.dot_product_attention(q, k, v, is_causal=causal, return_weights=return_weights, **kwargs)
+        got = attnjax.dot_product_attention(
+            q, k, v, is_causal=causal, return_weights=return_weights, **kwargs
+        )
     out = got[0] if return_weights else got
     ref_out, ref_w = softmax_attention(q, k, v, **ref_kwargs)
     assert out.dtype == jnp.float32 and out.shape == (2, 128, 8, 64)
@@ -94,11 +100,15 @@ def test_float64_inputs_stay_float64():
 @pytest.mark.parametrize("num_kv", [4, 2, 1])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_jax_nn_dot_product_attention(causal, num_kv, return_weights):
-    q, k, v = qkv(5, (2,), 7, 11, 4, num_kv, 8)  # T != S; shapes shared with other tests (reused op compilations)
+    q, k, v = qkv(
+        5, (2,), 7, 11, 4, num_kv, 8
+    )  # T != S; shapes shared with other tests (reused op compilations)
     mask = random_mask(6, (2, 4, 7, 11))
     bias = host_random.normal(7, (2, 1, 7, 11), jnp.float32)
     expected = jax.nn.dot_product_attention(q, k, v, bias, mask, is_causal=causal)
-    got = attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias, is_causal=causal, return_weights=return_weights)
+    got = attnjax.dot_product_attention(
+        q, k, v, mask=mask, bias=bias, is_causal=causal, return_weights=return_weights
+    )
     got = got[0] if return_weights else got
     np.testing.assert_allclose(got, expected, atol=2e-6, rtol=2e-6)
 
@@ -115,10 +125,16 @@ def test_different_query_and_key_lengths_and_value_dim():
 def test_leading_batch_dims_equal_per_example_calls():
     q, k, v = qkv(9, (2, 3), 10, 10, 4, 2, 8)
     mask = random_mask(10, (2, 3, 1, 10, 10))
-    single = jax.jit(functools.partial(attnjax.dot_product_attention, is_causal=True))  # one compile, six calls
-    singles = [[single(q[i, j], k[i, j], v[i, j], mask=mask[i, j]) for j in range(3)] for i in range(2)]
+    single = jax.jit(
+        functools.partial(attnjax.dot_product_attention, is_causal=True)
+    )  # one compile, six calls
+    singles = [
+        [single(q[i, j], k[i, j], v[i, j], mask=mask[i, j]) for j in range(3)] for i in range(2)
+    ]
     for return_weights in (False, True):
-        batched = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=True, return_weights=return_weights)
+        batched = attnjax.dot_product_attention(
+            q, k, v, mask=mask, is_causal=True, return_weights=return_weights
+        )
         batched = batched[0] if return_weights else batched
         for i in range(2):
             for j in range(3):
@@ -129,7 +145,9 @@ def test_leading_batch_dims_equal_per_example_calls():
 
 
 def test_weights_rows_sum_to_one_and_are_nonnegative():
-    q, k, _ = qkv(11, (2,), 7, 11, 4, 2, 8)  # the shapes of other tests here: their op compilations are reused
+    q, k, _ = qkv(
+        11, (2,), 7, 11, 4, 2, 8
+    )  # the shapes of other tests here: their op compilations are reused
     w = attnjax.attention_weights(q, k, bias=host_random.normal(1, (7, 11), jnp.float32))
     assert w.shape == (2, 4, 7, 11)
     assert float(w.min()) >= 0.0
@@ -138,12 +156,18 @@ def test_weights_rows_sum_to_one_and_are_nonnegative():
 
 def test_attention_weights_equals_returned_weights():
     q, k, v = qkv(12, (2,), 7, 11, 4, 2, 8)
-    _, w = attnjax.dot_product_attention(q, k, v, is_causal=True, temperature=2.0, return_weights=True)
-    np.testing.assert_array_equal(attnjax.attention_weights(q, k, is_causal=True, temperature=2.0), w)
+    _, w = attnjax.dot_product_attention(
+        q, k, v, is_causal=True, temperature=2.0, return_weights=True
+    )
+    np.testing.assert_array_equal(
+        attnjax.attention_weights(q, k, is_causal=True, temperature=2.0), w
+    )
 
 
 def test_causal_weights_are_lower_triangular():
-    q, k, _ = qkv(13, (2,), 7, 11, 4, 2, 8)  # T < S: query t sees keys s <= t (top-left aligned, as jax.nn)
+    q, k, _ = qkv(
+        13, (2,), 7, 11, 4, 2, 8
+    )  # T < S: query t sees keys s <= t (top-left aligned, as jax.nn)
     w = np.asarray(attnjax.attention_weights(q, k, is_causal=True))
     np.testing.assert_array_equal(np.triu(w, 1), 0.0)
     assert np.all(np.diagonal(w, axis1=-2, axis2=-1) > 0)
@@ -160,7 +184,9 @@ def test_temperature_limits_one_hot_and_uniform():
 
 def test_softmax_with_temperature_matches_jax_nn_softmax():
     x = host_random.normal(15, (4, 9), jnp.float32) * 3
-    np.testing.assert_allclose(attnjax.softmax_with_temperature(x, 0.7), jax.nn.softmax(x / 0.7), atol=1e-6)
+    np.testing.assert_allclose(
+        attnjax.softmax_with_temperature(x, 0.7), jax.nn.softmax(x / 0.7), atol=1e-6
+    )
     mask = jnp.arange(9)[None, :] < jnp.array([[3], [9], [1], [0]])
     got = attnjax.softmax_with_temperature(x, mask=mask)
     np.testing.assert_allclose(got[:3], jax.nn.softmax(x[:3], where=mask[:3]) * mask[:3], atol=1e-6)
@@ -195,11 +221,14 @@ def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
     if return_weights:
         np.testing.assert_array_equal(got[1][0, 1, 3], 0.0)
         np.testing.assert_allclose(got[1][0, 0].sum(-1), 1.0, atol=1e-6)
-    loss = lambda q, k, v: jnp.sum(  # noqa: E731
-        attnjax.dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)[0] ** 2
-        if return_weights
-        else attnjax.dot_product_attention(q, k, v, mask=mask) ** 2
-    )
+
+    def loss(q, k, v):
+        return jnp.sum(
+            attnjax.dot_product_attention(q, k, v, mask=mask, return_weights=return_weights)[0] ** 2
+            if return_weights
+            else attnjax.dot_product_attention(q, k, v, mask=mask) ** 2
+        )
+
     grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
     for g in grads:
         assert np.all(np.isfinite(g))
@@ -212,15 +241,25 @@ def test_fully_masked_rows_give_zero_output_and_finite_grads(return_weights):
 def test_extreme_temperature_and_logits_stay_finite(dtype, return_weights):
     q, k, v = qkv(17, (1,), 16, 16, 2, 2, 8, dtype=jnp.float32)
     big = (q * 100.0).astype(dtype), (k * 100.0).astype(dtype), v.astype(dtype)  # logits ~ 1e4
-    for inputs, temperature in (((q.astype(dtype), k.astype(dtype), v.astype(dtype)), 1e-4), (big, 1.0), (big, 1e-4)):
-        out = attnjax.dot_product_attention(*inputs, temperature=temperature, return_weights=return_weights)
+    for inputs, temperature in (
+        ((q.astype(dtype), k.astype(dtype), v.astype(dtype)), 1e-4),
+        (big, 1.0),
+        (big, 1e-4),
+    ):
+        out = attnjax.dot_product_attention(
+            *inputs, temperature=temperature, return_weights=return_weights
+        )
         out = out[0] if return_weights else out
         assert np.all(np.isfinite(np.asarray(out, np.float32)))
         grads = jax.grad(
             lambda *a: jnp.sum(
-                (attnjax.dot_product_attention(*a, temperature=temperature, return_weights=True)[0]
-                 if return_weights else attnjax.dot_product_attention(*a, temperature=temperature)
-                 ).astype(jnp.float32)
+                (
+                    attnjax.dot_product_attention(*a, temperature=temperature, return_weights=True)[
+                        0
+                    ]
+                    if return_weights
+                    else attnjax.dot_product_attention(*a, temperature=temperature)
+                ).astype(jnp.float32)
             ),
             argnums=(0, 1, 2),
         )(*inputs)
@@ -237,8 +276,9 @@ def test_logits_beyond_float32_range_do_not_make_nan():
 
 def _attend_one_head(q, k, v, mask=None, bias=None, *, scale, temperature):
     """The core `_attention` for one head: q `[T, D]`, k `[S, D]`, v `[S, Dv]` -> out `[T, Dv]`, weights `[T, S]`."""
-    out, weights = attention._attention(q[:, None], k[:, None], v[:, None], mask, bias, None,
-                                        scale=scale, temperature=temperature)
+    out, weights = attention._attention(
+        q[:, None], k[:, None], v[:, None], mask, bias, None, scale=scale, temperature=temperature
+    )
     return out[:, 0], weights[0]
 
 
@@ -259,7 +299,9 @@ def test_public_function_gradients_match_finite_differences(return_weights):
     mask = random_mask(22, (2, 1, 5, 5))
 
     def f(q, k, v):
-        got = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=True, return_weights=return_weights)
+        got = attnjax.dot_product_attention(
+            q, k, v, mask=mask, is_causal=True, return_weights=return_weights
+        )
         return got[0] if return_weights else got
 
     check_grads(f, (q, k, v), order=1, modes=["rev"])
@@ -274,10 +316,15 @@ class TestComposesWithJit(chex.TestCase):
         """GQA with a mask and causal, against the float64 reference."""
         q, k, v = qkv(23, (4,), 8, 8, 4, 2, 4)
         mask = random_mask(29, (4, 1, 8, 8))
-        fn = self.variant(functools.partial(attnjax.dot_product_attention, is_causal=True, return_weights=True))
+        fn = self.variant(
+            functools.partial(attnjax.dot_product_attention, is_causal=True, return_weights=True)
+        )
         causal = np.tril(np.ones((8, 8), bool))
-        chex.assert_trees_all_close(fn(q, k, v, mask=mask), softmax_attention(q, k, v, mask=np.asarray(mask) & causal),
-                                    atol=1e-5)
+        chex.assert_trees_all_close(
+            fn(q, k, v, mask=mask),
+            softmax_attention(q, k, v, mask=np.asarray(mask) & causal),
+            atol=1e-5,
+        )
 
 
 def test_composes_with_vmap_and_grad():
@@ -291,12 +338,16 @@ def test_composes_with_vmap_and_grad():
 def test_traced_temperature_uses_core_and_matches():
     q, k, v = qkv(24, (2,), 8, 8, 2, 2, 4)
     f = jax.jit(lambda t: attnjax.dot_product_attention(q, k, v, temperature=t))
-    np.testing.assert_allclose(f(jnp.float32(0.5)), attnjax.dot_product_attention(q, k, v, temperature=0.5), atol=1e-6)
+    np.testing.assert_allclose(
+        f(jnp.float32(0.5)), attnjax.dot_product_attention(q, k, v, temperature=0.5), atol=1e-6
+    )
 
 
 def test_temperature_gradient_is_finite():
     q, k, v = qkv(25, (), 8, 8, 2, 2, 4)
-    g = jax.grad(lambda t: jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2))(jnp.float32(0.7))
+    g = jax.grad(lambda t: jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2))(
+        jnp.float32(0.7)
+    )
     assert np.isfinite(g) and g != 0
 
 
@@ -313,18 +364,28 @@ def test_tiny_traced_temperature_has_the_vanishing_gradient_of_a_hard_max(temper
     """At t -> 0 the rows are one-hot and locally constant in t: the derivative is 0, not
     -logits / t^2 overflowing into inf * 0 = NaN (what differentiating logits / t gives)."""
     q, k, v = qkv(29, (), 8, 8, 2, 2, 4)
-    loss = lambda t: jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2)  # noqa: E731
-    softmax_loss = lambda t: jnp.sum(attnjax.softmax_with_temperature(q[..., 0], t) ** 2)  # noqa: E731
+
+    def loss(t):
+        return jnp.sum(attnjax.dot_product_attention(q, k, v, temperature=t) ** 2)
+
+    def softmax_loss(t):
+        return jnp.sum(attnjax.softmax_with_temperature(q[..., 0], t) ** 2)
+
     for fn in (loss, softmax_loss):
         assert float(jax.grad(fn)(jnp.float32(temperature))) == 0.0
-    naive = jax.grad(lambda t: jnp.sum(softmax_lib._softmax(q[..., 0] / t, None) ** 2))(jnp.float32(temperature))
+    naive = jax.grad(lambda t: jnp.sum(softmax_lib._softmax(q[..., 0] / t, None) ** 2))(
+        jnp.float32(temperature)
+    )
     assert not np.isfinite(naive)
 
 
 def test_softmax_with_temperature_is_one_function_in_three_places():
     """Defined in attnjax.softmax, re-exported by attnjax.attention and attnjax."""
     defined = softmax_lib.softmax_with_temperature
-    assert attnjax.softmax_with_temperature is defined and attention.softmax_with_temperature is defined
+    assert (
+        attnjax.softmax_with_temperature is defined
+        and attention.softmax_with_temperature is defined
+    )
 
 
 def test_articles_example_runs_and_rows_sum_to_one():
@@ -345,19 +406,46 @@ SAME_QKV = ((2, 4, 8, 16),) * 3
 @pytest.mark.parametrize(
     "shapes, kwargs, message",
     [
-        (((10, 64), (10, 1, 64), (10, 1, 64)), {}, r"query must have layout \[\.\.\., T, H, D\].*\(10, 64\)"),
-        (((2, 4, 8, 16), (2, 4, 3, 16), (2, 4, 3, 16)), {}, r"key heads \(3\) must divide query heads \(8\)"),
-        (((2, 4, 8, 16), (2, 4, 16, 16), (2, 4, 16, 16)), {}, r"key heads \(16\) must divide query heads \(8\)"),
-        (((2, 4, 8, 16), (2, 4, 8, 8), (2, 4, 8, 8)), {}, r"head dim D.*\(2, 4, 8, 16\).*\(2, 4, 8, 8\)"),
+        (
+            ((10, 64), (10, 1, 64), (10, 1, 64)),
+            {},
+            r"query must have layout \[\.\.\., T, H, D\].*\(10, 64\)",
+        ),
+        (
+            ((2, 4, 8, 16), (2, 4, 3, 16), (2, 4, 3, 16)),
+            {},
+            r"key heads \(3\) must divide query heads \(8\)",
+        ),
+        (
+            ((2, 4, 8, 16), (2, 4, 16, 16), (2, 4, 16, 16)),
+            {},
+            r"key heads \(16\) must divide query heads \(8\)",
+        ),
+        (
+            ((2, 4, 8, 16), (2, 4, 8, 8), (2, 4, 8, 8)),
+            {},
+            r"head dim D.*\(2, 4, 8, 16\).*\(2, 4, 8, 8\)",
+        ),
         (((2, 4, 8, 16), (2, 5, 8, 16), (2, 4, 8, 16)), {}, r"key and value must agree"),
         (((2, 4, 8, 16), (3, 4, 8, 16), (3, 4, 8, 16)), {}, r"same batch dims"),
         (SAME_QKV, {"mask": np.ones((4, 5), bool)}, r"mask of shape \(4, 5\).*\(2, 8, 4, 4\)"),
         (SAME_QKV, {"mask": np.ones((3, 8, 4, 4), bool)}, r"mask of shape \(3, 8, 4, 4\)"),
         (SAME_QKV, {"mask": np.ones((4, 4), np.complex64)}, r"mask must be boolean or numeric"),
-        (((4, 8, 16),) * 3, {"mask": np.ones((2, 8, 4, 4), bool)}, r"mask of shape \(2, 8, 4, 4\).*\(8, 4, 4\)"),
-        (SAME_QKV, {"key_value_seq_lengths": np.ones((3,), np.int32)},
-         r"key_value_seq_lengths of shape \(3,\).*\(2,\)"),
-        (SAME_QKV, {"query_seq_lengths": np.ones((2,), np.float32)}, r"query_seq_lengths must be an integer array"),
+        (
+            ((4, 8, 16),) * 3,
+            {"mask": np.ones((2, 8, 4, 4), bool)},
+            r"mask of shape \(2, 8, 4, 4\).*\(8, 4, 4\)",
+        ),
+        (
+            SAME_QKV,
+            {"key_value_seq_lengths": np.ones((3,), np.int32)},
+            r"key_value_seq_lengths of shape \(3,\).*\(2,\)",
+        ),
+        (
+            SAME_QKV,
+            {"query_seq_lengths": np.ones((2,), np.float32)},
+            r"query_seq_lengths must be an integer array",
+        ),
         (SAME_QKV, {"local_window_size": -1}, r"local_window_size must be a non-negative int"),
         (SAME_QKV, {"local_window_size": (1, 2, 3)}, r"local_window_size must be .*\(1, 2, 3\)"),
         (SAME_QKV, {"implementation": "flash"}, r"implementation must be one of"),
@@ -390,12 +478,16 @@ def test_jax_nn_wrapper_has_attnjax_semantics(causal):
     """The GPU fast path wraps jax.nn.dot_product_attention; check the wrapper
     (batch dims, temperature, bias, GQA, fully masked rows) through its XLA
     implementation, which takes the same arguments as cuDNN's."""
-    q, k, v = qkv(27, (2, 3), 10, 10, 4, 2, 8)  # the shapes of test_leading_batch_dims_equal_per_example_calls
+    q, k, v = qkv(
+        27, (2, 3), 10, 10, 4, 2, 8
+    )  # the shapes of test_leading_batch_dims_equal_per_example_calls
     mask = np.array(host_random.bernoulli(28, 0.6, (2, 3, 1, 10, 10)))
     mask[0, 1, 0, 4] = False  # a fully masked query row
     mask = jnp.asarray(mask)
     bias = host_random.normal(29, (4, 10, 10), jnp.float32)
-    expected = attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias, is_causal=causal, temperature=0.7)
+    expected = attnjax.dot_product_attention(
+        q, k, v, mask=mask, bias=bias, is_causal=causal, temperature=0.7
+    )
     got = attention._jax_nn_attention(q, k, v, mask, bias, causal, 8**-0.5, 0.7, "xla")
     np.testing.assert_allclose(got, expected, atol=2e-6)
     np.testing.assert_array_equal(got[0, 1, 4], 0.0)
@@ -405,7 +497,9 @@ def test_cudnn_is_only_considered_on_gpu_for_half_precision():
     q = jnp.zeros((1, 4, 2, 8), jnp.bfloat16)
     expected = jax.default_backend() == "gpu"
     assert attention._can_use_cudnn(q, q, q, 1.0) == expected
-    assert not attention._can_use_cudnn(q.astype(jnp.float32), q.astype(jnp.float32), q.astype(jnp.float32), 1.0)
+    assert not attention._can_use_cudnn(
+        q.astype(jnp.float32), q.astype(jnp.float32), q.astype(jnp.float32), 1.0
+    )
 
 
 # ----------------------------------------------------------------- dropout
@@ -415,7 +509,11 @@ def test_dropout_rate_zero_is_exactly_no_dropout():
     q, k, v = qkv(30, (2,), 6, 6, 4, 2, 8)
     plain = attnjax.dot_product_attention(q, k, v, is_causal=True)
     np.testing.assert_array_equal(
-        attnjax.dot_product_attention(q, k, v, is_causal=True, dropout_rate=0.0, dropout_rng=jax.random.key(0)), plain)
+        attnjax.dot_product_attention(
+            q, k, v, is_causal=True, dropout_rate=0.0, dropout_rng=jax.random.key(0)
+        ),
+        plain,
+    )
 
 
 @pytest.mark.slow
@@ -425,21 +523,38 @@ def test_dropout_draws_differ_per_head_and_average_to_no_dropout():
     q, k, v = qkv(31, (), 6, 6, 4, 4, 8, dtype=jnp.float64)
     rate, n = 0.3, 4000
     plain, weights = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)
-    draw = lambda key: attnjax.dot_product_attention(q, k, v, is_causal=True, dropout_rate=rate,  # noqa: E731
-                                                     dropout_rng=key, return_weights=True)
+
+    def draw(key):
+        return attnjax.dot_product_attention(
+            q,
+            k,
+            v,
+            is_causal=True,
+            dropout_rate=rate,
+            dropout_rng=key,
+            return_weights=True,
+        )
+
     outs, ws = jax.vmap(draw)(jax.random.split(jax.random.key(1), n))
     np.testing.assert_array_equal(ws[0], weights)  # weights are the softmax's, before dropout
     assert not np.allclose(outs[0], plain)
     # Every head gets its own draw: identical q/k/v in two heads still give different outputs.
-    same = jnp.broadcast_to(q[:, :1], q.shape), jnp.broadcast_to(k[:, :1], k.shape), jnp.broadcast_to(v[:, :1], v.shape)
+    same = (
+        jnp.broadcast_to(q[:, :1], q.shape),
+        jnp.broadcast_to(k[:, :1], k.shape),
+        jnp.broadcast_to(v[:, :1], v.shape),
+    )
     one = attnjax.dot_product_attention(*same, dropout_rate=rate, dropout_rng=jax.random.key(2))
     assert not np.allclose(one[:, 0], one[:, 1])
     stderr = np.std(np.asarray(outs), axis=0) / np.sqrt(n)
-    assert np.all(np.abs(np.mean(np.asarray(outs), axis=0) - np.asarray(plain)) <= 5 * stderr + 1e-12)
+    assert np.all(
+        np.abs(np.mean(np.asarray(outs), axis=0) - np.asarray(plain)) <= 5 * stderr + 1e-12
+    )
 
 
 def test_signature_is_a_superset_of_jax_nn():
     import inspect
+
     ours = inspect.signature(attnjax.dot_product_attention).parameters
     theirs = inspect.signature(jax.nn.dot_product_attention).parameters
     for name, p in theirs.items():
@@ -458,11 +573,15 @@ def test_residual_is_jax_nns_lse_including_fully_masked_rows(case):
     q, k, v = qkv(41, (2,), 7, 11, 4, 2 if case == "causal_gqa" else 4, 8)
     kwargs = {"is_causal": case == "causal_gqa"}
     if case == "mask_bias":
-        kwargs["mask"] = random_mask(2, (2, 4, 7, 11)).at[1, :, 3].set(False)  # row 3 of batch 1: no keys
+        kwargs["mask"] = (
+            random_mask(2, (2, 4, 7, 11)).at[1, :, 3].set(False)
+        )  # row 3 of batch 1: no keys
         kwargs["bias"] = host_random.normal(3, (2, 4, 7, 11), jnp.float32)
     if case == "lengths_window":
         lengths = jnp.array([7, 4], jnp.int32), jnp.array([11, 0], jnp.int32)
-        kwargs.update(query_seq_lengths=lengths[0], key_value_seq_lengths=lengths[1], local_window_size=(2, 3))
+        kwargs.update(
+            query_seq_lengths=lengths[0], key_value_seq_lengths=lengths[1], local_window_size=(2, 3)
+        )
     with jax.default_matmul_precision("highest"):
         out, lse = attnjax.dot_product_attention(q, k, v, return_residual=True, **kwargs)
         want_out, want = jax.nn.dot_product_attention(q, k, v, return_residual=True, **kwargs)
@@ -485,7 +604,9 @@ def test_residual_gradient_matches_a_float64_reference():
     scale, t = 0.3, 0.7
 
     def loss(q, k):
-        _, lse = attnjax.dot_product_attention(q, k, v, mask=mask, scale=scale, temperature=t, return_residual=True)
+        _, lse = attnjax.dot_product_attention(
+            q, k, v, mask=mask, scale=scale, temperature=t, return_residual=True
+        )
         return jnp.sum(lse * w)
 
     dq, dk = jax.jit(jax.grad(loss, argnums=(0, 1)))(q, k)
@@ -501,27 +622,37 @@ def test_residual_gradient_matches_a_float64_reference():
 
 def test_residual_comes_after_the_weights():
     q, k, v = qkv(43, (2,), 6, 6, 2, 2, 4)
-    out, weights, lse = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True,
-                                                      return_residual=True)
+    out, weights, lse = attnjax.dot_product_attention(
+        q, k, v, is_causal=True, return_weights=True, return_residual=True
+    )
     out2, weights2 = attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)
     np.testing.assert_array_equal(out, out2)
     np.testing.assert_array_equal(weights, weights2)
     # log of a visible weight is the logit minus the lse: lse_t = x_t0 - log p_t0 (key 0 is always visible).
     x0 = jnp.einsum("bthd,bthd->bht", q, jnp.broadcast_to(k[:, :1], q.shape)) / 2.0
-    np.testing.assert_allclose(jnp.swapaxes(lse, -1, -2), x0 - jnp.log(weights[..., 0]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        jnp.swapaxes(lse, -1, -2), x0 - jnp.log(weights[..., 0]), rtol=1e-5, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("t, s, name, length", [(0, 4, "query", "T"), (4, 0, "key", "S"), (0, 0, "query", "T")])
+@pytest.mark.parametrize(
+    "t, s, name, length", [(0, 4, "query", "T"), (4, 0, "key", "S"), (0, 0, "query", "T")]
+)
 def test_zero_length_query_or_key_raises_naming_it(t, s, name, length):
     q = jax.ShapeDtypeStruct((2, t, 4, 8), jnp.float32)
     kv = jax.ShapeDtypeStruct((2, s, 2, 8), jnp.float32)
-    message = rf"{name} must hold at least one position: its length {length} \(axis -3\) is 0.*" \
-              rf"query.shape=\(2, {t}, 4, 8\), key.shape=\(2, {s}, 2, 8\)"
+    message = (
+        rf"{name} must hold at least one position: its length {length} \(axis -3\) is 0.*"
+        rf"query.shape=\(2, {t}, 4, 8\), key.shape=\(2, {s}, 2, 8\)"
+    )
     calls = {
         "softmax": lambda q, k, v: attnjax.dot_product_attention(q, k, v, return_weights=True),
-        "linear": lambda q, k, v: attnjax.linear_attention(q, k, v, feature_map=attnjax.features.elu_plus_one),
-        "linear causal": lambda q, k, v: attnjax.linear_attention(q, k, v, feature_map=attnjax.features.relu,
-                                                                  is_causal=True),
+        "linear": lambda q, k, v: attnjax.linear_attention(
+            q, k, v, feature_map=attnjax.features.elu_plus_one
+        ),
+        "linear causal": lambda q, k, v: attnjax.linear_attention(
+            q, k, v, feature_map=attnjax.features.relu, is_causal=True
+        ),
     }
     for fn in calls.values():
         with pytest.raises(ValueError, match=message):

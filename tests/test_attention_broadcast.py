@@ -6,6 +6,7 @@ jax.nn gives a fully masked query row the mean of the values; attnjax gives 0
 (documented). The reference is therefore jax.nn's output times the row's
 validity, which leaves every other row, and every gradient, as jax.nn has them.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,15 +20,25 @@ from tests import host_random
 B, T, S, H, D = 2, 5, 7, 4, 8
 
 SHAPES = [
-    (S,), (1, S), (1, 1, S), (B, 1, 1, S), (1, H, 1, S), (B, 1, T, 1), (1, 1, 1, 1),
-    (T, S), (H, T, S), (B, H, T, S),
+    (S,),
+    (1, S),
+    (1, 1, S),
+    (B, 1, 1, S),
+    (1, H, 1, S),
+    (B, 1, T, 1),
+    (1, 1, 1, 1),
+    (T, S),
+    (H, T, S),
+    (B, H, T, S),
 ]
 
 
 def _inputs(num_kv, seed=0, t=T, s=S):
     rng = np.random.default_rng(seed)  # host draws: eager jax.random compiles per shape
-    return tuple(jnp.asarray(rng.standard_normal(shape).astype(np.float32))
-                 for shape in ((B, t, H, D), (B, s, num_kv, D), (B, s, num_kv, D)))
+    return tuple(
+        jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+        for shape in ((B, t, H, D), (B, s, num_kv, D), (B, s, num_kv, D))
+    )
 
 
 def _mask(shape, seed):
@@ -69,18 +80,24 @@ def _outputs_and_grads(fn, q, k, v, bias, cotangent):
 def test_broadcast_shapes_match_jax_nn(shape, kind, causal, num_kv):
     q, k, v = _inputs(num_kv)
     mask = _mask(shape, 1) if kind in ("mask", "both") else None
-    bias = (host_random.normal(2, shape, jnp.float32) if kind in ("bias", "both")
-            else jnp.zeros((), jnp.float32))
+    bias = (
+        host_random.normal(2, shape, jnp.float32)
+        if kind in ("bias", "both")
+        else jnp.zeros((), jnp.float32)
+    )
     bias_arg = None if kind == "mask" else bias
     valid = _row_valid(mask, causal).astype(jnp.float32)
     cotangent = host_random.normal(3, (B, T, H, D), jnp.float32)
 
     def ours(q, k, v, b):
-        return attnjax.dot_product_attention(q, k, v, None if bias_arg is None else b, mask, is_causal=causal)
+        return attnjax.dot_product_attention(
+            q, k, v, None if bias_arg is None else b, mask, is_causal=causal
+        )
 
     def theirs(q, k, v, b):
-        out = jax.nn.dot_product_attention(q, k, v, None if bias_arg is None else _rank4(b), _rank4(mask),
-                                           is_causal=causal)
+        out = jax.nn.dot_product_attention(
+            q, k, v, None if bias_arg is None else _rank4(b), _rank4(mask), is_causal=causal
+        )
         return out * valid
 
     got, got_grads = _outputs_and_grads(ours, q, k, v, bias, cotangent)
@@ -116,9 +133,13 @@ def test_keyword_masks_match_jax_nn(causal):
     q, k, v = _inputs(2, seed=6, t=7, s=7)
     kv_len = jnp.array([7, 5], jnp.int32)
     q_len = jnp.array([5, 7], jnp.int32)
-    for kwargs in ({"key_value_seq_lengths": kv_len}, {"query_seq_lengths": q_len}, {"local_window_size": 2},
-                   {"local_window_size": (3, 1)},
-                   {"key_value_seq_lengths": kv_len, "query_seq_lengths": q_len, "local_window_size": (3, 0)}):
+    for kwargs in (
+        {"key_value_seq_lengths": kv_len},
+        {"query_seq_lengths": q_len},
+        {"local_window_size": 2},
+        {"local_window_size": (3, 1)},
+        {"key_value_seq_lengths": kv_len, "query_seq_lengths": q_len, "local_window_size": (3, 0)},
+    ):
         got = attnjax.dot_product_attention(q, k, v, is_causal=causal, **kwargs)
         want = jax.nn.dot_product_attention(q, k, v, is_causal=causal, **kwargs)
         np.testing.assert_allclose(got, want, atol=2e-6, err_msg=str(kwargs))
@@ -128,9 +149,17 @@ def test_keyword_masks_equal_explicit_masks():
     q, k, v = _inputs(2, seed=7)
     lengths = jnp.array([3, 7], jnp.int32)
     explicit = attnjax.dot_product_attention(
-        q, k, v, mask=attnjax.combine_masks(attnjax.key_padding_mask(lengths=lengths, kv_len=S),
-                                            attnjax.local_window_mask(T, S, left=1, right=2)))
-    got = attnjax.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, local_window_size=(1, 2))
+        q,
+        k,
+        v,
+        mask=attnjax.combine_masks(
+            attnjax.key_padding_mask(lengths=lengths, kv_len=S),
+            attnjax.local_window_mask(T, S, left=1, right=2),
+        ),
+    )
+    got = attnjax.dot_product_attention(
+        q, k, v, key_value_seq_lengths=lengths, local_window_size=(1, 2)
+    )
     np.testing.assert_array_equal(got, explicit)
 
 
@@ -161,16 +190,28 @@ def test_positional_call_in_jax_nn_order():
     q, k, v = _inputs(2, seed=11)
     bias = host_random.normal(12, (1, H, T, S), jnp.float32)
     mask = _mask((B, 1, 1, S), 13)
-    np.testing.assert_array_equal(attnjax.dot_product_attention(q, k, v, bias, mask),
-                                  attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias))
-    np.testing.assert_allclose(attnjax.dot_product_attention(q, k, v, bias, mask),
-                               jax.nn.dot_product_attention(q, k, v, bias, mask), atol=2e-6)
+    np.testing.assert_array_equal(
+        attnjax.dot_product_attention(q, k, v, bias, mask),
+        attnjax.dot_product_attention(q, k, v, mask=mask, bias=bias),
+    )
+    np.testing.assert_allclose(
+        attnjax.dot_product_attention(q, k, v, bias, mask),
+        jax.nn.dot_product_attention(q, k, v, bias, mask),
+        atol=2e-6,
+    )
 
 
 def test_padding_mask_through_a_bidirectional_transformer():
     """`Transformer(mask=key_padding_mask(...))` with causal=False: padding changes nothing."""
-    config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=4, vocab_size=11, max_len=8, causal=False,
-                                         attention=nn.AttentionConfig(num_kv_heads=2))
+    config = nn.TransformerConfig.create(
+        num_layers=2,
+        features=16,
+        num_heads=4,
+        vocab_size=11,
+        max_len=8,
+        causal=False,
+        attention=nn.AttentionConfig(num_kv_heads=2),
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     tokens = host_random.randint(14, (2, 6), 0, 11)
     lengths = jnp.array([4, 6], jnp.int32)

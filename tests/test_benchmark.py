@@ -32,20 +32,26 @@ def smoke(tmp_path_factory):
     # smoke run): the section's code paths, PyTorch's rows included, are the same for any checkpoint.
     checkpoints = tmp_path_factory.mktemp("checkpoints")
     config.pretrained.encoder_path = str(tiny_checkpoint.write_bert(checkpoints / TINY_BERT))
-    config.pretrained.causal_lm_path = str(tiny_checkpoint.write(checkpoints / TINY_LLAMA, layers=2))
+    config.pretrained.causal_lm_path = str(
+        tiny_checkpoint.write(checkpoints / TINY_LLAMA, layers=2)
+    )
     return workdir, suite.run(config, str(workdir), progress=lambda line: None)
 
 
 def test_smoke_benchmark_writes_its_json_and_every_section(smoke):
     workdir, payload = smoke
     assert {r["section"] for r in payload["rows"]} == set(config_lib.SECTIONS)
-    assert json.loads((workdir / "benchmark.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
+    assert json.loads((workdir / "benchmark.json").read_text())["rows"] == json.loads(
+        json.dumps(payload["rows"])
+    )
     assert (workdir / "plots" / "linear.png").stat().st_size > 0
     env = payload["environment"]
     assert env["backend"] and env["jax"] and env["device_kind"]
     timed = [r for r in payload["rows"] if r.get("seconds") is not None]
     assert len(timed) >= 20 and all(r["seconds"] > 0 for r in timed)
-    assert all("ok" not in r and "target" not in r for r in payload["rows"])  # smoke rows carry no targets
+    assert all(
+        "ok" not in r and "target" not in r for r in payload["rows"]
+    )  # smoke rows carry no targets
 
 
 def test_smoke_benchmark_rows_compare_against_references(smoke):
@@ -56,7 +62,9 @@ def test_smoke_benchmark_rows_compare_against_references(smoke):
     assert 0 < ours["pct_peak"] and ours["tflops"] > 0
     crossover = rows[("linear", "crossover: shortest T where linear beats exact, fwd")]
     assert "crossover_length" in crossover and crossover["note"]
-    program = next(r for r in payload["rows"] if r["name"].endswith("one program, seeds sharded over devices"))
+    program = next(
+        r for r in payload["rows"] if r["name"].endswith("one program, seeds sharded over devices")
+    )
     assert program["tokens_per_s"] > 0
     seeds = next(r for r in payload["rows"] if r["name"].startswith(program["name"] + " / "))
     assert seeds["ratio"] > 0 and seeds["reference"].endswith("sequential runs, one device")
@@ -70,7 +78,10 @@ def test_smoke_benchmark_has_fwd_bwd_rows_at_large_and_small_shapes(smoke):
     _, payload = smoke
     fwd_bwd = [r for r in payload["rows"] if r["name"] == "attnjax.dot_product_attention, fwd+bwd"]
     assert {r["shape"].split(" T=")[1].split()[0] for r in fwd_bwd} == {"256", "12"}
-    assert all(r["reference"] == "jax.nn.dot_product_attention (xla), fwd+bwd" and r["ratio"] > 0 for r in fwd_bwd)
+    assert all(
+        r["reference"] == "jax.nn.dot_product_attention (xla), fwd+bwd" and r["ratio"] > 0
+        for r in fwd_bwd
+    )
 
 
 def test_smoke_streaming_rows_time_statistics_against_the_forward_and_memory_over_t(smoke):
@@ -82,13 +93,18 @@ def test_smoke_streaming_rows_time_statistics_against_the_forward_and_memory_ove
     growth = next(r for r in rows if r["name"].startswith("temp memory growth"))
     assert [r["length"] for r in memory] == [128, 256]
     assert growth["ratio"] == pytest.approx(memory[1]["temp_mb"] / memory[0]["temp_mb"])
-    assert growth["ratio"] < memory[1]["dense_temp_mb"] / memory[0]["dense_temp_mb"]  # linear against quadratic
+    assert (
+        growth["ratio"] < memory[1]["dense_temp_mb"] / memory[0]["dense_temp_mb"]
+    )  # linear against quadratic
 
 
 def test_smoke_train_step_compares_attnjax_with_flax_in_the_same_run(smoke):
     _, payload = smoke
     rows = {r["name"]: r for r in payload["rows"] if r["section"] == "train_step"}
-    ours, theirs = rows["AdamW step, attnjax.nn.Transformer"], rows[f"AdamW step, {bench_train_step.FLAX}"]
+    ours, theirs = (
+        rows["AdamW step, attnjax.nn.Transformer"],
+        rows[f"AdamW step, {bench_train_step.FLAX}"],
+    )
     assert ours["note"] == theirs["note"]  # the same number of parameters
     ratio = rows["attnjax / flax, AdamW step"]
     assert ratio["reference"] == theirs["name"]
@@ -99,12 +115,19 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     _, payload = smoke
     rows = [r for r in payload["rows"] if r["section"] == "pretrained"]
     names = {r["name"] for r in rows}
-    for name in (f"{TINY_BERT} {bench_pretrained.ENCODER}", f"{TINY_LLAMA} {bench_pretrained.PREFILL}",
-                 f"{TINY_LLAMA} {bench_pretrained.DECODE}"):
+    for name in (
+        f"{TINY_BERT} {bench_pretrained.ENCODER}",
+        f"{TINY_LLAMA} {bench_pretrained.PREFILL}",
+        f"{TINY_LLAMA} {bench_pretrained.DECODE}",
+    ):
         assert f"{name}, attnjax" in names
     for row in rows:  # measured (a time or a ratio), or saying why not
         measured = row.get("tokens_per_s", 0) > 0 or (row.get("ratio") or 0) > 0
-        assert measured or row["note"].startswith("not measured (") or "no time difference" in row["note"], row
+        assert (
+            measured
+            or row["note"].startswith("not measured (")
+            or "no time difference" in row["note"]
+        ), row
     missing = bench_pretrained.torch_missing()
     torch_rows = [r for r in rows if r["name"].endswith(bench_pretrained.TORCH)]
     assert len(torch_rows) == 3  # encoder, prefill, decoding: measured or saying why not
@@ -112,11 +135,14 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
         assert all(r["note"] == f"not measured ({missing})" for r in torch_rows)
     else:
         # Built and run: each measured on the config's threads (decoding may show no time difference).
-        assert all("seconds" in r or "no time difference" in r["note"] for r in torch_rows), torch_rows
+        assert all("seconds" in r or "no time difference" in r["note"] for r in torch_rows), (
+            torch_rows
+        )
         assert all("torch 1 threads" in r["note"] for r in torch_rows)
         ratios = [r for r in rows if r["name"].endswith("attnjax / PyTorch")]
-        assert len(ratios) == 3 and all(r.get("ratio", 1) > 0 or r["note"].startswith("not measured (")
-                                        for r in ratios)
+        assert len(ratios) == 3 and all(
+            r.get("ratio", 1) > 0 or r["note"].startswith("not measured (") for r in ratios
+        )
 
 
 def test_a_hidden_transformers_makes_the_reference_rows_say_not_measured(monkeypatch):
@@ -126,10 +152,22 @@ def test_a_hidden_transformers_makes_the_reference_rows_say_not_measured(monkeyp
     assert bench_pretrained.torch_missing() == "transformers not installed"
     call, why = bench_pretrained.reference(lambda: pytest.fail("the reference must not be built"))
     assert call is None and why == "transformers not installed"
-    rows = bench_pretrained._compare(bench_pretrained.ENCODER, "B=1 T=2 f32", lambda: jnp.zeros(2), None, why,
-                                     2, None, None, 1, 1.1)
-    assert [r["name"] for r in rows] == [f"{bench_pretrained.ENCODER}, attnjax",
-                                         f"{bench_pretrained.ENCODER}, {bench_pretrained.TORCH}"]
+    rows = bench_pretrained._compare(
+        bench_pretrained.ENCODER,
+        "B=1 T=2 f32",
+        lambda: jnp.zeros(2),
+        None,
+        why,
+        2,
+        None,
+        None,
+        1,
+        1.1,
+    )
+    assert [r["name"] for r in rows] == [
+        f"{bench_pretrained.ENCODER}, attnjax",
+        f"{bench_pretrained.ENCODER}, {bench_pretrained.TORCH}",
+    ]
     assert rows[0]["seconds"] > 0 and rows[1]["note"] == "not measured (transformers not installed)"
 
 
@@ -149,9 +187,21 @@ def test_a_reference_that_fails_to_build_or_run_is_a_row_that_says_why(monkeypat
     def broken():
         raise RuntimeError("out of memory")
 
-    rows = bench_pretrained._compare(bench_pretrained.PREFILL, "B=1 T=2 f32", lambda: jnp.zeros(2), broken, None,
-                                     2, None, None, 1, 1.1)
-    assert rows[-1]["note"] == "not measured (PyTorch reference failed: RuntimeError: out of memory)"
+    rows = bench_pretrained._compare(
+        bench_pretrained.PREFILL,
+        "B=1 T=2 f32",
+        lambda: jnp.zeros(2),
+        broken,
+        None,
+        2,
+        None,
+        None,
+        1,
+        1.1,
+    )
+    assert (
+        rows[-1]["note"] == "not measured (PyTorch reference failed: RuntimeError: out of memory)"
+    )
 
 
 def test_the_smollm2_reference_is_built_from_attnjax_weights_without_accelerate(monkeypatch):
@@ -165,9 +215,23 @@ def test_the_smollm2_reference_is_built_from_attnjax_weights_without_accelerate(
 
     monkeypatch.setitem(sys.modules, "accelerate", None)
     config = nn.TransformerConfig.create(
-        num_layers=2, features=16, num_heads=4, num_kv_heads=2, rope="interleaved", vocab_size=20, max_len=16,
-        positions=None, norm="pre", norm_kind="rmsnorm", use_bias=False, mlp_features=32, mlp_activation="swiglu",
-        head="tied", head_bias=False, causal=True)
+        num_layers=2,
+        features=16,
+        num_heads=4,
+        num_kv_heads=2,
+        rope="interleaved",
+        vocab_size=20,
+        max_len=16,
+        positions=None,
+        norm="pre",
+        norm_kind="rmsnorm",
+        use_bias=False,
+        mlp_features=32,
+        mlp_activation="swiglu",
+        head="tied",
+        head_bias=False,
+        causal=True,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     torch_model = bench_pretrained.torch_llama(model)
     ids = np.arange(1, 9)[None]
@@ -181,7 +245,10 @@ def test_flax_reference_model_has_attnjax_models_parameter_count(shape):
     from flax import nnx
 
     count = {}
-    for name, build in (("flax", bench_train_step.FlaxTransformer), ("attnjax", bench_train_step.attnjax_model)):
+    for name, build in (
+        ("flax", bench_train_step.FlaxTransformer),
+        ("attnjax", bench_train_step.attnjax_model),
+    ):
         model = nnx.eval_shape(lambda: build(*shape, 64, 33, rngs=nnx.Rngs(0)))
         count[name] = bench_train_step.num_params(nnx.state(model, nnx.Param))
     assert count["flax"] == count["attnjax"]
@@ -211,11 +278,16 @@ def test_pretrained_rows_say_not_measured_without_the_model_wheels(monkeypatch):
     config = config_lib.get_config("smoke").pretrained
     rows = bench_pretrained.encoder_rows(config, 1.0) + bench_pretrained.causal_lm_rows(config, 1.0)
     # The bundled checkpoints name the rows as in the committed run.
-    assert [r["name"] for r in rows] == ["MiniLM-L6 encoder forward, attnjax",
-                                         "SmolLM2-135M prefill (forward), attnjax",
-                                         "SmolLM2-135M cached greedy decoding, attnjax"]
-    assert all(r["note"] == "not measured (model not installed: no path given and package 'x' is not installed)"
-               for r in rows)
+    assert [r["name"] for r in rows] == [
+        "MiniLM-L6 encoder forward, attnjax",
+        "SmolLM2-135M prefill (forward), attnjax",
+        "SmolLM2-135M cached greedy decoding, attnjax",
+    ]
+    assert all(
+        r["note"]
+        == "not measured (model not installed: no path given and package 'x' is not installed)"
+        for r in rows
+    )
 
 
 def test_markdown_report_names_device_versions_and_date(smoke):
@@ -230,20 +302,27 @@ def test_readme_performance_table_is_rendered_from_the_committed_json():
     with open(RESULTS) as f:
         payload = json.load(f)
     assert payload["config"]["check_targets"] and payload["environment"]["backend"] == "cpu"
-    assert {r["section"] for r in payload["rows"]} == set(config_lib.SECTIONS) - NOT_IN_COMMITTED_RUN
-    bf16 = next(r for r in payload["rows"] if r["name"] == "train step, bf16 compute, float32 params")
+    assert {r["section"] for r in payload["rows"]} == set(
+        config_lib.SECTIONS
+    ) - NOT_IN_COMMITTED_RUN
+    bf16 = next(
+        r for r in payload["rows"] if r["name"] == "train step, bf16 compute, float32 params"
+    )
     assert bf16["reference"] == "train step, float32" and bf16["ratio"] > 0
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     assert bench_report.markdown_report(payload, only_headline=True) in readme
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("sections", ("attention", "typo"), "sections must be a non-empty subset"),
-    ("linear.short", 1000, "linear.short=1000 must be one of linear.lengths"),
-    ("training.dtypes", ("bfloat16", "float32"), "training.dtypes must start with 'float32'"),
-    ("training.dtypes", ("float32", "float16"), "training.dtypes must start with 'float32'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("sections", ("attention", "typo"), "sections must be a non-empty subset"),
+        ("linear.short", 1000, "linear.short=1000 must be one of linear.lengths"),
+        ("training.dtypes", ("bfloat16", "float32"), "training.dtypes must start with 'float32'"),
+        ("training.dtypes", ("float32", "float16"), "training.dtypes must start with 'float32'"),
+    ],
+)
 def test_bad_config_is_rejected_before_any_work(tmp_path, field, value, message):
     config = config_lib.get_config()
     parent, _, leaf = field.rpartition(".")
@@ -255,7 +334,11 @@ def test_bad_config_is_rejected_before_any_work(tmp_path, field, value, message)
 
 def _recall_setting(config) -> dict:
     """seed, num_seeds, causal and the task, model, train blocks of a training setting."""
-    return {"seed": config.seed, "num_seeds": config.num_seeds, **{b: config[b].to_dict() for b in BLOCKS}}
+    return {
+        "seed": config.seed,
+        "num_seeds": config.num_seeds,
+        **{b: config[b].to_dict() for b in BLOCKS},
+    }
 
 
 BLOCKS = ("task", "model", "train")
@@ -265,8 +348,14 @@ BLOCKS = ("task", "model", "train")
 def test_training_section_times_the_rank_collapse_studys_training_setting(variant):
     """The benchmark writes out the study's recall setting (it imports no study config); the two must agree."""
     section = config_lib.get_config(variant).training
-    study, smoke = rank_collapse_config.get_config(variant), rank_collapse_config.get_config("smoke")
-    assert _recall_setting(section.run) == _recall_setting(study) and section.run.causal == study.train_sweep.causal
+    study, smoke = (
+        rank_collapse_config.get_config(variant),
+        rank_collapse_config.get_config("smoke"),
+    )
+    assert (
+        _recall_setting(section.run) == _recall_setting(study)
+        and section.run.causal == study.train_sweep.causal
+    )
     assert _recall_setting(section.seeds_run) == _recall_setting(smoke) and section.seeds_run.causal
 
 
@@ -279,18 +368,29 @@ def test_meets_reads_both_directions():
 
 
 def _sweep_row(series, length, seconds):
-    return {"section": "linear", "series": series, "length": length, "seconds": seconds,
-            "shape": f"B=1 T={length} H=1 D=1 M=1 float32"}
+    return {
+        "section": "linear",
+        "series": series,
+        "length": length,
+        "seconds": seconds,
+        "shape": f"B=1 T={length} H=1 D=1 M=1 float32",
+    }
 
 
-@pytest.mark.parametrize("exact, expected, note", [
-    ((1.0, 3.0, 9.0), 2048, "T = 2048 (exact faster at T = 1024)"),
-    ((3.0, 9.0, 27.0), 1024, "T <= 1024 (linear faster at every measured T)"),
-    ((1.0, 1.0, 1.0), None, "exact faster at every measured T (up to 4096)"),
-])
+@pytest.mark.parametrize(
+    "exact, expected, note",
+    [
+        ((1.0, 3.0, 9.0), 2048, "T = 2048 (exact faster at T = 1024)"),
+        ((3.0, 9.0, 27.0), 1024, "T <= 1024 (linear faster at every measured T)"),
+        ((1.0, 1.0, 1.0), None, "exact faster at every measured T (up to 4096)"),
+    ],
+)
 def test_crossover_is_the_shortest_length_where_linear_wins(exact, expected, note):
     rows = []
     for length, exact_seconds in zip((1024, 2048, 4096), exact):
-        rows += [_sweep_row(bench_linear.CHUNKED, length, 2.0), _sweep_row(bench_linear.EXACT, length, exact_seconds)]
+        rows += [
+            _sweep_row(bench_linear.CHUNKED, length, 2.0),
+            _sweep_row(bench_linear.EXACT, length, exact_seconds),
+        ]
     row = bench_linear.crossover_row(rows)
     assert row["crossover_length"] == expected and row["note"] == note

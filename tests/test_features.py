@@ -3,6 +3,7 @@
 References are float64 NumPy formulas written from the papers; statistical
 tests use fixed seeds and tolerances of several standard errors.
 """
+
 import math
 
 import jax
@@ -76,7 +77,9 @@ def test_favor_plus_extreme_keys_and_queries_stay_finite():
     """Huge norms: query features are bounded by 1/sqrt(M) (shift), keys by exp(40)/sqrt(M) (clip)."""
     w = features.orthogonal_random_matrix(jax.random.key(7), 64, 32)  # float32
     x = normal(8, (4, 32), np.float32, scale=1e3)
-    x = np.concatenate([x, 3.0 * np.asarray(w[:2]) * 32**0.25], axis=0)  # keys aligned with long w_i
+    x = np.concatenate(
+        [x, 3.0 * np.asarray(w[:2]) * 32**0.25], axis=0
+    )  # keys aligned with long w_i
     phi = features.favor_plus(w)
     q, k = phi(x, is_query=True), phi(x, is_query=False)
     q, k = np.asarray(q), np.asarray(k)
@@ -96,7 +99,9 @@ def draws(kind, num_draws, m, d, seed):
         w = features.gaussian_random_matrix(key, num_draws * m, d, dtype=jnp.float64)
     else:
         assert m == d
-        w = features.orthogonal_random_matrix(key, num_draws * m, d, scaling=kind, dtype=jnp.float64)
+        w = features.orthogonal_random_matrix(
+            key, num_draws * m, d, scaling=kind, dtype=jnp.float64
+        )
     return jnp.reshape(w, (num_draws, m, d))
 
 
@@ -189,7 +194,7 @@ def test_orthogonal_random_matrix_blocks_are_orthogonal(num_features, dim):
     w = np.asarray(w, np.float64)
     np.testing.assert_allclose(np.linalg.norm(w, axis=-1), np.sqrt(dim), rtol=1e-5)
     for start in range(0, num_features, dim):
-        block = w[start:start + dim] / np.sqrt(dim)
+        block = w[start : start + dim] / np.sqrt(dim)
         np.testing.assert_allclose(block @ block.T, np.eye(block.shape[0]), atol=1e-5)
 
 

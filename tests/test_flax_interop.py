@@ -1,6 +1,7 @@
 """Interop with flax: attnjax's attention as `flax.nnx.MultiHeadAttention`'s `attention_fn` (`to_flax`),
 flax's `nnx.dot_product_attention` as attnjax's (`from_flax`), each against flax's own module with the
 same parameters; array-like inputs to the pure functions, as jax.nn accepts."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,8 +27,9 @@ def _mask():
 
 
 def _flax_mha(attention_fn=nnx.dot_product_attention):
-    return nnx.MultiHeadAttention(H, F, qkv_features=F, decode=False, attention_fn=attention_fn,
-                                  rngs=nnx.Rngs(3))
+    return nnx.MultiHeadAttention(
+        H, F, qkv_features=F, decode=False, attention_fn=attention_fn, rngs=nnx.Rngs(3)
+    )
 
 
 def _copy_into_attnjax(flax_mha, **options):
@@ -50,12 +52,17 @@ def test_to_flax_gives_flax_modules_output_and_weights(masked):
     want = reference(_x(), mask=mask, sow_weights=True)
     got = ours(_x(), mask=mask, sow_weights=True)
     np.testing.assert_allclose(got, want, **TOL)
-    weights = lambda m: nnx.state(m, nnx.Intermediate)["attention_weights"].get_value()[0]  # noqa: E731
+
+    def weights(m):
+        return nnx.state(m, nnx.Intermediate)["attention_weights"].get_value()[0]
+
     np.testing.assert_allclose(weights(ours), weights(reference), **TOL)
 
 
 def test_to_flax_refuses_what_it_cannot_honour():
-    mha = nnx.MultiHeadAttention(H, F, decode=False, dropout_rate=0.1, attention_fn=to_flax(), rngs=nnx.Rngs(0))
+    mha = nnx.MultiHeadAttention(
+        H, F, decode=False, dropout_rate=0.1, attention_fn=to_flax(), rngs=nnx.Rngs(0)
+    )
     with pytest.raises(ValueError, match="broadcast_dropout=True"):
         mha(_x(), deterministic=False)
     with pytest.raises(ValueError, match="precision"):
@@ -76,9 +83,13 @@ def test_from_flax_honours_scale_and_causality():
     """temperature != 1 reaches flax's function through the query scaling; is_causal through its keyword."""
     flax_mha = _flax_mha()
     native = _copy_into_attnjax(flax_mha, temperature=0.4)
-    adapted = _copy_into_attnjax(flax_mha, temperature=0.4, attention_fn=from_flax(nnx.dot_product_attention))
+    adapted = _copy_into_attnjax(
+        flax_mha, temperature=0.4, attention_fn=from_flax(nnx.dot_product_attention)
+    )
     for causal in (False, True):
-        np.testing.assert_allclose(adapted(_x(), is_causal=causal), native(_x(), is_causal=causal), **TOL)
+        np.testing.assert_allclose(
+            adapted(_x(), is_causal=causal), native(_x(), is_causal=causal), **TOL
+        )
     assert not np.allclose(native(_x()), _copy_into_attnjax(flax_mha)(_x()), atol=1e-3)
 
 
@@ -88,7 +99,9 @@ def test_array_like_inputs_as_jax_nn():
     q, k, v = (rng.normal(size=(1, 3, 2, 4)).astype(np.float32) for _ in range(3))
     want = jax.nn.dot_product_attention(q, k, v)
     for cast in (np.asarray, lambda a: a.tolist()):
-        np.testing.assert_allclose(attnjax.dot_product_attention(cast(q), cast(k), cast(v)), want, **TOL)
+        np.testing.assert_allclose(
+            attnjax.dot_product_attention(cast(q), cast(k), cast(v)), want, **TOL
+        )
     phi = attnjax.features.elu_plus_one
     want = attnjax.linear_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), feature_map=phi)
     got = attnjax.linear_attention(q.tolist(), k, v.tolist(), feature_map=phi)

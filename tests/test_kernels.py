@@ -5,6 +5,7 @@ Forward and gradient (each kernel has a custom backward) against
 accepts (splash and TPU flash: blocks of 128, so T = 128; the GPU kernel:
 T = 16). A test is skipped only where the installed jax lacks the kernel.
 """
+
 import importlib
 
 import jax
@@ -16,11 +17,16 @@ from flax import nnx
 import attnjax
 from attnjax import kernels, nn
 
-MODULES = {"splash": "jax.experimental.pallas.ops.tpu.splash_attention",
-           "tpu_flash": "jax.experimental.pallas.ops.tpu.flash_attention",
-           "gpu": "jax.experimental.pallas.ops.gpu.attention"}
-FACTORIES = {"splash": kernels.splash_attention, "tpu_flash": kernels.tpu_flash_attention,
-             "gpu": kernels.gpu_flash_attention}
+MODULES = {
+    "splash": "jax.experimental.pallas.ops.tpu.splash_attention",
+    "tpu_flash": "jax.experimental.pallas.ops.tpu.flash_attention",
+    "gpu": "jax.experimental.pallas.ops.gpu.attention",
+}
+FACTORIES = {
+    "splash": kernels.splash_attention,
+    "tpu_flash": kernels.tpu_flash_attention,
+    "gpu": kernels.gpu_flash_attention,
+}
 SEQ = {"splash": 128, "tpu_flash": 128, "gpu": 16}
 
 
@@ -61,7 +67,9 @@ CASES = [  # (kernel, is_causal, local_window_size, query heads, key heads); one
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, is_causal, window, heads, kv_heads", CASES)
-def test_kernel_matches_dot_product_attention_forward_and_gradient(name, is_causal, window, heads, kv_heads):
+def test_kernel_matches_dot_product_attention_forward_and_gradient(
+    name, is_causal, window, heads, kv_heads
+):
     fn = _kernel(name)
     q, k, v, cotangent = _inputs(SEQ[name], heads, kv_heads)
     options = dict(is_causal=is_causal, scale=0.3)
@@ -69,20 +77,34 @@ def test_kernel_matches_dot_product_attention_forward_and_gradient(name, is_caus
         options["local_window_size"] = window
     with jax.default_matmul_precision("highest"):
         out, grads = _value_and_grads(fn, q, k, v, cotangent, **options)
-        ref_out, ref_grads = _value_and_grads(attnjax.dot_product_attention, q, k, v, cotangent, **options)
+        ref_out, ref_grads = _value_and_grads(
+            attnjax.dot_product_attention, q, k, v, cotangent, **options
+        )
     np.testing.assert_allclose(out, ref_out, atol=1e-5, rtol=1e-5)
     for grad, ref_grad, arg in zip(grads, ref_grads, "qkv"):
         np.testing.assert_allclose(grad, ref_grad, atol=1e-5, rtol=1e-5, err_msg=f"d/d{arg}")
 
 
 BAD_CALLS = [  # (kernel, options, message)
-    ("gpu", dict(bias=jnp.zeros((1, 2, 16, 16), jnp.float32)), "gpu_flash_attention cannot take bias"),
+    (
+        "gpu",
+        dict(bias=jnp.zeros((1, 2, 16, 16), jnp.float32)),
+        "gpu_flash_attention cannot take bias",
+    ),
     ("gpu", dict(mask=jnp.ones((1, 2, 16, 16), bool)), "gpu_flash_attention cannot take mask"),
     ("gpu", dict(return_weights=True), "cannot take return_weights"),
     ("gpu", dict(local_window_size=4), "gpu_flash_attention has no local window"),
     ("tpu_flash", dict(local_window_size=(2, 0)), "tpu_flash_attention has no local window"),
-    ("splash", dict(), r"splash_attention needs T and S multiples of 128 \(its block\), got query \(1, 16, 2, 8\)"),
-    ("splash", dict(query_seq_lengths=jnp.array([3])), "splash_attention cannot take query_seq_lengths"),
+    (
+        "splash",
+        dict(),
+        r"splash_attention needs T and S multiples of 128 \(its block\), got query \(1, 16, 2, 8\)",
+    ),
+    (
+        "splash",
+        dict(query_seq_lengths=jnp.array([3])),
+        "splash_attention cannot take query_seq_lengths",
+    ),
 ]
 
 

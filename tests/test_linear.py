@@ -5,6 +5,7 @@ maps re-implemented from their formulas. Inputs are NumPy arrays and the
 library calls are jitted: whole-program compiles are far cheaper than
 op-by-op dispatch, which keeps this file fast.
 """
+
 import functools
 
 import chex
@@ -17,8 +18,12 @@ from jax.test_util import check_grads
 from attnjax import features, linear, masks
 from tests.reference import softmax_attention
 
-attend = jax.jit(linear.linear_attention, static_argnames=("feature_map", "is_causal", "chunk_size", "eps"))
-attend_weights = jax.jit(linear.linear_attention_weights, static_argnames=("feature_map", "is_causal", "eps"))
+attend = jax.jit(
+    linear.linear_attention, static_argnames=("feature_map", "is_causal", "chunk_size", "eps")
+)
+attend_weights = jax.jit(
+    linear.linear_attention_weights, static_argnames=("feature_map", "is_causal", "eps")
+)
 
 # One FAVOR+ map for the exactness tests: W [24, 8], float64.
 W8 = np.asarray(features.orthogonal_random_matrix(jax.random.key(7), 24, 8, dtype=jnp.float64))
@@ -50,7 +55,10 @@ def np_favor(w):
     return phi
 
 
-FEATURE_MAPS = {"elu_plus_one": (features.elu_plus_one, np_elu_plus_one), "favor_plus": (FAVOR8, np_favor(W8))}
+FEATURE_MAPS = {
+    "elu_plus_one": (features.elu_plus_one, np_elu_plus_one),
+    "favor_plus": (FAVOR8, np_favor(W8)),
+}
 
 
 def quadratic_reference(q, k, v, np_phi, *, causal=False, valid=None):
@@ -81,7 +89,9 @@ def scan_steps(q, k, v, feature_map):
     def step(state, qkv_t):
         return linear.linear_attention_step(state, *qkv_t, feature_map=feature_map)
 
-    move = lambda x: jnp.moveaxis(x, -3, 0)  # noqa: E731  [..., T, H, D] -> [T, ..., H, D]
+    def move(x):
+        return jnp.moveaxis(x, -3, 0)
+
     _, out = jax.lax.scan(step, state, (move(q), move(k), move(v)))
     return jnp.moveaxis(out, 0, -3)
 
@@ -114,24 +124,40 @@ def test_causal_chunked_equals_recurrent_scan_and_quadratic_form(name):
 
     @jax.jit  # one program for every form: a single compile
     def every_form(q, k, v):
-        chunked = [linear.linear_attention(q, k, v, feature_map=phi, is_causal=True, chunk_size=c) for c in sizes]
+        chunked = [
+            linear.linear_attention(q, k, v, feature_map=phi, is_causal=True, chunk_size=c)
+            for c in sizes
+        ]
         return scan_steps(q, k, v, phi), chunked
 
     recurrent, chunked = every_form(q, k, v)
     np.testing.assert_allclose(recurrent, ref, rtol=1e-10, atol=1e-12)
     for chunk_size, out in zip(sizes, chunked):
-        np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-12, err_msg=f"chunk_size={chunk_size}")
+        np.testing.assert_allclose(
+            out, ref, rtol=1e-10, atol=1e-12, err_msg=f"chunk_size={chunk_size}"
+        )
 
 
 @pytest.mark.parametrize("name", ["relu", "relu_random", "trig_random"])
 def test_other_feature_maps_match_quadratic_form(name):
     """The linear algebra is exact for any feature map, positive or not (features from the library)."""
     w = features.gaussian_random_matrix(jax.random.key(9), 12, 8, dtype=jnp.float64)
-    phi = {"relu": features.relu, "relu_random": features.relu_random(w), "trig_random": features.trig_random(w)}[name]
+    phi = {
+        "relu": features.relu,
+        "relu_random": features.relu_random(w),
+        "trig_random": features.trig_random(w),
+    }[name]
     q, k, v = qkv(19, (2,), 9, 9, 2, 2, 8, scale=0.5)  # float64
-    both = jax.jit(lambda q, k, v: [linear.linear_attention(q, k, v, feature_map=phi, is_causal=c, chunk_size=4)
-                                    for c in (False, True)])
-    np_phi = lambda x: np.asarray(phi(x), np.float64)  # noqa: E731
+    both = jax.jit(
+        lambda q, k, v: [
+            linear.linear_attention(q, k, v, feature_map=phi, is_causal=c, chunk_size=4)
+            for c in (False, True)
+        ]
+    )
+
+    def np_phi(x):
+        return np.asarray(phi(x), np.float64)
+
     for causal, out in zip((False, True), both(q, k, v)):
         ref, _ = quadratic_reference(q, k, v, np_phi, causal=causal)
         np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-12)
@@ -154,8 +180,9 @@ def test_weights_times_values_is_the_output(is_causal):
     weights = attend_weights(q, k, feature_map=FAVOR8, is_causal=is_causal, mask=mask)
     assert weights.shape == (2, 4, 10, 10) and weights.dtype == jnp.float64
     weights = np.asarray(weights)
-    np.testing.assert_allclose(np.einsum("bhts,bshe->bthe", weights, np.repeat(v, 2, axis=-2)), out,
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        np.einsum("bhts,bshe->bthe", weights, np.repeat(v, 2, axis=-2)), out, rtol=1e-10, atol=1e-12
+    )
     assert np.all(weights >= 0)
     np.testing.assert_allclose(weights.sum(-1), np.ones((2, 4, 10)), rtol=1e-12)
     np.testing.assert_array_equal(weights[1, :, :, 6:], np.zeros((4, 10, 4)))
@@ -199,15 +226,21 @@ def test_padded_keys_change_nothing(is_causal):
 
 def test_fully_masked_rows_give_zero_output_and_finite_gradients():
     q, k, v = qkv(6, (2,), 5, 5, 2, 2, 4)  # float64
-    mask = np.array([[True, True, False, False, False], [False] * 5])[:, None, None, :]  # bool [2, 1, 1, S]
+    mask = np.array([[True, True, False, False, False], [False] * 5])[
+        :, None, None, :
+    ]  # bool [2, 1, 1, S]
 
     @jax.jit
     def outputs_and_grads(q, k, v):
         def f(q, k, v, causal):
-            return linear.linear_attention(q, k, v, feature_map=features.elu_plus_one, mask=mask, is_causal=causal)
+            return linear.linear_attention(
+                q, k, v, feature_map=features.elu_plus_one, mask=mask, is_causal=causal
+            )
 
-        return [(f(q, k, v, c), jax.grad(lambda *a: jnp.sum(f(*a, c)), argnums=(0, 1, 2))(q, k, v))
-                for c in (False, True)]
+        return [
+            (f(q, k, v, c), jax.grad(lambda *a: jnp.sum(f(*a, c)), argnums=(0, 1, 2))(q, k, v))
+            for c in (False, True)
+        ]
 
     for out, grads in outputs_and_grads(q, k, v):
         np.testing.assert_array_equal(out[1], np.zeros((5, 2, 4)))
@@ -234,7 +267,10 @@ def test_future_keys_cannot_change_past_outputs():
 
     @jax.jit
     def both_chunkings(q, k, v):
-        return [linear.linear_attention(q, k, v, feature_map=phi, is_causal=True, chunk_size=c) for c in (4, 16)]
+        return [
+            linear.linear_attention(q, k, v, feature_map=phi, is_causal=True, chunk_size=c)
+            for c in (4, 16)
+        ]
 
     for before, after in zip(both_chunkings(q, k, v), both_chunkings(q, k2, v2)):
         np.testing.assert_array_equal(before[:, :t0], after[:, :t0])
@@ -244,13 +280,18 @@ def test_future_keys_cannot_change_past_outputs():
 
 def test_key_masks_only():
     q, k, v = qkv(9, (), 4, 4, 2, 2, 4)  # float64
-    for bad in (np.tril(np.ones((4, 4), bool)), np.ones((2, 1, 4), bool)):  # [T, S] and per-head masks
+    for bad in (
+        np.tril(np.ones((4, 4), bool)),
+        np.ones((2, 1, 4), bool),
+    ):  # [T, S] and per-head masks
         with pytest.raises(ValueError, match="key masks only"):
             attend(q, k, v, feature_map=features.relu, mask=bad)
     with pytest.raises(TypeError, match="boolean"):
         attend(q, k, v, feature_map=features.relu, mask=np.ones((4,), np.float32))
     plain_vector = attend(q, k, v, feature_map=features.elu_plus_one, mask=np.ones((4,), bool))
-    np.testing.assert_allclose(plain_vector, attend(q, k, v, feature_map=features.elu_plus_one), rtol=1e-12)
+    np.testing.assert_allclose(
+        plain_vector, attend(q, k, v, feature_map=features.elu_plus_one), rtol=1e-12
+    )
 
 
 # ---------------------------------------------------------------- approximation of softmax
@@ -271,7 +312,9 @@ def test_favor_plus_approximates_softmax_attention():
     exact_causal, _ = softmax_attention(q, k, v, mask=np.tril(np.ones((256, 256), bool)))
     errors = []
     for m in (64, 256, 1024, 4096):
-        phi = features.favor_plus(features.orthogonal_random_matrix(jax.random.key(11), m, 64, dtype=jnp.float64))
+        phi = features.favor_plus(
+            features.orthogonal_random_matrix(jax.random.key(11), m, 64, dtype=jnp.float64)
+        )
         out = attend(q, k, v, feature_map=phi)
         errors.append(np.linalg.norm(np.asarray(out) - exact) / np.linalg.norm(exact))
     assert errors[-1] < 0.1, errors
@@ -289,8 +332,11 @@ def test_gradients(name, is_causal):
     phi = FEATURE_MAPS[name][0]
     q, k, v = qkv(12, (1,), 7, 7, 4, 2, 8, dv=3, scale=0.5)  # float64
     mask = np.array([True] * 6 + [False])[None, None, None, :]  # bool [1, 1, 1, S]
-    f = jax.jit(functools.partial(linear.linear_attention, feature_map=phi, is_causal=is_causal, mask=mask,
-                                  chunk_size=3))
+    f = jax.jit(
+        functools.partial(
+            linear.linear_attention, feature_map=phi, is_causal=is_causal, mask=mask, chunk_size=3
+        )
+    )
     check_grads(f, (q, k, v), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
@@ -298,7 +344,10 @@ def test_gradients(name, is_causal):
 def test_bfloat16_long_sequence_is_finite():
     """bf16 inputs at T = 8192 (logit std 4): float32 features and state, no NaN or overflow."""
     phi = features.favor_plus(features.orthogonal_random_matrix(jax.random.key(13), 128, 64))
-    q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in qkv(13, (1,), 8192, 8192, 2, 2, 64, dtype=np.float32, scale=2.0))
+    q, k, v = (
+        jnp.asarray(x, jnp.bfloat16)
+        for x in qkv(13, (1,), 8192, 8192, 2, 2, 64, dtype=np.float32, scale=2.0)
+    )
     f = jax.jit(lambda q, k, v: linear.linear_attention(q, k, v, feature_map=phi, is_causal=True))
     out, vjp = jax.vjp(f, q, k, v)
     assert out.dtype == jnp.bfloat16 and out.shape == (1, 8192, 2, 64)
@@ -316,7 +365,9 @@ def test_float32_with_x64_disabled():
         q, k, v = qkv(14, (2,), 9, 9, 2, 1, 8, dtype=np.float32)
         w = features.orthogonal_random_matrix(jax.random.key(14), 16, 8)  # float32
         for causal in (False, True):
-            out = attend(q, k, v, feature_map=features.favor_plus(w), is_causal=causal, chunk_size=4)
+            out = attend(
+                q, k, v, feature_map=features.favor_plus(w), is_causal=causal, chunk_size=4
+            )
             assert out.dtype == jnp.float32
             ref, _ = quadratic_reference(q, k, v, np_favor(w), causal=causal)
             np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
@@ -330,7 +381,9 @@ def test_float32_with_x64_disabled():
 def test_recurrent_step_shapes_and_state():
     q, k, v = qkv(15, (3,), 1, 1, 4, 2, 8, dv=5)  # float64
     state = linear.init_state((3,), 2, 8, 5, jnp.float64)
-    step = jax.jit(functools.partial(linear.linear_attention_step, feature_map=features.elu_plus_one))
+    step = jax.jit(
+        functools.partial(linear.linear_attention_step, feature_map=features.elu_plus_one)
+    )
     new_state, out = step(state, q[:, 0], k[:, 0], v[:, 0])
     chex.assert_shape(out, (3, 4, 5))
     chex.assert_shape([new_state.kv, new_state.normalizer], [(3, 2, 8, 5), (3, 2, 8)])
@@ -341,7 +394,9 @@ def test_recurrent_step_shapes_and_state():
 
 def test_jit_and_vmap_compose():
     q, k, v = qkv(16, (3,), 6, 6, 2, 2, 4)  # float64
-    f = functools.partial(linear.linear_attention, feature_map=features.elu_plus_one, is_causal=True, chunk_size=4)
+    f = functools.partial(
+        linear.linear_attention, feature_map=features.elu_plus_one, is_causal=True, chunk_size=4
+    )
     ref, _ = quadratic_reference(q, k, v, np_elu_plus_one, causal=True)
     np.testing.assert_allclose(jax.jit(jax.vmap(f))(q, k, v), ref, rtol=1e-10)
 
@@ -361,14 +416,23 @@ def test_validation_errors_at_trace_time():
     bad_heads = np.ones((4, 3, 8), np.float64)
     cases = [
         (ValueError, r"query must have layout .*query.shape=\(4, 8\)", (q[0], k, v), {}),
-        (ValueError, r"key heads \(3\) must divide query heads \(4\)", (q, bad_heads, bad_heads), {}),
+        (
+            ValueError,
+            r"key heads \(3\) must divide query heads \(4\)",
+            (q, bad_heads, bad_heads),
+            {},
+        ),
         (ValueError, "same head dim D", (q, k[..., :4], v), {}),
         (ValueError, "chunk_size must be >= 1", (q, k, v), {"is_causal": True, "chunk_size": 0}),
         (TypeError, "chunk_size must be an int", (q, k, v), {"chunk_size": 2.5}),
         (TypeError, "feature_map must be callable", (q, k, v), {"feature_map": "elu"}),
         (ValueError, "eps must be a non-negative", (q, k, v), {"eps": -1.0}),
-        (ValueError, r"input dim D=8 .*projection.shape=\(16, 6\)", (q, k, v),
-         {"feature_map": features.favor_plus(np.ones((16, 6), np.float32))}),
+        (
+            ValueError,
+            r"input dim D=8 .*projection.shape=\(16, 6\)",
+            (q, k, v),
+            {"feature_map": features.favor_plus(np.ones((16, 6), np.float32))},
+        ),
         (ValueError, "key masks only", (q, k, v), {"mask": np.tril(np.ones((4, 4), bool))}),
         (ValueError, "does not broadcast", (q, k, v), {"mask": np.ones((5,), bool)}),
     ]

@@ -3,6 +3,7 @@ synthetic summary where the paper's claim holds and failing where it does not.
 
 The study contract (end to end, on a tiny llama) runs in tests/test_studies.py; this file is cheap.
 """
+
 import copy
 
 import jax.numpy as jnp
@@ -20,7 +21,10 @@ def test_band_mask_matches_the_definition():
         for j in range(T):
             assert mask[i, j] == (j <= i and (i - j < W or j < n))
     assert (study.band_mask(T) == np.tril(np.ones((T, T), bool))).all()
-    assert (study.band_mask(T, W) == (np.tril(np.ones((T, T), bool)) & ~np.tril(np.ones((T, T), bool), -W))).all()
+    assert (
+        study.band_mask(T, W)
+        == (np.tril(np.ones((T, T), bool)) & ~np.tril(np.ones((T, T), bool), -W))
+    ).all()
 
 
 def test_token_nll_is_the_negative_log_probability_of_the_next_token():
@@ -37,12 +41,16 @@ def test_interval_is_the_student_t_interval():
     half = 4.302652729911275 * 1.0 / np.sqrt(3)  # t_{0.975, 2} * s / sqrt(n)
     assert iv["mean"] == 2.0 and iv["n"] == 3
     np.testing.assert_allclose([iv["low"], iv["high"]], [2 - half, 2 + half], rtol=1e-9)
-    assert np.isnan(summary.interval([1.0])["low"]) and np.isnan(summary.interval([1.0, np.inf])["high"])
+    assert np.isnan(summary.interval([1.0])["low"]) and np.isnan(
+        summary.interval([1.0, np.inf])["high"]
+    )
 
 
 def test_text_is_deterministic_and_long_enough_for_the_default():
     a = text.long_text(("json", "heapq"))
-    assert a == text.long_text(("json", "heapq")) and a.startswith("JSON (JavaScript Object Notation)")
+    assert a == text.long_text(("json", "heapq")) and a.startswith(
+        "JSON (JavaScript Object Notation)"
+    )
     with pytest.raises(TypeError, match="one str"):
         text.long_text("json")
     tokens = np.arange(100)
@@ -51,7 +59,9 @@ def test_text_is_deterministic_and_long_enough_for_the_default():
         text.segment(tokens, 4, 30, stride=20)
     config = long_context_config.get_config()
     # ~4 characters per token: the default segments need about 3 x 8192 tokens.
-    need = (config.text.num_segments - 1) * config.text.segment_stride + config.statistics.lengths[-1]
+    need = (config.text.num_segments - 1) * config.text.segment_stride + config.statistics.lengths[
+        -1
+    ]
     assert len(text.long_text(config.text.modules)) > 6 * need
 
 
@@ -72,13 +82,29 @@ def _iv(mean, half=0.01):
 
 def _summary():
     """A summary where every claim holds."""
-    windows = {w: {"beyond_ratio": {f"window_{w}": _iv(5.0), f"sink4_window_{w}": _iv(1.01)},
-                   "sampled_ratio": {"full": _iv(0.98), f"window_{w}": _iv(5.0), f"sink4_window_{w}": _iv(1.02)},
-                   "sampled_ppl": {}, "early_gap": 0.0} for w in ("256", "1024")}
+    windows = {
+        w: {
+            "beyond_ratio": {f"window_{w}": _iv(5.0), f"sink4_window_{w}": _iv(1.01)},
+            "sampled_ratio": {
+                "full": _iv(0.98),
+                f"window_{w}": _iv(5.0),
+                f"sink4_window_{w}": _iv(1.02),
+            },
+            "sampled_ppl": {},
+            "early_gap": 0.0,
+        }
+        for w in ("256", "1024")
+    }
     return {
-        "statistics": {"lengths": [256, 8192], "num_layers": 30, "num_heads": 9, "sink_growth": _iv(0.05),
-                       "layers_growing": 25, "prefix_gap": 1e-6,
-                       "model_mean": {"normalized_entropy": [_iv(0.5), _iv(0.4)]}},
+        "statistics": {
+            "lengths": [256, 8192],
+            "num_layers": 30,
+            "num_heads": 9,
+            "sink_growth": _iv(0.05),
+            "layers_growing": 25,
+            "prefix_gap": 1e-6,
+            "model_mean": {"normalized_entropy": [_iv(0.5), _iv(0.4)]},
+        },
         "stream": {"windows": windows, "positions": list(range(16))},
         "ablation": {"all_ratio": _iv(4.0)},
     }
@@ -100,17 +126,37 @@ def test_every_check_passes_where_the_claims_hold():
 
 BREAKS = [  # (check name prefix, edit that makes the claim false)
     ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(-0.02))),
-    ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(0.005, 0.01))),  # spans 0
-    ("sink mass on token 0 grows", lambda s: s["statistics"].update(sink_growth=_iv(0.01, 0.01))),  # low end 0
-    ("window-only attention blows up past the window (W=256)",
-     lambda s: s["stream"]["windows"]["256"]["beyond_ratio"].update(window_256=_iv(1.9, 0.2))),
-    ("4 sinks + window recover re-computation (W=1024)",
-     lambda s: s["stream"]["windows"]["1024"]["sampled_ratio"].update(sink4_window_1024=_iv(1.09, 0.02))),
-    ("removing attention to token 0 in all layers", lambda s: s["ablation"].update(all_ratio=_iv(1.2))),
+    (
+        "sink mass on token 0 grows",
+        lambda s: s["statistics"].update(sink_growth=_iv(0.005, 0.01)),
+    ),  # spans 0
+    (
+        "sink mass on token 0 grows",
+        lambda s: s["statistics"].update(sink_growth=_iv(0.01, 0.01)),
+    ),  # low end 0
+    (
+        "window-only attention blows up past the window (W=256)",
+        lambda s: s["stream"]["windows"]["256"]["beyond_ratio"].update(window_256=_iv(1.9, 0.2)),
+    ),
+    (
+        "4 sinks + window recover re-computation (W=1024)",
+        lambda s: s["stream"]["windows"]["1024"]["sampled_ratio"].update(
+            sink4_window_1024=_iv(1.09, 0.02)
+        ),
+    ),
+    (
+        "removing attention to token 0 in all layers",
+        lambda s: s["ablation"].update(all_ratio=_iv(1.2)),
+    ),
     ("a T-token input's statistics", lambda s: s["statistics"].update(prefix_gap=0.01)),
-    ("window masks equal full attention", lambda s: s["stream"]["windows"]["256"].update(early_gap=0.5)),
-    ("attention is neither one-hot nor uniform",
-     lambda s: s["statistics"]["model_mean"].update(normalized_entropy=[_iv(0.5), _iv(0.99)])),
+    (
+        "window masks equal full attention",
+        lambda s: s["stream"]["windows"]["256"].update(early_gap=0.5),
+    ),
+    (
+        "attention is neither one-hot nor uniform",
+        lambda s: s["statistics"]["model_mean"].update(normalized_entropy=[_iv(0.5), _iv(0.99)]),
+    ),
 ]
 
 

@@ -34,7 +34,10 @@ def test_combine_masks_aligns_ranks_and_ands():
     pad = masks.key_padding_mask(lengths=jnp.array([2, 4], jnp.int32), kv_len=4)
     combined = masks.combine_masks(pad, masks.causal_mask(4), None)
     assert combined.shape == (2, 1, 4, 4)
-    expected = np.tril(np.ones((4, 4), bool))[None, None] & (np.arange(4) < np.array([2, 4])[:, None])[:, None, None, :]
+    expected = (
+        np.tril(np.ones((4, 4), bool))[None, None]
+        & (np.arange(4) < np.array([2, 4])[:, None])[:, None, None, :]
+    )
     np.testing.assert_array_equal(combined, expected)
     assert masks.combine_masks(None, None) is None
 
@@ -48,7 +51,10 @@ def test_combine_masks_aligns_ranks_and_ands():
         (lambda: masks.key_padding_mask(lengths=jnp.array([1], jnp.int32)), "kv_len"),
         (lambda: masks.key_padding_mask(), "exactly one"),
         (lambda: masks.key_padding_mask(valid=jnp.ones((3,), jnp.int32)), "boolean"),
-        (lambda: masks.combine_masks(jnp.ones((2, 3), bool), jnp.ones((4, 3), bool)), "do not broadcast"),
+        (
+            lambda: masks.combine_masks(jnp.ones((2, 3), bool), jnp.ones((4, 3), bool)),
+            "do not broadcast",
+        ),
         (lambda: masks.combine_masks(jnp.ones((2, 3), jnp.float32)), "boolean"),
     ],
 )

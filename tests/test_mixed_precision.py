@@ -1,4 +1,5 @@
 """bf16 compute with float32 parameters (`model.dtype='bfloat16'` in the rank-collapse config)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,8 +16,14 @@ def _trainer(dtype: str):
     config = config_lib.get_config("smoke")
     config.model.dtype = dtype
     config.train.update(steps=STEPS, warmup_steps=4)
-    return models.make_trainer(config.model, config.train, models.make_task(config.task), architecture="skip_mlp",
-                               depth=2, causal=True)
+    return models.make_trainer(
+        config.model,
+        config.train,
+        models.make_task(config.task),
+        architecture="skip_mlp",
+        depth=2,
+        causal=True,
+    )
 
 
 def _loss_curve(dtype: str):
@@ -24,8 +31,15 @@ def _loss_curve(dtype: str):
     runner = training.SeedsRunner(_trainer(dtype))
     state = runner.init(jax.random.split(jax.random.key(0), SEEDS))
     logged = []
-    state = training.fit(runner, state, jax.random.split(jax.random.key(1), SEEDS), total_steps=STEPS,
-                         log_every=LOG_EVERY, on_log=lambda step, s, m: logged.append(m["loss"]), progress=None)
+    state = training.fit(
+        runner,
+        state,
+        jax.random.split(jax.random.key(1), SEEDS),
+        total_steps=STEPS,
+        log_every=LOG_EVERY,
+        on_log=lambda step, s, m: logged.append(m["loss"]),
+        progress=None,
+    )
     return np.stack(logged), state
 
 
@@ -36,7 +50,11 @@ def curves():
 
 def test_bf16_compute_keeps_float32_params_and_optimizer_state(curves):
     _, state = curves["bfloat16"]
-    floats = [x for x in jax.tree.leaves((state.params, state.opt_state)) if jnp.issubdtype(x.dtype, jnp.floating)]
+    floats = [
+        x
+        for x in jax.tree.leaves((state.params, state.opt_state))
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
     assert floats and all(x.dtype == jnp.float32 for x in floats)
 
 
@@ -44,7 +62,9 @@ def test_bf16_compute_runs_the_model_in_bf16(curves):
     trainer = _trainer("bfloat16")
     state = jax.tree.map(lambda x: x[0], curves["bfloat16"][1])  # the first seed, trained
     inputs = trainer.task.batch(jax.random.key(1), 4).inputs
-    logits, inter = jax.jit(lambda state, x: trainer.model(state)(x, return_intermediates=True))(state, inputs)
+    logits, inter = jax.jit(lambda state, x: trainer.model(state)(x, return_intermediates=True))(
+        state, inputs
+    )
     assert logits.dtype == jnp.bfloat16 and inter["hidden"].dtype == jnp.bfloat16
     # Softmax weights stay in float32 and rows still sum to one.
     assert inter["attention"].dtype == jnp.float32

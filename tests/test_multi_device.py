@@ -4,6 +4,7 @@ The suite runs on one CPU device (see `tests/conftest.py`); XLA's device count
 is fixed when a process starts, so the data-parallel tests get a fresh
 `pytest` with `ATTNJAX_TEST_DEVICES=8`. Its report is the failure message.
 """
+
 import os
 import subprocess
 import sys

@@ -25,9 +25,17 @@ def _copy_into_flax(ours: nn.MultiHeadAttention, theirs: nnx.MultiHeadAttention)
 @pytest.mark.parametrize("normalize_qk", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 def test_multi_head_attention_equals_flax(causal, normalize_qk):
-    ours = nn.MultiHeadAttention(32, 4, qkv_features=48, out_features=24, normalize_qk=normalize_qk, rngs=nnx.Rngs(0))
+    ours = nn.MultiHeadAttention(
+        32, 4, qkv_features=48, out_features=24, normalize_qk=normalize_qk, rngs=nnx.Rngs(0)
+    )
     theirs = nnx.MultiHeadAttention(
-        4, 32, qkv_features=48, out_features=24, normalize_qk=normalize_qk, decode=False, rngs=nnx.Rngs(1)
+        4,
+        32,
+        qkv_features=48,
+        out_features=24,
+        normalize_qk=normalize_qk,
+        decode=False,
+        rngs=nnx.Rngs(1),
     )
     # Non-trivial LayerNorm scales so that copying them matters.
     if normalize_qk:
@@ -37,7 +45,9 @@ def test_multi_head_attention_equals_flax(causal, normalize_qk):
     mask = host_random.bernoulli(3, 0.8, (3, 1, 10, 10)) | jnp.eye(10, dtype=bool)[None, None]
     with jax.default_matmul_precision("highest"):
         got = ours(x, mask=mask, is_causal=causal)
-        expected = theirs(x, mask=mask & (jnp.tril(jnp.ones((10, 10), bool))[None, None] if causal else True))
+        expected = theirs(
+            x, mask=mask & (jnp.tril(jnp.ones((10, 10), bool))[None, None] if causal else True)
+        )
     assert got.shape == (3, 10, 24)
     np.testing.assert_allclose(got, expected, atol=2e-6, rtol=2e-6)
 
@@ -56,8 +66,12 @@ def test_fused_qkv_equals_separate_projections():
     sep = nn.MultiHeadAttention(16, 4, num_kv_heads=2, rngs=nnx.Rngs(0))
     fused = nn.MultiHeadAttention(16, 4, num_kv_heads=2, fused_qkv=True, rngs=nnx.Rngs(1))
     assert fused.qkv.kernel.shape == (16, 16 + 2 * 8)
-    fused.qkv.kernel[...] = jnp.concatenate([sep.query.kernel[...], sep.key.kernel[...], sep.value.kernel[...]], -1)
-    fused.qkv.bias[...] = jnp.concatenate([sep.query.bias[...], sep.key.bias[...], sep.value.bias[...]], -1)
+    fused.qkv.kernel[...] = jnp.concatenate(
+        [sep.query.kernel[...], sep.key.kernel[...], sep.value.kernel[...]], -1
+    )
+    fused.qkv.bias[...] = jnp.concatenate(
+        [sep.query.bias[...], sep.key.bias[...], sep.value.bias[...]], -1
+    )
     fused.out.kernel[...], fused.out.bias[...] = sep.out.kernel[...], sep.out.bias[...]
     x = host_random.normal(6, (2, 6, 16), jnp.float32)
     np.testing.assert_allclose(fused(x, is_causal=True), sep(x, is_causal=True), atol=1e-6)
@@ -69,7 +83,9 @@ def test_fused_qkv_equals_separate_projections():
 def test_self_attention_single_product_equals_three_projections(num_kv_heads, use_bias):
     """Self-attention computes q, k, v as one product of the three kernels side by side; with
     `context=x` they are three products. Outputs and every parameter's gradient agree."""
-    model = nn.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, use_bias=use_bias, rngs=nnx.Rngs(0))
+    model = nn.MultiHeadAttention(
+        16, 4, num_kv_heads=num_kv_heads, use_bias=use_bias, rngs=nnx.Rngs(0)
+    )
     x = host_random.normal(6, (2, 6, 16), jnp.float32)
     target = host_random.normal(7, (2, 6, 16), jnp.float32)
 
@@ -84,7 +100,9 @@ def test_self_attention_single_product_equals_three_projections(num_kv_heads, us
             got = getattr(getattr(fused_grads, name), leaf)[...]
             expected = getattr(getattr(separate_grads, name), leaf)[...]
             assert float(jnp.max(jnp.abs(expected))) > 0
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=f"{name}.{leaf}")
+            np.testing.assert_allclose(
+                got, expected, rtol=1e-5, atol=1e-5, err_msg=f"{name}.{leaf}"
+            )
 
 
 def test_gqa_module_equals_repeated_kv_heads():
@@ -137,10 +155,19 @@ def test_articles_example_module_weights_sum_to_one():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(in_features=30, num_heads=4), r"qkv_features \(30\) must be divisible by num_heads \(4\)"),
-        (dict(in_features=32, num_heads=4, num_kv_heads=3), r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
+        (
+            dict(in_features=30, num_heads=4),
+            r"qkv_features \(30\) must be divisible by num_heads \(4\)",
+        ),
+        (
+            dict(in_features=32, num_heads=4, num_kv_heads=3),
+            r"num_heads \(4\) must be divisible by num_kv_heads \(3\)",
+        ),
         (dict(in_features=32, num_heads=0), r"num_heads must be a positive int"),
-        (dict(in_features=32, num_heads=4, temperature=-1.0), r"temperature must be a positive number"),
+        (
+            dict(in_features=32, num_heads=4, temperature=-1.0),
+            r"temperature must be a positive number",
+        ),
         (dict(in_features=32, num_heads=4, normalize_qk="l2"), r"normalize_qk must be one of"),
     ],
 )
@@ -239,8 +266,15 @@ def test_scanned_layers_equal_an_explicit_loop():
 
 @pytest.mark.slow
 def test_real_valued_inputs_sinusoidal_positions_and_gradients():
-    config = _config(vocab_size=None, input_features=5, output_features=3, positions="sinusoidal",
-                     norm="post", residual_scale="inv_sqrt_depth", causal=False)
+    config = _config(
+        vocab_size=None,
+        input_features=5,
+        output_features=3,
+        positions="sinusoidal",
+        norm="post",
+        residual_scale="inv_sqrt_depth",
+        causal=False,
+    )
     assert config.layer().residual_scale == pytest.approx(1 / np.sqrt(3))
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     x = host_random.normal(14, (2, 6, 5), jnp.float32)
@@ -268,8 +302,14 @@ def test_sinusoidal_positions_formula():
     [
         (dict(num_layers=0), r"num_layers must be a positive int, got 0"),
         (dict(features=18), r"features \(18\) must be divisible by num_heads \(4\)"),
-        (dict(attention=nn.AttentionConfig(num_kv_heads=3)), r"num_heads \(4\) must be divisible by num_kv_heads"),
-        (dict(features=12, num_heads=4, attention=nn.AttentionConfig(rope="half")), r"rope needs an even head dim"),
+        (
+            dict(attention=nn.AttentionConfig(num_kv_heads=3)),
+            r"num_heads \(4\) must be divisible by num_kv_heads",
+        ),
+        (
+            dict(features=12, num_heads=4, attention=nn.AttentionConfig(rope="half")),
+            r"rope needs an even head dim",
+        ),
         (dict(norm="batch"), r"norm must be one of"),
         (dict(positions="rope"), r"positions must be one of"),
         (dict(input_features=4), r"exactly one of vocab_size"),
@@ -325,8 +365,15 @@ def test_demo_shows_rank_collapse_without_skips_and_not_with_them():
 def test_linear_module_calls_linear_attention_with_its_projection():
     from attnjax import features, linear
 
-    mha = nn.MultiHeadAttention(16, 2, attention_kind="linear", feature_map="favor_plus", num_features=32,
-                                temperature=2.0, rngs=nnx.Rngs(0))
+    mha = nn.MultiHeadAttention(
+        16,
+        2,
+        attention_kind="linear",
+        feature_map="favor_plus",
+        num_features=32,
+        temperature=2.0,
+        rngs=nnx.Rngs(0),
+    )
     assert mha.projection.shape == (32, 8)
     x = _x()
     q, k, v = mha._project(x, None)
@@ -349,7 +396,9 @@ def test_linear_module_approximates_softmax_module_as_features_grow():
     exact = soft(x)
     errors = {}
     for m in (256, 4096):
-        lin = nn.MultiHeadAttention(32, 2, attention_kind="linear", num_features=m, rngs=nnx.Rngs(0))
+        lin = nn.MultiHeadAttention(
+            32, 2, attention_kind="linear", num_features=m, rngs=nnx.Rngs(0)
+        )
         for name in ("query", "key", "value", "out"):
             getattr(lin, name).kernel[...] = getattr(soft, name).kernel[...]
             getattr(lin, name).bias[...] = getattr(soft, name).bias[...]
@@ -360,7 +409,11 @@ def test_linear_module_approximates_softmax_module_as_features_grow():
 
 @pytest.mark.slow
 def test_redraw_is_explicit_and_deterministic():
-    config = _config(attention=nn.AttentionConfig(attention_kind="linear", feature_map="relu_random", num_features=16))
+    config = _config(
+        attention=nn.AttentionConfig(
+            attention_kind="linear", feature_map="relu_random", num_features=16
+        )
+    )
     a, b = nn.Transformer(config, rngs=nnx.Rngs(0)), nn.Transformer(config, rngs=nnx.Rngs(0))
     tokens = host_random.randint(4, (2, 6), 0, 11)
     before = a(tokens)
@@ -368,7 +421,9 @@ def test_redraw_is_explicit_and_deterministic():
     a.redraw(jax.random.key(1))
     b.redraw(jax.random.key(1))
     assert a.blocks.attention.projection.shape == (3, 16, 4)
-    np.testing.assert_array_equal(a.blocks.attention.projection[...], b.blocks.attention.projection[...])
+    np.testing.assert_array_equal(
+        a.blocks.attention.projection[...], b.blocks.attention.projection[...]
+    )
     assert not np.allclose(a(tokens), before)
     # The projection is not a trainable parameter.
     params = nnx.state(a, nnx.Param)
@@ -379,8 +434,9 @@ def test_redraw_without_random_features_raises():
     with pytest.raises(ValueError, match="redraw needs"):
         nn.Transformer(_config(), rngs=nnx.Rngs(0)).redraw(jax.random.key(0))
     with pytest.raises(ValueError, match="redraw needs"):
-        nn.MultiHeadAttention(16, 2, attention_kind="linear", feature_map="elu_plus_one", rngs=nnx.Rngs(0)).redraw(
-            jax.random.key(0))
+        nn.MultiHeadAttention(
+            16, 2, attention_kind="linear", feature_map="elu_plus_one", rngs=nnx.Rngs(0)
+        ).redraw(jax.random.key(0))
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 (NumPy, float64) from the `return_intermediates=True` weights; compiled memory at T = 4096 below one
 dense [H, T, T] array. The loaded BERT and llama models are checked in tests/test_pretrained_bert.py and
 tests/test_pretrained_llama.py, with the model those files load once."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,9 +16,18 @@ from tests.test_reference_transformer import randomize
 SINKS = (0, 3)
 CASES = {  # bidirectional; causal with GQA and RoPE; causal with a sliding window; all with a padding mask
     "bidirectional": dict(positions="learned", causal=False, norm="post", temperature=0.8),
-    "causal-gqa-rope": dict(positions=None, causal=True, num_kv_heads=2, rope="half", norm="pre",
-                            norm_kind="rmsnorm", temperature=1.3),
-    "causal-window": dict(positions=None, causal=True, rope="half", norm="pre", window=4),  # Mistral's band
+    "causal-gqa-rope": dict(
+        positions=None,
+        causal=True,
+        num_kv_heads=2,
+        rope="half",
+        norm="pre",
+        norm_kind="rmsnorm",
+        temperature=1.3,
+    ),
+    "causal-window": dict(
+        positions=None, causal=True, rope="half", norm="pre", window=4
+    ),  # Mistral's band
 }
 TOL = {jnp.float32: 1e-5, jnp.float64: 1e-12}
 
@@ -44,12 +54,22 @@ def check_fields(stats, want):
     """float32 models: 1e-5 absolute; mean_distance (in positions, up to T) to 1e-5 relative."""
     for field in ("entropy", "max_weight", "sink_mass", "mean_distance"):
         tol = dict(rtol=1e-5, atol=1e-6) if field == "mean_distance" else dict(rtol=0, atol=1e-5)
-        np.testing.assert_allclose(np.asarray(getattr(stats, field)), want[field], err_msg=field, **tol)
+        np.testing.assert_allclose(
+            np.asarray(getattr(stats, field)), want[field], err_msg=field, **tol
+        )
 
 
 def _model(name, dtype, seed=0):
-    config = nn.TransformerConfig.create(num_layers=3, features=16, num_heads=4, vocab_size=13, max_len=16,
-                                         mlp_features=24, param_dtype=dtype, **CASES[name])
+    config = nn.TransformerConfig.create(
+        num_layers=3,
+        features=16,
+        num_heads=4,
+        vocab_size=13,
+        max_len=16,
+        mlp_features=24,
+        param_dtype=dtype,
+        **CASES[name],
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(seed))
     if dtype == jnp.float64:
         randomize(model, seed)
@@ -68,14 +88,18 @@ def test_statistics_equal_the_dense_computation(name, dtype):
     mask = masks.key_padding_mask(valid=jnp.asarray(VALID))
     tokens = jnp.asarray(IDS)
     logits, dense = model(tokens, mask=mask, return_intermediates=True)
-    logits_s, inter = model(tokens, mask=mask, return_intermediates="statistics", sink_positions=SINKS)
+    logits_s, inter = model(
+        tokens, mask=mask, return_intermediates="statistics", sink_positions=SINKS
+    )
     stats = inter["statistics"]
     assert isinstance(stats, AttentionStatistics) and set(inter) == {"hidden", "statistics"}
     assert stats.entropy.shape == (3, 2, 4, 11) and stats.window_mass is None
     tol = TOL[dtype]
     # the layers' outputs come from the chunked pass with the statistics' lse: same logits, same hidden states
     np.testing.assert_allclose(np.asarray(logits_s), np.asarray(logits), atol=tol * 10, rtol=tol)
-    np.testing.assert_allclose(np.asarray(inter["hidden"]), np.asarray(dense["hidden"]), atol=tol * 10, rtol=tol)
+    np.testing.assert_allclose(
+        np.asarray(inter["hidden"]), np.asarray(dense["hidden"]), atol=tol * 10, rtol=tol
+    )
     i, j = np.arange(11)[:, None], np.arange(11)[None, :]
     visible = np.broadcast_to(VALID[:, None, None, :], (2, 4, 11, 11))
     if model.config.causal:
@@ -109,7 +133,9 @@ def test_bad_options_raise():
     with pytest.raises(ValueError, match="sink_positions"):
         model(jnp.asarray(IDS), return_intermediates="statistics", sink_positions=(11,))
     with pytest.raises(ValueError, match="do not combine"):
-        model(jnp.asarray(IDS), return_intermediates="statistics", edits=(nn.edits.ablate_head(0, 0),))
+        model(
+            jnp.asarray(IDS), return_intermediates="statistics", edits=(nn.edits.ablate_head(0, 0),)
+        )
     model.init_cache(2, 16)
     with pytest.raises(ValueError, match="full .not decoding. forward"):
         model(jnp.asarray(IDS), return_intermediates="statistics", decode=True)
@@ -118,13 +144,24 @@ def test_bad_options_raise():
 @pytest.mark.slow
 def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():
     t = 4096
-    config = nn.TransformerConfig.create(num_layers=2, features=32, num_heads=4, vocab_size=50, positions=None,
-                                         rope="half", causal=True, max_len=t, mlp_features=64)
+    config = nn.TransformerConfig.create(
+        num_layers=2,
+        features=32,
+        num_heads=4,
+        vocab_size=50,
+        positions=None,
+        rope="half",
+        causal=True,
+        max_len=t,
+        mlp_features=64,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(0))
     graphdef, state = nnx.split(model)
 
     def statistics(state, tokens):
-        _, inter = nnx.merge(graphdef, state)(tokens, return_intermediates="statistics", sink_positions=(0,))
+        _, inter = nnx.merge(graphdef, state)(
+            tokens, return_intermediates="statistics", sink_positions=(0,)
+        )
         return inter["statistics"]
 
     tokens = jax.ShapeDtypeStruct((1, t), jnp.int32)
@@ -136,6 +173,8 @@ def test_compiled_memory_at_4096_is_below_one_dense_attention_matrix():
     def weights(state, tokens):  # the control: the dense path's temporaries exceed it
         return nnx.merge(graphdef, state)(tokens, return_intermediates=True)[1]["attention"]
 
-    dense_temp = jax.jit(weights).lower(state, tokens).compile().memory_analysis().temp_size_in_bytes
+    dense_temp = (
+        jax.jit(weights).lower(state, tokens).compile().memory_analysis().temp_size_in_bytes
+    )
     print(f"dense-weights forward temp {dense_temp} bytes")
     assert dense_temp > dense, (dense_temp, dense)

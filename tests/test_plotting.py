@@ -1,4 +1,5 @@
 """Figures: axes counts, shared colour scale, labels, PNG output."""
+
 import numpy as np
 import pytest
 
@@ -65,7 +66,7 @@ def test_metric_vs_depth(tmp_path):
     depth = np.arange(1, 7)
     metrics = {
         "softmax": np.exp(-depth)[None] * rng.uniform(0.5, 1.5, size=(3, 6)),  # [seeds, layers]
-        "linear": 0.5 ** depth * rng.uniform(0.8, 1.2, size=(3, 6)),
+        "linear": 0.5**depth * rng.uniform(0.8, 1.2, size=(3, 6)),
         "single seed": np.linspace(1.0, 0.1, 6),  # [layers]: a line, no band
     }
     fig = plotting.metric_vs_depth(metrics, ylabel="residual ratio", band="std")

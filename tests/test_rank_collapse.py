@@ -1,4 +1,5 @@
 """The rank-collapse study: what it measures and how its training runs resume (the contract: test_studies.py)."""
+
 import json
 import shutil
 
@@ -33,13 +34,23 @@ def test_rows_hold_per_layer_profiles(run):
     rows = [json.loads(line) for line in open(run.workdir / "metrics.jsonl")]
     # Per-layer profiles have L + 1 hidden-state values and L attention values.
     row = next(r for r in rows if r["run"] == INIT_RUN and r["metric"] == "residual_fro")
-    assert len(row["values"]) == 5 and row["depth"] == 4 and row["phase"] == "init" and row["step"] == 0
+    assert (
+        len(row["values"]) == 5
+        and row["depth"] == 4
+        and row["phase"] == "init"
+        and row["step"] == 0
+    )
     row = next(r for r in rows if r["run"] == INIT_RUN and r["metric"] == "slem")
     assert len(row["values"]) == 4
     # Attention-only runs carry Dong et al.'s per-example residuals and bound, in float64.
     row = next(r for r in rows if r["run"] == INIT_RUN and r["metric"] == "dong/residual")
-    assert len(row["values"]) == rank_collapse_test_config().measure_batch_size and len(row["values"][0]) == 5
-    assert min(min(v) for v in row["values"]) < 1e-9  # below float32 resolution: measured in float64
+    assert (
+        len(row["values"]) == rank_collapse_test_config().measure_batch_size
+        and len(row["values"][0]) == 5
+    )
+    assert (
+        min(min(v) for v in row["values"]) < 1e-9
+    )  # below float32 resolution: measured in float64
     report = (run.workdir / "report.md").read_text()
     assert "Literature predictions" in report and "Dong et al. 2021" in report
 
@@ -78,7 +89,9 @@ def test_every_check_is_measured_with_its_expected_verdict(run):
     assert "10 seeds" in names["causal pure attention collapses exponentially"]["name"]
     phases = _phases(run.summary, TRAIN_RUN)
     assert {("init", 0), ("train", 2), ("train", 4), ("final", 4)} == set(phases)
-    assert {"eval_accuracy", "diverged", "chance_accuracy", "path_residual"} <= set(phases[("final", 4)])
+    assert {"eval_accuracy", "diverged", "chance_accuracy", "path_residual"} <= set(
+        phases[("final", 4)]
+    )
 
 
 def _short(name: str) -> str:
@@ -92,26 +105,53 @@ def test_noci_sweep_measures_per_layer_gradients_and_profiles(run):
         assert np.asarray(phase[f"layer_grad_norm/{name}"]).shape == (2, 4)
     assert np.all(np.asarray(phase["layer_grad_norm/query"]) > 0)
     assert "token_cosine" in phase
-    assert not any(k.startswith("layer_grad_norm") for k in _phases(run.summary, INIT_RUN)[("init", 0)])
+    assert not any(
+        k.startswith("layer_grad_norm") for k in _phases(run.summary, INIT_RUN)[("init", 0)]
+    )
 
 
 def test_report_has_the_regime_and_the_figures(run):
     report = (run.workdir / "report.md").read_text()
-    for text in ("entropy / log S", "tau", "logit variance", "Dong's bound", "Causal mask x LayerNorm",
-                 "path-length"):
+    for text in (
+        "entropy / log S",
+        "tau",
+        "logit variance",
+        "Dong's bound",
+        "Causal mask x LayerNorm",
+        "path-length",
+    ):
         assert text in report, text
-    assert {"init_residual.png", "dong_fit.png", "causal_layernorm.png", "path_length.png", "noci_gradients.png",
-            "layernorm.png"} <= set(run.summary["plots"])
+    assert {
+        "init_residual.png",
+        "dong_fit.png",
+        "causal_layernorm.png",
+        "path_length.png",
+        "noci_gradients.png",
+        "layernorm.png",
+    } <= set(run.summary["plots"])
 
 
 def test_training_check_needs_every_seed():
     from experiments.rank_collapse import checks
 
     def summary_with(accs):
-        phases = [{"phase": "train", "step": 100, "metrics": {"accuracy": [0.2] * len(accs)}},
-                  {"phase": "final", "step": 100, "metrics": {"eval_accuracy": accs, "chance_accuracy": [0.1] * 2}}]
-        spec = {"sweep": "train", "kind": "softmax", "architecture": "skip_mlp", "depth": 4, "temperature": 1.0,
-                "causal": True, "embedding_std": None}
+        phases = [
+            {"phase": "train", "step": 100, "metrics": {"accuracy": [0.2] * len(accs)}},
+            {
+                "phase": "final",
+                "step": 100,
+                "metrics": {"eval_accuracy": accs, "chance_accuracy": [0.1] * 2},
+            },
+        ]
+        spec = {
+            "sweep": "train",
+            "kind": "softmax",
+            "architecture": "skip_mlp",
+            "depth": 4,
+            "temperature": 1.0,
+            "causal": True,
+            "embedding_std": None,
+        }
         return {"runs": {"r": {"spec": spec, "phases": phases}}}
 
     assert checks.training_checks(summary_with([1.0, 0.95]))[0]["verdict"] == "pass"
@@ -133,7 +173,9 @@ def _run(path, progress=lambda line: None):
     return study_lib.run(STUDY, rank_collapse_test_config(), str(path), progress=progress)
 
 
-def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch, figures_not_rendered):
+def test_killed_training_resumes_to_the_same_summary(
+    run, tmp_path, monkeypatch, figures_not_rendered
+):
     _with_every_run_but_training(run, tmp_path)
     real_save = training.Checkpointer.save
 
@@ -151,7 +193,9 @@ def test_killed_training_resumes_to_the_same_summary(run, tmp_path, monkeypatch,
     assert _run(tmp_path, messages.append) == run.summary
     assert any("resumed from step 2" in m for m in messages)
     runs = len(run.summary["runs"])
-    assert messages[0].startswith(f"rank_collapse: {runs} runs ({runs - 1} already done)")  # only the killed run
+    assert messages[0].startswith(
+        f"rank_collapse: {runs} runs ({runs - 1} already done)"
+    )  # only the killed run
     assert not (tmp_path / "checkpoints" / TRAIN_RUN).exists()
 
 
@@ -173,7 +217,9 @@ def test_readme_results_are_the_committed_summary_rendered():
     timing = json.loads((results / "timing.json").read_text())
     readme = (repo / "README.md").read_text()
     start = readme.index("## Results\n")
-    end = min(readme.find(m, start) + 1 for m in ("\n## ", "\n<!--") if m in readme[start:])  # the next section
+    end = min(
+        readme.find(m, start) + 1 for m in ("\n## ", "\n<!--") if m in readme[start:]
+    )  # the next section
     assert readme[start:end] == report.readme_section(summary, timing) + "\n"
     # The committed report, predictions and plots are those of the committed summary.
     assert (results / "report.md").read_text() == report.markdown(summary)
@@ -185,12 +231,13 @@ def test_dong_metrics_read_fused_and_separate_qkv_alike():
     """Dong et al.'s constant reads W_Q, W_K, W_V, W_O through `nn.params`: a fused W_qkv gives the same numbers."""
     separate, fused = _models(num_kv_heads=4)
     hidden = jax.random.normal(jax.random.key(0), (3, 2, 5, 16), jnp.float64)  # [L + 1, B, T, D]
-    got = {name: rank_collapse_study._dong_metrics(nnx.state(model, nnx.Param), hidden, 4, 1.0)
-           for name, model in (("separate", separate), ("fused", fused))}
+    got = {
+        name: rank_collapse_study._dong_metrics(nnx.state(model, nnx.Param), hidden, 4, 1.0)
+        for name, model in (("separate", separate), ("fused", fused))
+    }
     assert np.all(np.asarray(got["separate"]["dong/constant"]) > 0)
     for metric, value in got["separate"].items():
         np.testing.assert_allclose(got["fused"][metric], value, rtol=1e-12, err_msg=metric)
-
 
 
 # --------------------------------------------------------------------------
@@ -200,7 +247,9 @@ def test_dong_metrics_read_fused_and_separate_qkv_alike():
 def _noisy(profile, seeds=10, examples=4, noise=0.05, seed=0):
     """`[L + 1]` -> `[seeds, examples, L + 1]` with log-normal noise on every point."""
     rng = np.random.default_rng(seed)
-    return np.asarray(profile)[None, None] * np.exp(noise * rng.standard_normal((seeds, examples, len(profile))))
+    return np.asarray(profile)[None, None] * np.exp(
+        noise * rng.standard_normal((seeds, examples, len(profile)))
+    )
 
 
 def _cubic(k, r0, num_layers, seeds=10, examples=4, noise=0.05, seed=0):
@@ -219,8 +268,15 @@ def _exponent_verdict(r):
     return checks.exponent_check(s.cubic_exponent(r, r), "synthetic")
 
 
-@pytest.mark.parametrize("profile", [0.05 ** np.arange(6.0), np.exp(-1.0 * np.arange(6.0) ** 2),
-                                     np.exp(-1.6 * np.arange(6.0) ** 1.8)], ids=["geometric", "l^2", "l^1.8"])
+@pytest.mark.parametrize(
+    "profile",
+    [
+        0.05 ** np.arange(6.0),
+        np.exp(-1.0 * np.arange(6.0) ** 2),
+        np.exp(-1.6 * np.arange(6.0) ** 1.8),
+    ],
+    ids=["geometric", "l^2", "l^1.8"],
+)
 def test_dong_exponent_fails_on_super_geometric_decay_that_is_not_cubic(profile):
     assert _exponent_verdict(_noisy(profile))["verdict"] == "fail"
 
@@ -258,8 +314,11 @@ def test_cubic_exponent_matches_an_independent_regression_and_skips_unresolved_p
         np.testing.assert_allclose(got["slopes"][seed], slope, rtol=1e-10)
     slopes = np.array(got["slopes"])
     from scipy import stats
+
     half = stats.t.ppf(0.975, len(slopes) - 1) * slopes.std(ddof=1) / np.sqrt(len(slopes))
-    np.testing.assert_allclose([got["low"], got["high"]], [slopes.mean() - half, slopes.mean() + half])
+    np.testing.assert_allclose(
+        [got["low"], got["high"]], [slopes.mean() - half, slopes.mean() + half]
+    )
     assert got["layers"] == int(np.argmin(np.all(rel > 1e-13, axis=(0, 1))))
 
 
@@ -281,13 +340,23 @@ def test_bound_looseness_reads_only_resolved_layers_and_the_check_fails_above_th
     assert [row["layer"] for row in rows] == [1, 2]
     np.testing.assert_allclose([row["max"] for row in rows], [2e-3 / 1.0, 2e-9 / 4e-3])
     assert checks.bound_check(rows, "synthetic")["verdict"] == "pass"
-    assert checks.bound_check(s.bound_looseness(bound * 1e-4, res_abs, rel), "synthetic")["verdict"] == "fail"
+    assert (
+        checks.bound_check(s.bound_looseness(bound * 1e-4, res_abs, rel), "synthetic")["verdict"]
+        == "fail"
+    )
     assert checks.bound_check([], "synthetic")["verdict"] == "not measured"
 
 
 def _run_record(sweep, architecture, depth, metrics, causal=False, std=1.0):
-    spec = {"sweep": sweep, "kind": "softmax", "architecture": architecture, "depth": depth, "temperature": 1.0,
-            "causal": causal, "embedding_std": std}
+    spec = {
+        "sweep": sweep,
+        "kind": "softmax",
+        "architecture": architecture,
+        "depth": depth,
+        "temperature": 1.0,
+        "causal": causal,
+        "embedding_std": std,
+    }
     return {"spec": spec, "phases": [{"phase": "init", "step": 0, "metrics": metrics}]}
 
 
@@ -300,9 +369,13 @@ def test_noci_check_fails_when_the_scaled_skips_lose_rank():
     from experiments.rank_collapse import checks
 
     def summary(scaled_last):
-        profile = lambda last: {"residual_fro": [[0.99, last]] * 2}  # noqa: E731
-        return _summary(_run_record("init", "skip_scaled", 4, profile(scaled_last)),
-                        _run_record("init", "skip", 4, profile(0.5)))
+        def profile(last):
+            return {"residual_fro": [[0.99, last]] * 2}
+
+        return _summary(
+            _run_record("init", "skip_scaled", 4, profile(scaled_last)),
+            _run_record("init", "skip", 4, profile(0.5)),
+        )
 
     assert checks.noci_check(summary(0.95))["verdict"] == "pass"
     assert checks.noci_check(summary(0.4))["verdict"] == "fail"
@@ -313,27 +386,43 @@ def _noci_record(architecture, depth, qk_over_v, seeds=5, noise=0.05, seed=0):
     rng = np.random.default_rng(seed)
     value = np.ones((seeds, depth))
     qk = qk_over_v * value * np.exp(noise * rng.standard_normal((seeds, depth))) / np.sqrt(2)
-    metrics = {"layer_grad_norm/query": qk.tolist(), "layer_grad_norm/key": qk.tolist(),
-               "layer_grad_norm/value": value.tolist(), "token_cosine": np.full((seeds, depth + 1), 0.5).tolist()}
+    metrics = {
+        "layer_grad_norm/query": qk.tolist(),
+        "layer_grad_norm/key": qk.tolist(),
+        "layer_grad_norm/value": value.tolist(),
+        "token_cosine": np.full((seeds, depth + 1), 0.5).tolist(),
+    }
     return _run_record("noci", architecture, depth, metrics)
 
 
 def _remedy_verdicts(unscaled_deep, scaled_deep, **kw):
     from experiments.rank_collapse import checks
 
-    records = [_noci_record(arch, depth, ratio, **kw) for arch, ratios in
-               (("skip_mlp", (1.0, unscaled_deep)), ("skip_mlp_scaled", (1.0, scaled_deep)))
-               for depth, ratio in zip((4, 32), ratios)]
+    records = [
+        _noci_record(arch, depth, ratio, **kw)
+        for arch, ratios in (
+            ("skip_mlp", (1.0, unscaled_deep)),
+            ("skip_mlp_scaled", (1.0, scaled_deep)),
+        )
+        for depth, ratio in zip((4, 32), ratios)
+    ]
     return [c["verdict"] for c in checks.gradient_checks(_summary(*records))]
 
 
 def test_remedy_check_passes_when_only_the_unscaled_gradients_vanish():
-    assert _remedy_verdicts(unscaled_deep=0.05, scaled_deep=0.9) == ["pass"]  # pre-LN only: one check
+    assert _remedy_verdicts(unscaled_deep=0.05, scaled_deep=0.9) == [
+        "pass"
+    ]  # pre-LN only: one check
 
 
-@pytest.mark.parametrize("unscaled_deep,scaled_deep", [(0.9, 0.9), (0.05, 0.05), (0.9, 0.05), (0.6, 1.0)],
-                         ids=["neither-vanishes", "both-vanish", "reversed", "unscaled-keeps-60%"])
-def test_remedy_check_fails_unless_the_scaling_is_what_keeps_the_gradients(unscaled_deep, scaled_deep):
+@pytest.mark.parametrize(
+    "unscaled_deep,scaled_deep",
+    [(0.9, 0.9), (0.05, 0.05), (0.9, 0.05), (0.6, 1.0)],
+    ids=["neither-vanishes", "both-vanish", "reversed", "unscaled-keeps-60%"],
+)
+def test_remedy_check_fails_unless_the_scaling_is_what_keeps_the_gradients(
+    unscaled_deep, scaled_deep
+):
     assert _remedy_verdicts(unscaled_deep, scaled_deep) == ["fail"]
 
 
@@ -359,18 +448,26 @@ def _causal_summary(causal_profile, slem=0.5, seeds=10, noise=0.02):
     r = np.asarray(causal_profile, np.float64)
     r = np.broadcast_to(r, (seeds, r.shape[-1]))
     depth = r.shape[-1] - 1
-    causal = {"residual_fro": (r * np.exp(noise * rng.standard_normal(r.shape))).tolist(),
-              "slem": np.full((seeds, depth), slem).tolist(), "dobrushin": np.full((seeds, depth), 0.9).tolist(),
-              "attention_entropy_normalized": np.full((seeds, depth), 0.99).tolist()}
+    causal = {
+        "residual_fro": (r * np.exp(noise * rng.standard_normal(r.shape))).tolist(),
+        "slem": np.full((seeds, depth), slem).tolist(),
+        "dobrushin": np.full((seeds, depth), 0.9).tolist(),
+        "attention_entropy_normalized": np.full((seeds, depth), 0.99).tolist(),
+    }
     bidir = {"residual_fro": [list(0.01 ** np.arange(depth + 1.0))] * 2}
-    return _summary(_run_record("mask", "attention_only", depth, causal, causal=True),
-                    _run_record("init", "attention_only", depth, bidir))
+    return _summary(
+        _run_record("mask", "attention_only", depth, causal, causal=True),
+        _run_record("init", "attention_only", depth, bidir),
+    )
 
 
 def _mask_verdicts(causal_profile, **kw):
     from experiments.rank_collapse import checks
 
-    return {c["name"].split(" (")[0]: c["verdict"] for c in checks.mask_checks(_causal_summary(causal_profile, **kw))}
+    return {
+        c["name"].split(" (")[0]: c["verdict"]
+        for c in checks.mask_checks(_causal_summary(causal_profile, **kw))
+    }
 
 
 EXPONENTIAL = "causal pure attention collapses exponentially"
@@ -380,36 +477,40 @@ LAYERS = np.arange(17.0)
 
 
 def test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2():
-    assert _mask_verdicts(0.5 ** LAYERS) == {EXPONENTIAL: "pass", LAMBDA2: "pass", SLOWER: "pass"}
+    assert _mask_verdicts(0.5**LAYERS) == {EXPONENTIAL: "pass", LAMBDA2: "pass", SLOWER: "pass"}
 
 
-@pytest.mark.parametrize("profile", [
-    np.full(17, 0.8),  # no collapse
-    np.exp(-0.05 * 3.0 ** (LAYERS / 4)),  # doubly exponential: the rate falls with depth
-    np.exp(-0.02 * LAYERS ** 2),  # super-geometric
-    (1 + LAYERS) ** -3.0,  # a power law: the rate rises toward 1
-], ids=["flat", "doubly-exponential", "gaussian", "power-law"])
+@pytest.mark.parametrize(
+    "profile",
+    [
+        np.full(17, 0.8),  # no collapse
+        np.exp(-0.05 * 3.0 ** (LAYERS / 4)),  # doubly exponential: the rate falls with depth
+        np.exp(-0.02 * LAYERS**2),  # super-geometric
+        (1 + LAYERS) ** -3.0,  # a power law: the rate rises toward 1
+    ],
+    ids=["flat", "doubly-exponential", "gaussian", "power-law"],
+)
 def test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one(profile):
     assert _mask_verdicts(profile)[EXPONENTIAL] == "fail"
 
 
 def test_the_exponential_check_fails_when_the_interval_over_seeds_reaches_one():
     # Half the seeds collapse at 0.8 per layer, half grow at 1.05: the mean rate 0.925 is steady, its interval not < 1.
-    r = np.concatenate([np.tile(0.3 * 0.8 ** LAYERS, (5, 1)), np.tile(0.3 * 1.05 ** LAYERS, (5, 1))])
+    r = np.concatenate([np.tile(0.3 * 0.8**LAYERS, (5, 1)), np.tile(0.3 * 1.05**LAYERS, (5, 1))])
     assert _mask_verdicts(r)[EXPONENTIAL] == "fail"
 
 
 @pytest.mark.parametrize("rate", [0.3, 0.6])
 def test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2(rate):
-    verdicts = _mask_verdicts(rate ** LAYERS, slem=0.5)
+    verdicts = _mask_verdicts(rate**LAYERS, slem=0.5)
     assert verdicts[LAMBDA2] == "fail" and verdicts[EXPONENTIAL] == "pass"
-    assert _mask_verdicts(0.53 ** LAYERS, slem=0.5)[LAMBDA2] == "pass"  # within 10%
+    assert _mask_verdicts(0.53**LAYERS, slem=0.5)[LAMBDA2] == "pass"  # within 10%
 
 
 def test_causal_windows_split_the_resolved_layers_and_regress_each_half():
     from experiments.rank_collapse import summary as s
 
-    r = np.stack([0.5 ** LAYERS, 0.25 ** LAYERS])
+    r = np.stack([0.5**LAYERS, 0.25**LAYERS])
     r[:, 13:] = 1e-16  # unresolved from layer 13: the windows are layers 0-6 and 6-12
     slem = np.stack([np.full(16, 0.5), np.full(16, 0.25)])
     windows = s.window_rates(r, slem, np.ones((2, 16)))
@@ -423,16 +524,29 @@ def test_causal_windows_split_the_resolved_layers_and_regress_each_half():
 
 
 def test_the_causal_mask_check_fails_when_the_causal_profile_falls_faster():
-    assert _mask_verdicts(0.001 ** LAYERS, slem=0.001)[SLOWER] == "fail"
+    assert _mask_verdicts(0.001**LAYERS, slem=0.001)[SLOWER] == "fail"
 
 
 def test_attention_only_training_check_fails_above_twice_chance():
     from experiments.rank_collapse import checks
 
     def summary(accs):
-        phases = [{"phase": "final", "step": 100, "metrics": {"eval_accuracy": accs, "chance_accuracy": [0.1] * 2}}]
-        spec = {"sweep": "train", "kind": "softmax", "architecture": "attention_only", "depth": 8,
-                "temperature": 1.0, "causal": True, "embedding_std": None}
+        phases = [
+            {
+                "phase": "final",
+                "step": 100,
+                "metrics": {"eval_accuracy": accs, "chance_accuracy": [0.1] * 2},
+            }
+        ]
+        spec = {
+            "sweep": "train",
+            "kind": "softmax",
+            "architecture": "attention_only",
+            "depth": 8,
+            "temperature": 1.0,
+            "causal": True,
+            "embedding_std": None,
+        }
         return {"runs": {"r": {"spec": spec, "phases": phases}}}
 
     assert checks.training_checks(summary([0.1, 0.15, 0.12, 0.1, 0.13]))[0]["verdict"] == "pass"
@@ -450,19 +564,46 @@ def _layernorm_summary(orthogonal=None, full_rank=None, postln_last=None, seeds=
     rank) at the last layer; `postln_last` r_L per seed of the post-LN attention-only run."""
     records = []
     if orthogonal is not None:
-        records.append(_run_record("layernorm", "orthogonal", len(orthogonal) - 1,
-                                   {"consensus_ln": np.tile(orthogonal, (seeds, 1)).tolist(),
-                                    "consensus_plain": np.tile(orthogonal, (seeds, 1)).tolist(),
-                                    "rank_ln": [1] * seeds}, causal=True, std=None))
+        records.append(
+            _run_record(
+                "layernorm",
+                "orthogonal",
+                len(orthogonal) - 1,
+                {
+                    "consensus_ln": np.tile(orthogonal, (seeds, 1)).tolist(),
+                    "consensus_plain": np.tile(orthogonal, (seeds, 1)).tolist(),
+                    "rank_ln": [1] * seeds,
+                },
+                causal=True,
+                std=None,
+            )
+        )
     if full_rank is not None:
         with_ln, plain, rank = full_rank
-        records.append(_run_record("layernorm", "full_rank", 48,
-                                   {"consensus_ln": [[0.9] + [with_ln] * 48] * seeds,
-                                    "consensus_plain": [[0.9] + [plain] * 48] * seeds, "rank_ln": [rank] * seeds},
-                                   causal=True, std=None))
+        records.append(
+            _run_record(
+                "layernorm",
+                "full_rank",
+                48,
+                {
+                    "consensus_ln": [[0.9] + [with_ln] * 48] * seeds,
+                    "consensus_plain": [[0.9] + [plain] * 48] * seeds,
+                    "rank_ln": [rank] * seeds,
+                },
+                causal=True,
+                std=None,
+            )
+        )
     if postln_last is not None:
-        records.append(_run_record("mask", "attention_only_postln", 4,
-                                   {"residual_fro": [[0.9, 0.5, 0.4, 0.3, v] for v in postln_last]}, causal=True))
+        records.append(
+            _run_record(
+                "mask",
+                "attention_only_postln",
+                4,
+                {"residual_fro": [[0.9, 0.5, 0.4, 0.3, v] for v in postln_last]},
+                causal=True,
+            )
+        )
     return _summary(*records)
 
 
@@ -478,10 +619,19 @@ def test_layernorm_exponential_check_passes_on_a_geometric_profile_and_fails_on_
     assert _layernorm_verdicts(orthogonal=np.exp(-0.01 * np.arange(41.0) ** 2)) == ["fail"]
 
 
-@pytest.mark.parametrize("with_ln,plain,rank,verdict", [(0.96, 1e-12, 2, "pass"), (1e-9, 1e-12, 2, "fail"),
-                                                        (0.96, 0.5, 2, "fail"), (1.0, 1e-12, 1, "fail")],
-                         ids=["ln-keeps", "ln-collapses-too", "plain-keeps-too", "rank-one"])
-def test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium(with_ln, plain, rank, verdict):
+@pytest.mark.parametrize(
+    "with_ln,plain,rank,verdict",
+    [
+        (0.96, 1e-12, 2, "pass"),
+        (1e-9, 1e-12, 2, "fail"),
+        (0.96, 0.5, 2, "fail"),
+        (1.0, 1e-12, 1, "fail"),
+    ],
+    ids=["ln-keeps", "ln-collapses-too", "plain-keeps-too", "rank-one"],
+)
+def test_layernorm_construction_check_needs_ln_to_be_what_keeps_a_full_rank_equilibrium(
+    with_ln, plain, rank, verdict
+):
     assert _layernorm_verdicts(full_rank=(with_ln, plain, rank)) == [verdict]
 
 
@@ -496,7 +646,10 @@ def test_layernorm_dynamics_match_a_numpy_loop():
 
     with jax.enable_x64(True):
         x0, w_qk, w_v = layernorm.weights("orthogonal", jax.random.key(3), 5, 4, 6)
-        got = {normalize: np.asarray(layernorm.trajectory(x0, w_qk, w_v, normalize)) for normalize in (True, False)}
+        got = {
+            normalize: np.asarray(layernorm.trajectory(x0, w_qk, w_v, normalize))
+            for normalize in (True, False)
+        }
     for normalize, traj in got.items():
         x = np.asarray(x0)
         np.testing.assert_allclose(traj[0], x)
@@ -507,7 +660,9 @@ def test_layernorm_dynamics_match_a_numpy_loop():
             y = (a / a.sum(1, keepdims=True)) @ x @ np.asarray(w_v[layer])
             x = y / np.linalg.norm(y, axis=1, keepdims=True) if normalize else y
             np.testing.assert_allclose(traj[layer + 1], x, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(np.asarray(w_v[0]) @ np.asarray(w_v[0]).T, np.eye(4), atol=1e-12)  # orthogonal
+    np.testing.assert_allclose(
+        np.asarray(w_v[0]) @ np.asarray(w_v[0]).T, np.eye(4), atol=1e-12
+    )  # orthogonal
     assert np.all(np.asarray(x0) > 0)  # one open hemisphere
 
 
@@ -527,7 +682,9 @@ def test_full_rank_construction_settles_at_the_off_axis_equilibrium():
     a = np.exp(logits - logits.max()) / np.sum(np.exp(logits - logits.max()))
     y = (a[0] * last[0] + a[1] * b) @ np.diag([0.5, 1.0])
     np.testing.assert_allclose(y / np.linalg.norm(y), b, atol=1e-12)
-    np.testing.assert_allclose(plain[1] / np.linalg.norm(plain[1]), plain[0] / np.linalg.norm(plain[0]), atol=1e-9)
+    np.testing.assert_allclose(
+        plain[1] / np.linalg.norm(plain[1]), plain[0] / np.linalg.norm(plain[0]), atol=1e-9
+    )
 
 
 # --------------------------------------------------------------------------
@@ -537,9 +694,14 @@ def test_full_rank_construction_settles_at_the_off_axis_equilibrium():
 def _regime_verdicts(entropy, tau, logit_variance):
     from experiments.rank_collapse import checks
 
-    layers = lambda v: [[v] * 4] * 2  # noqa: E731  [seeds, L]
-    metrics = {"attention_entropy_normalized": layers(entropy), "dobrushin": layers(tau),
-               "logit_variance": layers(logit_variance)}
+    def layers(v):
+        return [[v] * 4] * 2
+
+    metrics = {
+        "attention_entropy_normalized": layers(entropy),
+        "dobrushin": layers(tau),
+        "logit_variance": layers(logit_variance),
+    }
     record = _run_record("init", "attention_only", 4, metrics)
     return [c["verdict"] for c in checks.regime_checks(_summary(record))]
 
@@ -559,15 +721,24 @@ def _dong_verdicts(r):
     from experiments.rank_collapse import checks
 
     depth = r.shape[-1] - 1
-    metrics = {"dong/residual": r.tolist(), "dong/residual_abs": r.tolist(), "dong/bound": (10 * r[..., 1:]).tolist(),
-               "dong/constant": np.ones((r.shape[0], depth)).tolist()}
-    return {c["name"].rsplit(" (", 1)[0]: c["verdict"]
-            for c in checks.dong_checks(_summary(_run_record("init", "attention_only", depth, metrics)))}
+    metrics = {
+        "dong/residual": r.tolist(),
+        "dong/residual_abs": r.tolist(),
+        "dong/bound": (10 * r[..., 1:]).tolist(),
+        "dong/constant": np.ones((r.shape[0], depth)).tolist(),
+    }
+    return {
+        c["name"].rsplit(" (", 1)[0]: c["verdict"]
+        for c in checks.dong_checks(_summary(_run_record("init", "attention_only", depth, metrics)))
+    }
 
 
 def test_dong_resolved_condition_fails_with_three_resolved_layers():
     resolved = _dong_verdicts(_cubic(0.5, 0.9, 4))
-    assert resolved["float64 profile resolved"] == "pass" and resolved["Dong's cubic exponent"] == "pass"
+    assert (
+        resolved["float64 profile resolved"] == "pass"
+        and resolved["Dong's cubic exponent"] == "pass"
+    )
     short = _dong_verdicts(_cubic(1.0, 0.05, 4))  # layer 3 below 1e-13
     assert short["float64 profile resolved"] == "fail" and short["Dong's cubic exponent"] == "fail"
     assert resolved["residual <= Dong's bound at every resolved layer"] == "pass"

@@ -1,6 +1,7 @@
 """`nn.MultiHeadAttention` and `nn.Transformer` against the float64 NumPy reference written from the
 equations (tests/reference_transformer.py), every parameter random (biases and norm scales included),
 and `depth_profile`'s fields against NumPy."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,14 +13,36 @@ from tests import reference_transformer as ref
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 CASES = {
-    "learned-pre-layernorm-gqa-causal": dict(positions="learned", norm="pre", norm_kind="layernorm",
-                                             num_kv_heads=2, temperature=0.7, causal=True),
-    "sinusoidal-post-rmsnorm-rope-tied": dict(positions="sinusoidal", norm="post", norm_kind="rmsnorm",
-                                              rope="half", temperature=1.3, head="tied", mlp_activation="relu"),
-    "rope-interleaved-no-positions-scaled": dict(positions=None, norm="pre", norm_kind="rmsnorm",
-                                                 rope="interleaved", num_kv_heads=1, temperature=2.0,
-                                                 residual_scale=0.5, causal=True),
-    "attention-only-no-norm": dict(positions="learned", norm=None, mlp=False, final_norm=False, temperature=0.5),
+    "learned-pre-layernorm-gqa-causal": dict(
+        positions="learned",
+        norm="pre",
+        norm_kind="layernorm",
+        num_kv_heads=2,
+        temperature=0.7,
+        causal=True,
+    ),
+    "sinusoidal-post-rmsnorm-rope-tied": dict(
+        positions="sinusoidal",
+        norm="post",
+        norm_kind="rmsnorm",
+        rope="half",
+        temperature=1.3,
+        head="tied",
+        mlp_activation="relu",
+    ),
+    "rope-interleaved-no-positions-scaled": dict(
+        positions=None,
+        norm="pre",
+        norm_kind="rmsnorm",
+        rope="interleaved",
+        num_kv_heads=1,
+        temperature=2.0,
+        residual_scale=0.5,
+        causal=True,
+    ),
+    "attention-only-no-norm": dict(
+        positions="learned", norm=None, mlp=False, final_norm=False, temperature=0.5
+    ),
 }
 
 
@@ -35,8 +58,16 @@ def randomize(model, seed):
 
 def _model(options, seed=0):
     options = dict(options)
-    config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=4, vocab_size=13, max_len=8,
-                                         mlp_features=24, param_dtype=jnp.float64, **options)
+    config = nn.TransformerConfig.create(
+        num_layers=2,
+        features=16,
+        num_heads=4,
+        vocab_size=13,
+        max_len=8,
+        mlp_features=24,
+        param_dtype=jnp.float64,
+        **options,
+    )
     model = nn.Transformer(config, rngs=nnx.Rngs(seed))
     return model, randomize(model, seed)
 
@@ -56,20 +87,23 @@ def test_transformer_matches_float64_reference(name):
 
 @pytest.mark.parametrize("rope", [None, "half"])
 def test_multi_head_attention_matches_float64_reference(rope):
-    mha = nn.MultiHeadAttention(12, 6, num_kv_heads=3, temperature=0.6, rope=rope, param_dtype=jnp.float64,
-                                rngs=nnx.Rngs(1))
+    mha = nn.MultiHeadAttention(
+        12, 6, num_kv_heads=3, temperature=0.6, rope=rope, param_dtype=jnp.float64, rngs=nnx.Rngs(1)
+    )
     flat = randomize(mha, 1)
     params = ref._tree(flat)
     x = np.random.default_rng(0).normal(size=(2, 5, 12))
     mask = np.random.default_rng(1).random((5, 5)) < 0.7
     mask[:, 0] = True
     out = mha(jnp.asarray(x), mask=jnp.asarray(mask))
-    want = ref.multi_head_attention(params, x, num_heads=6, num_kv_heads=3, temperature=0.6, rope=rope,
-                                    mask=mask)
+    want = ref.multi_head_attention(
+        params, x, num_heads=6, num_kv_heads=3, temperature=0.6, rope=rope, mask=mask
+    )
     np.testing.assert_allclose(np.asarray(out), want, **TOL)
 
 
 # ---------------------------------------------------------------- depth_profile through the profile
+
 
 def _np_profile(hidden, attention, causal):
     """The profile's fields from their definitions, float64: hidden [L+1, B, T, D], attention [L, B, H, T, T]."""
@@ -78,10 +112,15 @@ def _np_profile(hidden, attention, causal):
     gram = np.einsum("...id,...jd->...ij", u, u)
     cosine = (gram.sum((-2, -1)) - t) / (t * (t - 1))
     s = np.linalg.svd(hidden, compute_uv=False)
-    stable = (s ** 2).sum(-1) / s[..., 0] ** 2
+    stable = (s**2).sum(-1) / s[..., 0] ** 2
     prob = s / s.sum(-1, keepdims=True)
-    effective = np.exp(-np.sum(np.where(prob > 0, prob * np.log(np.where(prob > 0, prob, 1)), 0), -1))
-    l1inf = lambda m: np.sqrt(np.abs(m).sum(-2).max(-1) * np.abs(m).sum(-1).max(-1))  # noqa: E731
+    effective = np.exp(
+        -np.sum(np.where(prob > 0, prob * np.log(np.where(prob > 0, prob, 1)), 0), -1)
+    )
+
+    def l1inf(m):
+        return np.sqrt(np.abs(m).sum(-2).max(-1) * np.abs(m).sum(-1).max(-1))
+
     residual = l1inf(hidden - hidden.mean(-2, keepdims=True)) / l1inf(hidden)
     visible = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
     logs = np.log(np.where(visible, attention, 1.0))
@@ -89,9 +128,13 @@ def _np_profile(hidden, attention, causal):
     mean = np.where(visible, logs, 0).sum(-1) / count
     var = np.where(visible, (logs - mean[..., None]) ** 2, 0).sum(-1) / count
     rows = count > 1
-    entropy = -np.where(visible, attention * logs, 0).sum(-1) / np.log(np.maximum(count, 2))  # one-key rows: left out
+    entropy = -np.where(visible, attention * logs, 0).sum(-1) / np.log(
+        np.maximum(count, 2)
+    )  # one-key rows: left out
     return {
-        "token_cosine": cosine.mean(1), "stable_rank": stable.mean(1), "effective_rank": effective.mean(1),
+        "token_cosine": cosine.mean(1),
+        "stable_rank": stable.mean(1),
+        "effective_rank": effective.mean(1),
         "residual_l1inf": residual.mean(1),
         "logit_variance": (var[..., rows].mean(-1)).mean((1, 2)),
         "attention_entropy_normalized": entropy[..., rows].mean(-1).mean((1, 2)),
@@ -106,4 +149,6 @@ def test_depth_profile_fields_match_numpy(causal):
     profile = depth_profile(inter["hidden"], inter["attention"], causal=causal)
     want = _np_profile(np.asarray(inter["hidden"]), np.asarray(inter["attention"]), causal)
     for name, value in want.items():
-        np.testing.assert_allclose(np.asarray(profile[name]), value, rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(profile[name]), value, rtol=1e-9, atol=1e-12, err_msg=name
+        )

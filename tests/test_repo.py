@@ -1,6 +1,7 @@
 """The repository's promises about itself: CI runs the README's test command, and the committed
 pretrained-model and power-iteration reports and their README sections are the committed summaries
 rendered (no model needed)."""
+
 import json
 import re
 from pathlib import Path
@@ -24,8 +25,11 @@ def test_the_readme_opens_with_exactly_two_set_up_commands():
 def test_ci_runs_the_readme_test_command():
     _, tests = _readme_commands()
     ci = (REPO / ".ci" / "run").read_text()
-    ci_command = ci[ci.index("python3 -m venv"):].strip()
-    strip_quiet = lambda c: re.sub(r"pip install -q ", "pip install ", " ".join(c.replace("\\\n", " ").split()))  # noqa: E731
+    ci_command = ci[ci.index("python3 -m venv") :].strip()
+
+    def strip_quiet(c):
+        return re.sub(r"pip install -q ", "pip install ", " ".join(c.replace("\\\n", " ").split()))
+
     assert strip_quiet(ci_command) == strip_quiet(tests)
 
 
@@ -49,7 +53,7 @@ def test_readme_pretrained_section_is_the_committed_summaries_rendered():
     results = {d: json.loads((REPO / d / "summary.json").read_text()) for d in dirs}
     times = {d: json.loads((REPO / d / "timing.json").read_text())["default"] for d in dirs}
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Results: pretrained models"):]
+    section = readme[readme.index("## Results: pretrained models") :]
     assert section.startswith(report.readme_section(results, times) + "\n")
 
 
@@ -68,6 +72,6 @@ def test_committed_power_iteration_results_are_their_summary_rendered():
     assert sorted(p.name for p in (POWER_ITERATION_RESULTS / "plots").iterdir()) == summary["plots"]
     times = json.loads((POWER_ITERATION_RESULTS / "timing.json").read_text())
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Results: power iteration"):]
+    section = readme[readme.index("## Results: power iteration") :]
     rendered = report.readme_section(summary, times) + "\n"
-    assert section.startswith(rendered) and section[len(rendered):].startswith(("## ", "<!--"))
+    assert section.startswith(rendered) and section[len(rendered) :].startswith(("## ", "<!--"))

@@ -1,5 +1,6 @@
 """Rotary position embeddings: the relative-position identity, the two layouts,
 and RoPE inside MultiHeadAttention under the KV cache."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,15 +34,24 @@ def test_matches_the_definition_and_keeps_norms(layout):
     positions = jnp.arange(7) * 3 + 5
     got = rope.rotary_embedding(x, positions, base=100.0, layout=layout)
     np.testing.assert_allclose(got, _numpy_rope(x, positions, 100.0, layout), atol=1e-12)
-    np.testing.assert_allclose(jnp.linalg.norm(got, axis=-1), jnp.linalg.norm(x, axis=-1), atol=1e-12)
+    np.testing.assert_allclose(
+        jnp.linalg.norm(got, axis=-1), jnp.linalg.norm(x, axis=-1), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("layout", rope.LAYOUTS)
 def test_dot_products_depend_only_on_the_offset(layout):
     """q_t . k_s after rotation is a function of t - s: shifting both positions changes nothing."""
     q, k = _heads(1, (1, 1, 16)), _heads(2, (1, 1, 16))
-    dot = lambda t, s: float(jnp.sum(rope.rotary_embedding(q, jnp.array([t]), layout=layout)  # noqa: E731
-                                     * rope.rotary_embedding(k, jnp.array([s]), layout=layout)))
+
+    def dot(t, s):
+        return float(
+            jnp.sum(
+                rope.rotary_embedding(q, jnp.array([t]), layout=layout)
+                * rope.rotary_embedding(k, jnp.array([s]), layout=layout)
+            )
+        )
+
     assert dot(3, 1) == pytest.approx(dot(103, 101), abs=1e-9)
     assert dot(3, 1) != pytest.approx(dot(3, 2), abs=1e-3)  # and it does depend on the offset
 
@@ -62,10 +72,13 @@ def test_low_precision_inputs_keep_their_dtype():
     assert rope.rotary_embedding(x, jnp.arange(4)).dtype == jnp.bfloat16
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"layout": "neox"}, "rope must be one of"),
-    ({"base": 0.0}, "rope_base must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"layout": "neox"}, "rope must be one of"),
+        ({"base": 0.0}, "rope_base must be a positive number"),
+    ],
+)
 def test_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         rope.rotary_embedding(_heads(5, (4, 2, 8)), jnp.arange(4), **kwargs)
@@ -84,13 +97,22 @@ def test_bad_shapes():
 @pytest.mark.slow
 def test_rope_in_attention_decodes_exactly(layout):
     """Cached decoding with RoPE (positions from the cache index) equals the full forward (1e-10)."""
-    mha = nn.MultiHeadAttention(16, 4, num_kv_heads=2, rope=layout, rope_base=500.0, param_dtype=jnp.float64,
-                                rngs=nnx.Rngs(0))
+    mha = nn.MultiHeadAttention(
+        16,
+        4,
+        num_kv_heads=2,
+        rope=layout,
+        rope_base=500.0,
+        param_dtype=jnp.float64,
+        rngs=nnx.Rngs(0),
+    )
     x = _heads(7, (2, 6, 16))
     full = nnx.jit(lambda m, x: m(x, is_causal=True))(mha, x)
     mha.init_cache(2, 9)
-    decode = nnx.jit(lambda m, x: m(x, decode=True))  # one program per chunk length (eager ops compile one by one)
-    parts = [decode(mha, x[:, :3])] + [decode(mha, x[:, t:t + 1]) for t in range(3, 6)]
+    decode = nnx.jit(
+        lambda m, x: m(x, decode=True)
+    )  # one program per chunk length (eager ops compile one by one)
+    parts = [decode(mha, x[:, :3])] + [decode(mha, x[:, t : t + 1]) for t in range(3, 6)]
     np.testing.assert_allclose(jnp.concatenate(parts, axis=1), full, atol=1e-10)
     # Rotation is on: without it the output differs.
     plain = nn.MultiHeadAttention(16, 4, num_kv_heads=2, param_dtype=jnp.float64, rngs=nnx.Rngs(0))

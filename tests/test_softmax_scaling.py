@@ -1,4 +1,5 @@
 """The softmax-scaling study: its measurements and their pieces (the contract: test_studies.py)."""
+
 import json
 
 import jax
@@ -20,17 +21,28 @@ def run():
 
 
 def test_rows_plots_and_report(run):
-    assert run.summary["plots"] == ["gradient.png", "jacobian.png", "saturation.png", "variance.png"]
+    assert run.summary["plots"] == [
+        "gradient.png",
+        "jacobian.png",
+        "saturation.png",
+        "variance.png",
+    ]
     rows = [json.loads(line) for line in open(run.workdir / "metrics.jsonl")]
     config = config_lib.get_config("smoke")
     seeds, families = 3, len(gradients.INPUTS)
     per_dim = 2 * (1 + len(study.STATS)) + seeds * families * 2 * 2  # variance + stats, gradients
     assert len(rows) == len(DIMS) * per_dim + len(study.STATS) + seeds * len(config.rate_dims)
-    assert {(r["d_k"], r["quantity"], r["scaling"]) for r in rows if "inputs" not in r and r["part"] == "dim"} == {
-        (d, q, s) for d in DIMS for q in ("variance",) + study.STATS for s in study.SCALINGS}
-    assert {(r["quantity"], r["scaling"]) for r in rows if r["part"] == "limit"} == {(q, "scaled") for q in study.STATS}
+    assert {
+        (r["d_k"], r["quantity"], r["scaling"])
+        for r in rows
+        if "inputs" not in r and r["part"] == "dim"
+    } == {(d, q, s) for d in DIMS for q in ("variance",) + study.STATS for s in study.SCALINGS}
+    assert {(r["quantity"], r["scaling"]) for r in rows if r["part"] == "limit"} == {
+        (q, "scaled") for q in study.STATS
+    }
     assert {(r["width"], r["seed"]) for r in rows if r["part"] == "rate"} == {
-        (w, s) for w in config.rate_dims for s in range(seeds)}
+        (w, s) for w in config.rate_dims for s in range(seeds)
+    }
     report = (run.workdir / "report.md").read_text()
     assert "| 1024 |" in report and "PASS" in report and "plots/variance.png" in report
 
@@ -39,15 +51,23 @@ def test_report_tables_are_aligned_markdown(run):
     from experiments.report_util import markdown_table
 
     assert markdown_table(["a", "b"], [[1, ""], ["x|y", 2]], align="rc", pad_empty=False) == [
-        "| a | b |", "|---:|:---:|", "| 1 | |", "| x\\|y | 2 |"]
+        "| a | b |",
+        "|---:|:---:|",
+        "| 1 | |",
+        "| x\\|y | 2 |",
+    ]
     assert markdown_table(["a", "b"], [[1, ""]]) == ["| a | b |", "|---|---|", "| 1 |  |"]
-    with pytest.raises(ValueError, match="align must give one of l, r, c for each of the 2 columns"):
+    with pytest.raises(
+        ValueError, match="align must give one of l, r, c for each of the 2 columns"
+    ):
         markdown_table(["a", "b"], [], align="rx")
     report = (run.workdir / "report.md").read_text()
     assert "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|" in report
     limit = run.summary["limit"]
-    assert (f"| ∞ (scaled) | | {limit['max_weight']:.4f} | | {limit['entropy']:.4f} | | "
-            f"{limit['jacobian_spectral']:.4g} | | {limit['jacobian_frobenius']:.4g} |") in report
+    assert (
+        f"| ∞ (scaled) | | {limit['max_weight']:.4f} | | {limit['entropy']:.4f} | | "
+        f"{limit['jacobian_spectral']:.4g} | | {limit['jacobian_frobenius']:.4g} |"
+    ) in report
 
 
 def test_smoke_variances_match_the_predictions(run):
@@ -101,12 +121,16 @@ def test_secular_spectral_norm_equals_numpys_on_the_jacobian(sigma):
     rng = np.random.default_rng(int(sigma * 10))
     for _ in range(8):
         p = np.asarray(jax.nn.softmax(jnp.asarray(sigma * rng.standard_normal(64), jnp.float64)))
-        rest = np.array([np.sum(np.delete(p, i)) for i in range(64)])  # 1 - p_i without cancellation
+        rest = np.array(
+            [np.sum(np.delete(p, i)) for i in range(64)]
+        )  # 1 - p_i without cancellation
         jac = np.diag(p * rest) - np.outer(p, p) * (1 - np.eye(64))
         want = np.linalg.norm(jac, 2)
         assert float(spectral_norm(jnp.asarray(p))) == pytest.approx(want, rel=1e-12, abs=1e-300)
     tie = jnp.asarray([0.4, 0.4, 0.2], jnp.float64)
-    assert float(spectral_norm(tie)) == pytest.approx(np.linalg.norm(np.diag(tie) - np.outer(tie, tie), 2), rel=1e-12)
+    assert float(spectral_norm(tie)) == pytest.approx(
+        np.linalg.norm(np.diag(tie) - np.outer(tie, tie), 2), rel=1e-12
+    )
     assert float(spectral_norm(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))) == 0.0
 
 
@@ -124,8 +148,10 @@ def test_config_variants():
     assert min(default.dims) == 4 and max(default.dims) == 1024
     # 5% must be at least 5 standard errors of the sample variance at every d_k.
     for config in (default, smoke):
-        assert all(config.variance_tolerance >= 5 * study.relative_standard_error(d, config.num_samples)
-                   for d in config.dims)
+        assert all(
+            config.variance_tolerance >= 5 * study.relative_standard_error(d, config.num_samples)
+            for d in config.dims
+        )
 
 
 # The verdict of every check on the test run. Flipping any one comparison in summary.py (or a record's
@@ -139,7 +165,10 @@ EXPECTED = {
     "with the scale the gradient to q, K stays flat (gaussian)": ("prediction", "pass"),
     "without the scale the gradient to q, K vanishes (laplace)": ("prediction", "pass"),
     "with the scale the gradient to q, K stays flat (laplace)": ("prediction", "pass"),
-    "with the scale the gradient is NOT flat when q, k share a low-rank subspace": ("prediction", "pass"),
+    "with the scale the gradient is NOT flat when q, k share a low-rank subspace": (
+        "prediction",
+        "pass",
+    ),
     "E||J||_2 of the unscaled softmax ~ d_k^(-1/2)": ("prediction", "pass"),
 }
 
@@ -153,13 +182,16 @@ def test_every_check_has_its_expected_verdict(run):
 
 # Each prediction fails on an input where its claim does not hold.
 
+
 def test_vanishing_fails_when_the_gradient_does_not_shrink():
     shrinking = {"grad_query": [[1.0, 2.0], [0.05, 0.1]], "grad_key": [[1.0, 1.0], [0.01, 0.02]]}
     assert summary_lib.vanishes(shrinking, 0.1)["pass"] is True
     flat = {"grad_query": [[1.0, 2.0], [0.5, 1.9]], "grad_key": [[1.0, 1.0], [0.01, 0.02]]}
     check = summary_lib.vanishes(flat, 0.1)
     assert check["pass"] is False and check["high"] == pytest.approx(0.95)
-    assert summary_lib.vanishes({"grad_query": [[0.0], [0.0]]}, 0.1)["pass"] is None  # nothing resolved
+    assert (
+        summary_lib.vanishes({"grad_query": [[0.0], [0.0]]}, 0.1)["pass"] is None
+    )  # nothing resolved
 
 
 def test_flatness_fails_when_the_scaled_gradient_shrinks_and_low_rank_fails_when_flat():
@@ -186,7 +218,9 @@ def test_a_failing_outcome_reaches_the_report_as_fail(run):
     broken["checks"]["gradients"]["gaussian"]["vanishes"].update({"pass": False, "high": 0.9})
     broken["checks"]["jacobian_rate"].update({"pass": False, "high": -0.2})
     records = {p["name"]: p for p in checks.predictions(broken)}
-    assert records["without the scale the gradient to q, K vanishes (gaussian)"]["verdict"] == "fail"
+    assert (
+        records["without the scale the gradient to q, K vanishes (gaussian)"]["verdict"] == "fail"
+    )
     assert records["E||J||_2 of the unscaled softmax ~ d_k^(-1/2)"]["verdict"] == "fail"
     broken["predictions"] = checks.predictions(broken)
     assert "Predictions: 4 pass, 2 fail" in report.markdown(broken)
@@ -197,7 +231,7 @@ def test_closed_form_gradients_match_jax_grad_of_the_library_attention():
     kq, kk, kv, kg = jax.random.split(key, 4)
     q, keys = jax.random.normal(kq, (8,), jnp.float64), jax.random.normal(kk, (5, 8), jnp.float64)
     values, g = jax.random.normal(kv, (5, 3), jnp.float64), jax.random.normal(kg, (3,), jnp.float64)
-    for scale in (1.0, 8 ** -0.5):
+    for scale in (1.0, 8**-0.5):
         dq, dk = jax.grad(gradients.attention_loss, argnums=(0, 1))(q, keys, values, g, scale)
         cq, ck = gradients.gradients(q, keys, values, g, scale)
         np.testing.assert_allclose(np.asarray(cq), np.asarray(dq), rtol=1e-10, atol=1e-12)
@@ -206,15 +240,20 @@ def test_closed_form_gradients_match_jax_grad_of_the_library_attention():
 
 def test_input_families_have_unit_variance_and_low_rank_breaks_the_footnote():
     mask = jnp.ones((64,), jnp.float64)
-    sample = jax.jit(jax.vmap(lambda k, inputs: gradients.sample_query_keys(k, inputs, mask, num_keys=4, rank=2),
-                              in_axes=(0, None)), static_argnums=1)
+    sample = jax.jit(
+        jax.vmap(
+            lambda k, inputs: gradients.sample_query_keys(k, inputs, mask, num_keys=4, rank=2),
+            in_axes=(0, None),
+        ),
+        static_argnums=1,
+    )
     keys = jax.random.split(jax.random.key(0), 2000)
     for inputs in gradients.INPUTS:
         q, k = sample(keys, inputs)
         assert float(jnp.var(q)) == pytest.approx(1.0, rel=0.05), inputs
         logit_var = float(jnp.var(jnp.einsum("nd,nd->n", q, k[:, 0])))
         # Var(q.k): d_k = 64 for independent components; ~ d_k^2 / r = 2048 for the rank-2 family.
-        expected = 64 ** 2 / 2 if inputs == "low_rank" else 64
+        expected = 64**2 / 2 if inputs == "low_rank" else 64
         assert logit_var == pytest.approx(expected, rel=0.2), inputs
     with pytest.raises(ValueError, match="inputs must be one of"):
         gradients.sample_query_keys(keys[0], "cauchy", mask, num_keys=4, rank=2)
@@ -234,5 +273,7 @@ def test_committed_results_are_their_summary_rendered():
     assert (results / "report.md").read_text() == report.markdown(committed)
     assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]
     readme = (repo / "README.md").read_text()
-    start = readme.index("<!-- softmax_scaling results -->\n") + len("<!-- softmax_scaling results -->\n")
+    start = readme.index("<!-- softmax_scaling results -->\n") + len(
+        "<!-- softmax_scaling results -->\n"
+    )
     assert readme[start:].startswith(report.readme_section(committed, timing) + "\n")

@@ -4,6 +4,7 @@ Each study runs once per test run on a small config (`finished(name)`,
 shared with the studies' own test files); every contract test reads that run
 or re-runs parts of it.
 """
+
 import atexit
 import dataclasses
 import fcntl
@@ -62,12 +63,21 @@ def rank_collapse_test_config():
 def power_iteration_test_config():
     config = power_iteration_config.get_config("smoke")
     config.fixed.update(temperatures=(1.0,), num_matrices=2, seq_len=8, head_dim=8, steps=120)
-    config.products.update(architectures=("attention_only",), num_layers=2, num_seeds=1, measure_batch_size=2)
+    config.products.update(
+        architectures=("attention_only",), num_layers=2, num_seeds=1, measure_batch_size=2
+    )
     config.products.model.update(features=8, num_heads=2)
     config.products.task.update(num_pairs=2, num_queries=2, vocab_size=8)
     config.products.train.update(steps=2, batch_size=4, warmup_steps=1, log_every=2, eval_batches=1)
-    config.clusters.update(betas=(1.0, 8.0), num_tokens=8, dim=3, steps=500, measure_every=10, num_seeds=2,
-                           probe_time=20.0)
+    config.clusters.update(
+        betas=(1.0, 8.0),
+        num_tokens=8,
+        dim=3,
+        steps=500,
+        measure_every=10,
+        num_seeds=2,
+        probe_time=20.0,
+    )
     return config
 
 
@@ -98,8 +108,16 @@ def long_context_test_config():
 
 STUDIES = {
     "rank_collapse": (RANK_COLLAPSE, rank_collapse_test_config, rank_collapse_config.get_config),
-    "power_iteration": (POWER_ITERATION, power_iteration_test_config, power_iteration_config.get_config),
-    "softmax_scaling": (SOFTMAX_SCALING, softmax_scaling_test_config, softmax_scaling_config.get_config),
+    "power_iteration": (
+        POWER_ITERATION,
+        power_iteration_test_config,
+        power_iteration_config.get_config,
+    ),
+    "softmax_scaling": (
+        SOFTMAX_SCALING,
+        softmax_scaling_test_config,
+        softmax_scaling_config.get_config,
+    ),
     "long_context": (LONG_CONTEXT, long_context_test_config, long_context_config.get_config),
 }
 NAMES = tuple(STUDIES)
@@ -177,8 +195,16 @@ def test_each_command_is_the_shared_entry_point_of_its_study(name):
 
 def test_command_line_typo_fails_before_running(tmp_path):
     name = "rank_collapse"  # every study's command is the same entry point (the test above)
-    cmd = [sys.executable, "-m", f"experiments.{name}", "--config", f"configs/{name}.py:smoke",
-           "--config.seedz=3", "--workdir", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        f"experiments.{name}",
+        "--config",
+        f"configs/{name}.py:smoke",
+        "--config.seedz=3",
+        "--workdir",
+        str(tmp_path / "out"),
+    ]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "unknown config key 'seedz'" in result.stderr and "'seed'" in result.stderr
@@ -206,7 +232,9 @@ def test_smoke_run_writes_the_five_outputs(name):
     assert all(specs[row["run"]].items() <= row.items() for row in rows)
     # Predictions: records with a verdict; the report is a function of summary.json.
     predictions = run.summary["predictions"]
-    assert predictions and all(p["verdict"] in study_lib.VERDICTS and p["source"] for p in predictions)
+    assert predictions and all(
+        p["verdict"] in study_lib.VERDICTS and p["source"] for p in predictions
+    )
     report = (run.workdir / "report.md").read_text()
     assert study.report(json.loads((run.workdir / "summary.json").read_text())) == report
     assert all(f"plots/{plot}" in report for plot in plots)
@@ -217,8 +245,15 @@ def test_rerun_skips_finished_runs(name, figures_not_rendered):
     study, test_config, _ = STUDIES[name]
     run = finished(name)
     metrics = (run.workdir / "metrics.jsonl").read_text()
-    assert study_lib.run(replace_run_one(study, refuse), test_config(), str(run.workdir),
-                         progress=lambda line: None) == run.summary
+    assert (
+        study_lib.run(
+            replace_run_one(study, refuse),
+            test_config(),
+            str(run.workdir),
+            progress=lambda line: None,
+        )
+        == run.summary
+    )
     assert (run.workdir / "metrics.jsonl").read_text() == metrics
 
 
@@ -229,7 +264,9 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
     run = finished(name)
     killed_id = study.specs(test_config())[0].run_id
     workdir = tmp_path / "killed"
-    shutil.copytree(run.workdir, workdir, ignore=shutil.ignore_patterns("summary.json", "report.md", "plots"))
+    shutil.copytree(
+        run.workdir, workdir, ignore=shutil.ignore_patterns("summary.json", "report.md", "plots")
+    )
     os.remove(workdir / "runs" / f"{killed_id}.json")
 
     def killed(spec, config, run_dir):
@@ -240,8 +277,13 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
         raise KeyboardInterrupt("simulated kill")
 
     with pytest.raises(KeyboardInterrupt):
-        study_lib.run(replace_run_one(study, killed), test_config(), str(workdir), progress=lambda line: None)
-    assert not (workdir / "runs" / f"{killed_id}.json").exists() and not (workdir / "summary.json").exists()
+        study_lib.run(
+            replace_run_one(study, killed), test_config(), str(workdir), progress=lambda line: None
+        )
+    assert (
+        not (workdir / "runs" / f"{killed_id}.json").exists()
+        and not (workdir / "summary.json").exists()
+    )
 
     redone = []
 
@@ -252,8 +294,12 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
         return study.run_one(spec, config, run_dir)
 
     messages = []
-    assert study_lib.run(replace_run_one(study, counted), test_config(), str(workdir),
-                         progress=messages.append) == run.summary
+    assert (
+        study_lib.run(
+            replace_run_one(study, counted), test_config(), str(workdir), progress=messages.append
+        )
+        == run.summary
+    )
     assert redone == [killed_id]
     total = len(study.specs(test_config()))
     assert messages[0].startswith(f"{name}: {total} runs ({total - 1} already done)")
@@ -263,47 +309,128 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
 
 # Each edit makes the test config invalid; the run must fail before compiling anything.
 BAD_CONFIGS = [
-    ("rank_collapse", lambda c: setattr(c.init_sweep, "depths", (0, 2)), r"init_sweep.depths must be positive ints"),
-    ("rank_collapse", lambda c: setattr(c.model, "features", 17),
-     r"features \(17\) must be divisible by num_heads \(2\)"),
-    ("rank_collapse", lambda c: setattr(c.train_sweep, "temperatures", (-1.0,)),
-     r"train_sweep.temperatures must be > 0"),
-    ("rank_collapse", lambda c: setattr(c.init_sweep, "architectures", ("attention",)), r"unknown 'attention'; valid"),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.init_sweep, "depths", (0, 2)),
+        r"init_sweep.depths must be positive ints",
+    ),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.model, "features", 17),
+        r"features \(17\) must be divisible by num_heads \(2\)",
+    ),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.train_sweep, "temperatures", (-1.0,)),
+        r"train_sweep.temperatures must be > 0",
+    ),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.init_sweep, "architectures", ("attention",)),
+        r"unknown 'attention'; valid",
+    ),
     ("rank_collapse", lambda c: setattr(c, "num_seeds", 0), r"num_seeds must be >= 1"),
-    ("rank_collapse", lambda c: setattr(c.scale_sweep, "num_seeds", 0),
-     r"scale_sweep.num_seeds must be None or an int"),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.scale_sweep, "num_seeds", 0),
+        r"scale_sweep.num_seeds must be None or an int",
+    ),
     ("rank_collapse", lambda c: setattr(c.train, "warmup_steps", 4), r"warmup_steps < total_steps"),
-    ("rank_collapse", lambda c: setattr(c.model, "dtype", "float16"), r"model.dtype must be one of"),
-    ("rank_collapse", lambda c: setattr(c.layernorm, "constructions", ("orthogonal", "identity")),
-     r"layernorm.constructions: unknown 'identity'; valid: \('orthogonal', 'full_rank'\)"),
-    ("rank_collapse", lambda c: setattr(c.layernorm, "num_layers", 0), r"layernorm.num_layers must be an int >= 1"),
-    ("power_iteration", lambda c: setattr(c.fixed, "temperatures", (0.0,)),
-     r"fixed.temperatures must be a number in \(0, inf\)"),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.model, "dtype", "float16"),
+        r"model.dtype must be one of",
+    ),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.layernorm, "constructions", ("orthogonal", "identity")),
+        r"layernorm.constructions: unknown 'identity'; valid: \('orthogonal', 'full_rank'\)",
+    ),
+    (
+        "rank_collapse",
+        lambda c: setattr(c.layernorm, "num_layers", 0),
+        r"layernorm.num_layers must be an int >= 1",
+    ),
+    (
+        "power_iteration",
+        lambda c: setattr(c.fixed, "temperatures", (0.0,)),
+        r"fixed.temperatures must be a number in \(0, inf\)",
+    ),
     ("power_iteration", lambda c: setattr(c.fixed, "steps", 1), r"fixed.steps must be an int >= 2"),
-    ("power_iteration", lambda c: setattr(c.clusters, "radius", 3.0),
-     r"clusters.radius must be a number in \(0, 2\)"),
-    ("power_iteration", lambda c: setattr(c.clusters, "betas", (4.0, 1.0)),
-     r"clusters.betas must be distinct and increasing"),
-    ("power_iteration", lambda c: setattr(c.products, "architectures", ("attention",)), r"unknown 'attention'; valid"),
-    ("power_iteration", lambda c: setattr(c.products.model, "features", 9),
-     r"features \(9\) must be divisible by num_heads \(2\)"),
-    ("power_iteration", lambda c: setattr(c.products.train, "warmup_steps", 2), r"warmup_steps < total_steps"),
-    ("softmax_scaling", lambda c: setattr(c, "num_samples", -5), r"config.num_samples must be an int >= 2"),
-    ("softmax_scaling", lambda c: setattr(c, "saturation_samples", 0),
-     r"config.saturation_samples must be an int >= 1"),
-    ("softmax_scaling", lambda c: setattr(c, "dims", (4, 0)), r"config.dims: every d_k must be an int >= 1"),
+    (
+        "power_iteration",
+        lambda c: setattr(c.clusters, "radius", 3.0),
+        r"clusters.radius must be a number in \(0, 2\)",
+    ),
+    (
+        "power_iteration",
+        lambda c: setattr(c.clusters, "betas", (4.0, 1.0)),
+        r"clusters.betas must be distinct and increasing",
+    ),
+    (
+        "power_iteration",
+        lambda c: setattr(c.products, "architectures", ("attention",)),
+        r"unknown 'attention'; valid",
+    ),
+    (
+        "power_iteration",
+        lambda c: setattr(c.products.model, "features", 9),
+        r"features \(9\) must be divisible by num_heads \(2\)",
+    ),
+    (
+        "power_iteration",
+        lambda c: setattr(c.products.train, "warmup_steps", 2),
+        r"warmup_steps < total_steps",
+    ),
+    (
+        "softmax_scaling",
+        lambda c: setattr(c, "num_samples", -5),
+        r"config.num_samples must be an int >= 2",
+    ),
+    (
+        "softmax_scaling",
+        lambda c: setattr(c, "saturation_samples", 0),
+        r"config.saturation_samples must be an int >= 1",
+    ),
+    (
+        "softmax_scaling",
+        lambda c: setattr(c, "dims", (4, 0)),
+        r"config.dims: every d_k must be an int >= 1",
+    ),
     ("softmax_scaling", lambda c: setattr(c, "dims", ()), r"config.dims must be a non-empty"),
-    ("softmax_scaling", lambda c: setattr(c, "variance_tolerance", 1.5),
-     r"config.variance_tolerance must be a number in"),
-    ("long_context", lambda c: setattr(c.statistics, "lengths", (32, 16)), r"statistics.lengths must be distinct"),
-    ("long_context", lambda c: setattr(c.stream, "windows", (4, 31)), r"stream.windows \(\(4, 31\)\) must be <"),
-    ("long_context", lambda c: setattr(c.text, "num_segments", 1), r"text.num_segments must be .* >= 2"),
-    ("long_context", lambda c: setattr(c.model, "path", "/nonexistent/model"), r"model.path .* does not exist"),
+    (
+        "softmax_scaling",
+        lambda c: setattr(c, "variance_tolerance", 1.5),
+        r"config.variance_tolerance must be a number in",
+    ),
+    (
+        "long_context",
+        lambda c: setattr(c.statistics, "lengths", (32, 16)),
+        r"statistics.lengths must be distinct",
+    ),
+    (
+        "long_context",
+        lambda c: setattr(c.stream, "windows", (4, 31)),
+        r"stream.windows \(\(4, 31\)\) must be <",
+    ),
+    (
+        "long_context",
+        lambda c: setattr(c.text, "num_segments", 1),
+        r"text.num_segments must be .* >= 2",
+    ),
+    (
+        "long_context",
+        lambda c: setattr(c.model, "path", "/nonexistent/model"),
+        r"model.path .* does not exist",
+    ),
 ]
 
 _compiles = []
 jax.monitoring.register_event_duration_secs_listener(
-    lambda event, *args, **kwargs: _compiles.append(event) if event.endswith("backend_compile_duration") else None)
+    lambda event, *args, **kwargs: (
+        _compiles.append(event) if event.endswith("backend_compile_duration") else None
+    )
+)
 
 
 @pytest.mark.parametrize("name, edit, message", BAD_CONFIGS)
@@ -313,7 +440,12 @@ def test_bad_config_fails_before_compiling(name, edit, message, tmp_path):
     edit(config)
     compiles = len(_compiles)
     with pytest.raises(ValueError, match=message):
-        study_lib.run(replace_run_one(study, refuse), config, str(tmp_path / "out"), progress=lambda line: None)
+        study_lib.run(
+            replace_run_one(study, refuse),
+            config,
+            str(tmp_path / "out"),
+            progress=lambda line: None,
+        )
     assert len(_compiles) == compiles
     assert not (tmp_path / "out").exists()
 
@@ -351,11 +483,16 @@ def _toy(**changes):
     study = study_lib.Study(
         name="toy",
         specs=lambda config: [Toy(x) for x in config.xs],
-        run_one=lambda spec, config, run: [{"metric": "square", "value": spec.x ** 2}],
-        summarize=lambda rows, config: {"xs": [r["x"] for r in rows],
-                                        "squares": study_lib.by_metric(rows)["square"]},
-        predictions=lambda summary: [study_lib.prediction("squares grow", "arithmetic", "x^2 increasing",
-                                                          summary["squares"][-1], True)],
+        run_one=lambda spec, config, run: [{"metric": "square", "value": spec.x**2}],
+        summarize=lambda rows, config: {
+            "xs": [r["x"] for r in rows],
+            "squares": study_lib.by_metric(rows)["square"],
+        },
+        predictions=lambda summary: [
+            study_lib.prediction(
+                "squares grow", "arithmetic", "x^2 increasing", summary["squares"][-1], True
+            )
+        ],
         figures=figures,
         report=lambda summary: f"# toy\n{summary['squares']} ({summary['plots']})\n",
     )
@@ -364,7 +501,9 @@ def _toy(**changes):
 
 def test_runner_writes_outputs_and_shows_progress(tmp_path):
     messages = []
-    summary = study_lib.run(_toy(), ConfigDict({"xs": (1, 2, 3)}), str(tmp_path), progress=messages.append)
+    summary = study_lib.run(
+        _toy(), ConfigDict({"xs": (1, 2, 3)}), str(tmp_path), progress=messages.append
+    )
     assert summary["squares"] == [1, 4, 9] and summary["config"] == {"xs": [1, 2, 3]}
     assert summary["predictions"][0]["verdict"] == "pass" and summary["plots"] == ["xs.png"]
     assert messages[0] == "toy: 3 runs (0 already done), jax backend cpu"
@@ -374,9 +513,19 @@ def test_runner_writes_outputs_and_shows_progress(tmp_path):
     assert messages[-1] == f"report: {tmp_path / 'report.md'}"
     assert (tmp_path / "report.md").read_text() == "# toy\n[1, 4, 9] (['xs.png'])\n"
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
-        "config.json", "metrics.jsonl", "report.md", "summary.json", "x1.json", "x2.json", "x3.json", "xs.png"]
+        "config.json",
+        "metrics.jsonl",
+        "report.md",
+        "summary.json",
+        "x1.json",
+        "x2.json",
+        "x3.json",
+        "xs.png",
+    ]
     assert json.loads((tmp_path / "runs" / "x2.json").read_text()) == {
-        "spec": {"x": 2}, "metrics": [{"metric": "square", "value": 4}]}
+        "spec": {"x": 2},
+        "metrics": [{"metric": "square", "value": 4}],
+    }
 
 
 def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
@@ -391,14 +540,26 @@ def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
 
     def counted(spec, config, run):
         redone.append(spec.run_id)
-        return [{"metric": "square", "value": spec.x ** 2}]
+        return [{"metric": "square", "value": spec.x**2}]
 
-    assert study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append) == first
-    assert redone == ["x2"] and capsys.readouterr().out == ""  # every line goes to the progress callback
+    assert (
+        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append)
+        == first
+    )
+    assert (
+        redone == ["x2"] and capsys.readouterr().out == ""
+    )  # every line goes to the progress callback
     corrupt = [m for m in messages if "is not valid JSON" in m]
-    assert len(corrupt) == 1 and str(record) in corrupt[0] and f"moved to {record}.corrupt" in corrupt[0]
+    assert (
+        len(corrupt) == 1
+        and str(record) in corrupt[0]
+        and f"moved to {record}.corrupt" in corrupt[0]
+    )
     assert messages[messages.index(corrupt[0]) + 1].startswith("toy: 3 runs (2 already done)")
-    assert record.read_text() == text and (tmp_path / "runs" / "x2.json.corrupt").read_text() == text[:-5]
+    assert (
+        record.read_text() == text
+        and (tmp_path / "runs" / "x2.json.corrupt").read_text() == text[:-5]
+    )
 
 
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
@@ -408,12 +569,25 @@ def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
 
 
 def test_runner_rejects_bad_verdicts_and_duplicate_runs(tmp_path):
-    bad = {"name": "n", "source": "s", "prediction": "p", "measured": 1, "verdict": "PASS", "note": ""}
+    bad = {
+        "name": "n",
+        "source": "s",
+        "prediction": "p",
+        "measured": 1,
+        "verdict": "PASS",
+        "note": "",
+    }
     with pytest.raises(ValueError, match="verdict must be one of"):
-        study_lib.run(_toy(predictions=lambda summary: [bad]), ConfigDict({"xs": (1,)}), str(tmp_path / "a"),
-                      progress=lambda line: None)
+        study_lib.run(
+            _toy(predictions=lambda summary: [bad]),
+            ConfigDict({"xs": (1,)}),
+            str(tmp_path / "a"),
+            progress=lambda line: None,
+        )
     with pytest.raises(ValueError, match="run ids must be distinct"):
-        study_lib.run(_toy(), ConfigDict({"xs": (1, 1)}), str(tmp_path / "b"), progress=lambda line: None)
+        study_lib.run(
+            _toy(), ConfigDict({"xs": (1, 1)}), str(tmp_path / "b"), progress=lambda line: None
+        )
     assert not (tmp_path / "b").exists()
 
 

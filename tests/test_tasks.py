@@ -67,7 +67,9 @@ def test_associative_recall_targets_are_the_paired_values():
 
 
 def test_associative_recall_values_vary_across_examples():
-    answers = np.concatenate([np.asarray(RECALL.batch(jax.random.key(i), B).targets[:, -1]) for i in range(4)])
+    answers = np.concatenate(
+        [np.asarray(RECALL.batch(jax.random.key(i), B).targets[:, -1]) for i in range(4)]
+    )
     assert len(set(answers.tolist())) > 4
     assert tasks.AssociativeRecall().seq_len == 24
 
@@ -87,12 +89,16 @@ def test_sorting_targets_are_the_sorted_inputs():
 def test_default_corpus_round_trip_split_and_determinism():
     corpus = _default_corpus()
     text = tasks.default_corpus_text()[: corpus.max_chars]
-    ids = np.concatenate([np.asarray(corpus.split_ids("train")), np.asarray(corpus.split_ids("val"))])
+    ids = np.concatenate(
+        [np.asarray(corpus.split_ids("train")), np.asarray(corpus.split_ids("val"))]
+    )
     assert corpus.decode(ids) == text
     assert len(corpus.split_ids("val")) == len(text) - round(0.9 * len(text))
     assert "def " in text and corpus.vocab_size == len(set(text)) + 1
     again = tasks.CharCorpus(seq_len=32)
-    chex.assert_trees_all_equal(corpus.batch(jax.random.key(5), 4, "val"), again.batch(jax.random.key(5), 4, "val"))
+    chex.assert_trees_all_equal(
+        corpus.batch(jax.random.key(5), 4, "val"), again.batch(jax.random.key(5), 4, "val")
+    )
     inputs, targets, weights = corpus.batch(jax.random.key(5), 4)
     np.testing.assert_array_equal(np.asarray(inputs)[:, 1:], np.asarray(targets)[:, :-1])
     assert np.all(np.asarray(weights) == 1)
@@ -154,7 +160,9 @@ def test_bad_sizes_and_names():
         tasks.make_task("copying")
     with pytest.raises(ValueError, match="unknown argument.*'lenght'.*valid"):
         tasks.make_task("sorting", lenght=3)
-    assert tasks.make_task("associative_recall", num_pairs=4, num_queries=2) == tasks.AssociativeRecall(4, 2)
+    assert tasks.make_task(
+        "associative_recall", num_pairs=4, num_queries=2
+    ) == tasks.AssociativeRecall(4, 2)
 
 
 # --------------------------------------------------------------------------
@@ -169,14 +177,22 @@ def test_docstring_sentences_are_deterministic_prose_in_the_word_range():
         assert 6 <= len(sentence.split()) <= 20
         assert sentence[0].isupper() and sentence[-1] in ".!?"
         assert not any(mark in sentence for mark in (">>>", "(", "=", "_", "\n", "e.g."))
-    assert tasks.docstring_sentences(("heapq",))[:3] == tasks.docstring_sentences(("heapq", "bisect"))[:3]
+    assert (
+        tasks.docstring_sentences(("heapq",))[:3]
+        == tasks.docstring_sentences(("heapq", "bisect"))[:3]
+    )
 
 
 def test_split_sentences_keeps_prose_and_drops_code():
-    text = ("Heaps are binary trees. They are useful.\n\n>>> heappush(h, 3)\n\n"
-            "Use a list, e.g. a queue.  This line\nwraps over two lines!")
+    text = (
+        "Heaps are binary trees. They are useful.\n\n>>> heappush(h, 3)\n\n"
+        "Use a list, e.g. a queue.  This line\nwraps over two lines!"
+    )
     assert tasks.split_sentences(text, min_words=2, max_words=10) == [
-        "Heaps are binary trees.", "They are useful.", "This line wraps over two lines!"]
+        "Heaps are binary trees.",
+        "They are useful.",
+        "This line wraps over two lines!",
+    ]
     assert tasks.split_sentences(text, min_words=4, max_words=4) == ["Heaps are binary trees."]
 
 

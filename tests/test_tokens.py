@@ -1,5 +1,6 @@
 """Token ids outside [0, vocab_size): a ValueError on concrete inputs; under jit NaN exactly where
 documented, or an error through checkify."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,14 +15,17 @@ VOCAB = 10
 
 @pytest.fixture(scope="module")
 def model():
-    config = nn.TransformerConfig.create(num_layers=1, features=16, num_heads=2, vocab_size=VOCAB, max_len=8,
-                                         causal=True)
+    config = nn.TransformerConfig.create(
+        num_layers=1, features=16, num_heads=2, vocab_size=VOCAB, max_len=8, causal=True
+    )
     return nn.Transformer(config, rngs=nnx.Rngs(0))
 
 
 def test_eager_out_of_vocab_raises_naming_ids(model):
     tokens = jnp.array([[1, 2, 50], [3, -1, 4]], jnp.int32)
-    with pytest.raises(ValueError, match=r"vocab_size=10.*2 outside: 50 at \(0, 2\), -1 at \(1, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"vocab_size=10.*2 outside: 50 at \(0, 2\), -1 at \(1, 1\)"
+    ):
         model(tokens)
 
 

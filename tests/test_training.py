@@ -31,7 +31,9 @@ class CopyTask:
 
 
 def _trainer(task=None, total_steps=20, batch_size=8):
-    config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8)
+    config = nn.TransformerConfig.create(
+        num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8
+    )
     opt = training.OptimizerConfig(learning_rate=3e-3, warmup_steps=2, total_steps=total_steps)
     return training.Trainer(config, opt, task or CopyTask(), batch_size)
 
@@ -51,8 +53,15 @@ def _run(runner, seeds, steps, log_every, checkpointer=None, state=None):
     init_keys = jax.random.split(jax.random.key(0), 4)[:seeds]
     data_keys = jax.random.split(jax.random.key(1), 4)[:seeds]
     state = runner.init(init_keys) if state is None else state
-    return training.fit(runner, state, data_keys, total_steps=steps, log_every=log_every,
-                        checkpointer=checkpointer, progress=None)
+    return training.fit(
+        runner,
+        state,
+        data_keys,
+        total_steps=steps,
+        log_every=log_every,
+        checkpointer=checkpointer,
+        progress=None,
+    )
 
 
 def test_training_reduces_loss_and_is_deterministic(runner, two_seed_losses):
@@ -63,8 +72,15 @@ def test_training_reduces_loss_and_is_deterministic(runner, two_seed_losses):
 def _losses(runner, seeds, steps=20, log_every=5):
     logged = []
     state = runner.init(jax.random.split(jax.random.key(0), 4)[:seeds])
-    training.fit(runner, state, jax.random.split(jax.random.key(1), 4)[:seeds], total_steps=steps,
-                 log_every=log_every, on_log=lambda step, s, m: logged.append(m["loss"]), progress=None)
+    training.fit(
+        runner,
+        state,
+        jax.random.split(jax.random.key(1), 4)[:seeds],
+        total_steps=steps,
+        log_every=log_every,
+        on_log=lambda step, s, m: logged.append(m["loss"]),
+        progress=None,
+    )
     return np.stack(logged)  # [calls, seeds]
 
 
@@ -80,7 +96,9 @@ def test_vmapped_seed_equals_a_single_seed_run(runner, two_seed_losses):
 def test_resume_from_checkpoint_gives_identical_results(tmp_path, monkeypatch):
     """Bit for bit, and the step compiles once: a restored state has the structure, dtypes
     and shardings of a fresh one, so resuming reuses the program."""
-    monkeypatch.setattr(training.Trainer, "step", chex.assert_max_traces(training.Trainer.step, n=1))
+    monkeypatch.setattr(
+        training.Trainer, "step", chex.assert_max_traces(training.Trainer.step, n=1)
+    )
     runner = training.SeedsRunner(_trainer(total_steps=20))
     uninterrupted = _run(runner, 2, 20, 5)
     ckpt = training.Checkpointer(str(tmp_path / "ckpt"))
@@ -97,13 +115,25 @@ def test_resume_from_checkpoint_gives_identical_results(tmp_path, monkeypatch):
 
 def _fit_with_rows(runner, ckpt, steps, state=None):
     """Train to `steps` saving, with each checkpoint, one row per log step: the step and the state's step."""
+
     def on_log(step, state, metrics):
         ckpt.rows.append({"step": step, "state_step": int(state.step[0]), "loss": metrics["loss"]})
 
-    init_keys, data_keys = jax.random.split(jax.random.key(0), 2), jax.random.split(jax.random.key(1), 2)
+    init_keys, data_keys = (
+        jax.random.split(jax.random.key(0), 2),
+        jax.random.split(jax.random.key(1), 2),
+    )
     state = runner.init(init_keys) if state is None else state
-    return training.fit(runner, state, data_keys, total_steps=steps, log_every=5, on_log=on_log,
-                        checkpointer=ckpt, progress=None)
+    return training.fit(
+        runner,
+        state,
+        data_keys,
+        total_steps=steps,
+        log_every=5,
+        on_log=on_log,
+        checkpointer=ckpt,
+        progress=None,
+    )
 
 
 def test_checkpoint_restores_rows_and_state_of_the_same_step(runner, tmp_path):
@@ -123,7 +153,9 @@ def test_checkpoint_restores_rows_and_state_of_the_same_step(runner, tmp_path):
     ckpt.close()
 
 
-def test_a_kill_during_the_save_leaves_neither_rows_nor_state_of_that_step(runner, tmp_path, monkeypatch):
+def test_a_kill_during_the_save_leaves_neither_rows_nor_state_of_that_step(
+    runner, tmp_path, monkeypatch
+):
     """A kill while the rows item is written (the state item maybe already written) leaves an unfinalised
     step that is never listed: the run resumes from the step before, with its rows."""
     import orbax.checkpoint as ocp
@@ -136,7 +168,12 @@ def test_a_kill_during_the_save_leaves_neither_rows_nor_state_of_that_step(runne
 
     monkeypatch.setattr(ocp.handlers.JsonCheckpointHandler, "async_save", killed)
     with pytest.raises(KeyboardInterrupt):
-        _fit_with_rows(runner, ckpt, 10, state=ckpt.restore(runner.init(jax.random.split(jax.random.key(0), 2))))
+        _fit_with_rows(
+            runner,
+            ckpt,
+            10,
+            state=ckpt.restore(runner.init(jax.random.split(jax.random.key(0), 2))),
+        )
     monkeypatch.undo()
     ckpt.close()
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["10.orbax-checkpoint-tmp", "5"]
@@ -164,7 +201,9 @@ def test_grad_norms_per_group():
     norms = training.grad_norms(grads)
     for group in ("query", "key", "value", "out", "mlp", "other"):
         assert float(norms[f"grad_norm/{group}"]) > 0
-    assert "grad_norm/qkv" not in norms  # a fused W_qkv is split into its query, key and value parts
+    assert (
+        "grad_norm/qkv" not in norms
+    )  # a fused W_qkv is split into its query, key and value parts
     total = np.sqrt(sum(float(norms[f"grad_norm/{g}"]) ** 2 for g in training.GRAD_GROUPS))
     np.testing.assert_allclose(float(norms["grad_norm/total"]), total, rtol=1e-5)
 
@@ -182,7 +221,9 @@ def test_layer_grad_norms_split_the_group_norms_by_layer():
     for name in ("query", "key", "value", "out"):
         layers = np.asarray(per_layer[f"layer_grad_norm/{name}"])
         assert layers.shape == (num_layers,) and np.all(layers > 0)
-        np.testing.assert_allclose(np.sqrt(np.sum(layers ** 2)), float(totals[f"grad_norm/{name}"]), rtol=1e-5)
+        np.testing.assert_allclose(
+            np.sqrt(np.sum(layers**2)), float(totals[f"grad_norm/{name}"]), rtol=1e-5
+        )
     kernel = np.asarray(nn.params.attention_params(grads, block.num_heads)["query"]["kernel"])
     bias = nn.params.attention_params(grads, block.num_heads)["query"]["bias"]
     bias = np.zeros((num_layers, 0)) if bias is None else np.asarray(bias).reshape(num_layers, -1)
@@ -193,15 +234,20 @@ def test_layer_grad_norms_split_the_group_norms_by_layer():
 def test_weighted_cross_entropy_ignores_zero_weights():
     logits = jnp.array([[[5.0, 0.0], [0.0, 5.0], [9.0, 0.0]]], jnp.float32)
     targets = jnp.array([[0, 1, 1]], jnp.int32)
-    loss, acc = training.weighted_cross_entropy(logits, targets, jnp.array([[1.0, 1.0, 0.0]], jnp.float32))
+    loss, acc = training.weighted_cross_entropy(
+        logits, targets, jnp.array([[1.0, 1.0, 0.0]], jnp.float32)
+    )
     np.testing.assert_allclose(acc, 1.0)
     np.testing.assert_allclose(loss, np.log1p(np.exp(-5.0)), rtol=1e-5)
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(learning_rate=0.0), "learning_rate"), (dict(warmup_steps=50, total_steps=10), "warmup_steps"),
-     (dict(warmup_steps=10, total_steps=10), "warmup_steps < total_steps")],
+    [
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(warmup_steps=50, total_steps=10), "warmup_steps"),
+        (dict(warmup_steps=10, total_steps=10), "warmup_steps < total_steps"),
+    ],
 )
 def test_optimizer_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -210,24 +256,47 @@ def test_optimizer_config_validation(kwargs, message):
 
 def test_linear_attention_model_trains_with_its_projection_fixed():
     """Random projections are variables outside the params: carried, never updated."""
-    config = nn.TransformerConfig.create(num_layers=2, features=16, num_heads=2, vocab_size=12, max_len=8,
-                                         attention=nn.AttentionConfig(attention_kind="linear", num_features=8))
-    trainer = training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
+    config = nn.TransformerConfig.create(
+        num_layers=2,
+        features=16,
+        num_heads=2,
+        vocab_size=12,
+        max_len=8,
+        attention=nn.AttentionConfig(attention_kind="linear", num_features=8),
+    )
+    trainer = training.Trainer(
+        config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8
+    )
     runner = training.SeedsRunner(trainer)
     state = runner.init(jax.random.split(jax.random.key(0), 2))
     projection = np.asarray(jax.tree.leaves(state.other)[0])
     assert projection.shape == (2, 2, 8, 8)  # [seeds, layers, M, Dh]
     first_param = np.asarray(jax.tree.leaves(state.params)[0])  # the state is donated to training
-    trained = training.fit(runner, state, jax.random.split(jax.random.key(1), 2), total_steps=4, log_every=2,
-                           progress=None)
+    trained = training.fit(
+        runner,
+        state,
+        jax.random.split(jax.random.key(1), 2),
+        total_steps=4,
+        log_every=2,
+        progress=None,
+    )
     np.testing.assert_array_equal(jax.tree.leaves(trained.other)[0], projection)
     assert not np.allclose(jax.tree.leaves(trained.params)[0], first_param)
 
 
 def _dropout_trainer():
-    config = nn.TransformerConfig.create(num_layers=1, features=16, num_heads=2, vocab_size=12, max_len=8,
-                                         residual_dropout_rate=0.3, attention=nn.AttentionConfig(dropout_rate=0.2))
-    return training.Trainer(config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8)
+    config = nn.TransformerConfig.create(
+        num_layers=1,
+        features=16,
+        num_heads=2,
+        vocab_size=12,
+        max_len=8,
+        residual_dropout_rate=0.3,
+        attention=nn.AttentionConfig(dropout_rate=0.2),
+    )
+    return training.Trainer(
+        config, training.OptimizerConfig(total_steps=4, warmup_steps=1), CopyTask(), 8
+    )
 
 
 def test_dropout_is_drawn_with_the_step_key_and_off_without_one():
@@ -240,12 +309,18 @@ def test_dropout_is_drawn_with_the_step_key_and_off_without_one():
     batch = trainer.task.batch(training.batch_keys(data_keys, 0, 1)[0, 0], trainer.batch_size)
     loss = jax.jit(trainer.loss)
     step_key = training.dropout_keys(training.batch_keys(data_keys, 0, 1))[0, 0]
-    at = lambda key: float(loss(first.params, first.other, batch, key)[0])  # noqa: E731
+
+    def at(key):
+        return float(loss(first.params, first.other, batch, key)[0])
+
     assert at(step_key) == at(step_key) and at(step_key) != at(jax.random.key(3))
     # Without a key: the deterministic model (dropout off), computed independently.
     logits = jax.jit(lambda s: trainer.model(s)(batch.inputs, deterministic=True))(first)
-    np.testing.assert_allclose(at(None), training.weighted_cross_entropy(logits, batch.targets, batch.weights)[0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        at(None),
+        training.weighted_cross_entropy(logits, batch.targets, batch.weights)[0],
+        rtol=1e-6,
+    )
     assert at(step_key) != at(None)
     # The runner's first step drops with exactly that key.
     _, metrics = runner.train(state, data_keys, 2)
@@ -257,11 +332,18 @@ def test_dropout_is_drawn_with_the_step_key_and_off_without_one():
 def test_dropout_keys_depend_only_on_the_data_key_and_the_step():
     """So a resumed run (steps 2..3 in a second call) draws the masks of an uninterrupted one."""
     data_keys = jax.random.split(jax.random.key(1), 2)
-    data = lambda keys: np.asarray(jax.random.key_data(keys))  # noqa: E731
+
+    def data(keys):
+        return np.asarray(jax.random.key_data(keys))
+
     at_once = data(training.dropout_keys(training.batch_keys(data_keys, 0, 4)))
-    in_two = [data(training.dropout_keys(training.batch_keys(data_keys, start, 2))) for start in (0, 2)]
+    in_two = [
+        data(training.dropout_keys(training.batch_keys(data_keys, start, 2))) for start in (0, 2)
+    ]
     np.testing.assert_array_equal(at_once, np.concatenate(in_two))
     flat = at_once.reshape(8, -1)
     assert len({row.tobytes() for row in flat}) == 8  # every step and seed its own key
     batch_data = data(training.batch_keys(data_keys, 0, 4)).reshape(8, -1)
-    assert not any(np.array_equal(a, b) for a, b in zip(flat, batch_data))  # not the batch keys themselves
+    assert not any(
+        np.array_equal(a, b) for a, b in zip(flat, batch_data)
+    )  # not the batch keys themselves

@@ -38,6 +38,7 @@ Not ported: `return_residual` (jax.nn only), the cuDNN-only checks, flax's
 autoregressive decode cache, `keep_rngs` and `in_kv_features` (attnjax's
 module has no such options).
 """
+
 import functools
 import warnings
 
@@ -65,8 +66,10 @@ B_, T_, S_, H_, K_, D_ = 2, 5, 7, 4, 2, 8
 
 def _qkv(seed, batch, t, s, h, kv, d, dtype=jnp.float32):
     rng = np.random.default_rng(seed)  # host draws: eager jax.random compiles per shape and dtype
-    return tuple(jnp.asarray(rng.standard_normal(shape).astype(jnp.dtype(dtype)))
-                 for shape in (batch + (t, h, d), batch + (s, kv, d), batch + (s, kv, d)))
+    return tuple(
+        jnp.asarray(rng.standard_normal(shape).astype(jnp.dtype(dtype)))
+        for shape in (batch + (t, h, d), batch + (s, kv, d), batch + (s, kv, d))
+    )
 
 
 def _random_mask(seed, shape, p=0.6):
@@ -104,15 +107,18 @@ def _value_and_vjp(fn, args, cotangent_seed, *, jit=False):
         return (jax.jit(run) if jit else run)(*args)
 
 
-def _check_against(ours, reference, args, names, *, atol, rtol, grad_tol=None, jit=False, ref_jit=None,
-                   seed=1234):
+def _check_against(
+    ours, reference, args, names, *, atol, rtol, grad_tol=None, jit=False, ref_jit=None, seed=1234
+):
     """Outputs and all input gradients of `ours` match `reference`.
 
     `grad_tol` maps an argument name to its gradient's (atol, rtol); default
     (atol, rtol). Eager by default: small cases share shapes, so eager op
     compilations are reused across cases; `jit` pays off for a one-off shape."""
     out, grads = _value_and_vjp(ours, args, seed, jit=jit)
-    ref_out, ref_grads = _value_and_vjp(reference, args, seed, jit=jit if ref_jit is None else ref_jit)
+    ref_out, ref_grads = _value_and_vjp(
+        reference, args, seed, jit=jit if ref_jit is None else ref_jit
+    )
     assert out.dtype == ref_out.dtype, (out.dtype, ref_out.dtype)
     _assert_close(out, ref_out, atol=atol, rtol=rtol, what="output")
     grad_tol = grad_tol or {}
@@ -125,11 +131,17 @@ def _check_against(ours, reference, args, names, *, atol, rtol, grad_tol=None, j
 # ------------------------------------------------- testDotProductAttention
 
 
-GQA_CASES = [(jnp.bfloat16, 1, False), (jnp.bfloat16, 2, True), (jnp.bfloat16, 4, False), (jnp.float16, 2, False)]
+GQA_CASES = [
+    (jnp.bfloat16, 1, False),
+    (jnp.bfloat16, 2, True),
+    (jnp.bfloat16, 4, False),
+    (jnp.float16, 2, False),
+]
 
 
 @pytest.mark.parametrize(
-    "dtype, group_num, use_vmap", GQA_CASES,
+    "dtype, group_num, use_vmap",
+    GQA_CASES,
     ids=[f"{d.__name__}-G{g}-{'vmap' if m else 'batched'}" for d, g, m in GQA_CASES],
 )
 def test_gqa_matches_jax_nn_on_repeated_heads(dtype, group_num, use_vmap):
@@ -156,22 +168,39 @@ def test_gqa_matches_jax_nn_on_repeated_heads(dtype, group_num, use_vmap):
     # tests', whose eager compilations it warms up) and jax.nn's fp16, whose
     # dot algorithm falls back on CPU only when run eagerly.
     jit = not (dtype == jnp.bfloat16 and G == 1 and not use_vmap)
-    _check_against(ours_fn, reference, (q, k, v), "qkv", atol=0.01, rtol=0.01, jit=jit,
-                   ref_jit=jit and dtype != jnp.float16)
+    _check_against(
+        ours_fn,
+        reference,
+        (q, k, v),
+        "qkv",
+        atol=0.01,
+        rtol=0.01,
+        jit=jit,
+        ref_jit=jit and dtype != jnp.float16,
+    )
 
 
 # --------------------------------------------- testDotProductAttentionMask
 
 MASK_MODES = [
-    "bias", "causal", "padding", "custom", ("causal", "padding"), ("custom", "padding"),
-    ("bias", "causal"), ("causal", "sliding_window"),
+    "bias",
+    "causal",
+    "padding",
+    "custom",
+    ("causal", "padding"),
+    ("custom", "padding"),
+    ("bias", "causal"),
+    ("causal", "sliding_window"),
     # Beyond upstream: a non-causal two-sided window, and everything at once.
-    ("sliding_window",), ("bias", "custom", "padding", "causal", "sliding_window"),
+    ("sliding_window",),
+    ("bias", "custom", "padding", "causal", "sliding_window"),
 ]
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=lambda d: d.__name__)
-@pytest.mark.parametrize("mask_mode", MASK_MODES, ids=lambda m: m if isinstance(m, str) else "+".join(m))
+@pytest.mark.parametrize(
+    "mask_mode", MASK_MODES, ids=lambda m: m if isinstance(m, str) else "+".join(m)
+)
 def test_mask_modes_match_jax_nn(mask_mode, dtype):
     """jax testDotProductAttentionMask: output and dQ, dK, dV, dbias agree with
     jax.nn. bf16 at upstream's B=2, T=S=128, N=4, H=32 and tolerances (0.01;
@@ -198,8 +227,12 @@ def test_mask_modes_match_jax_nn(mask_mode, dtype):
         window = (3, 2)
     if len(mask_mode) == 5:  # everything: a window wide enough that no padded-key row is empty
         window = (T // 2, 2)
-    kwargs = dict(is_causal=is_causal, query_seq_lengths=q_seqlen, key_value_seq_lengths=kv_seqlen,
-                  local_window_size=window)
+    kwargs = dict(
+        is_causal=is_causal,
+        query_seq_lengths=q_seqlen,
+        key_value_seq_lengths=kv_seqlen,
+        local_window_size=window,
+    )
 
     args, names = (q, k, v), "qkv"
     if bias is not None:
@@ -220,8 +253,15 @@ def test_mask_modes_match_jax_nn(mask_mode, dtype):
         _check_against(ours, reference, args, names, **F32_TOL)
     else:
         loose = (0.02, 0.02)
-        _check_against(ours, reference, args, names, atol=0.01, rtol=0.01,
-                       grad_tol={"q": loose, "k": loose, "bias": loose})
+        _check_against(
+            ours,
+            reference,
+            args,
+            names,
+            atol=0.01,
+            rtol=0.01,
+            grad_tol={"q": loose, "k": loose, "bias": loose},
+        )
 
 
 # ------------------------------ testDotProductAttentionFloat64MaskDebugInfs
@@ -269,8 +309,16 @@ def test_self_attention_bias_gradient_matches_jax_nn(batch_size, use_vmap):
         return lambda b: f(x, b, mask)
 
     ours, reference = batched(attnjax.dot_product_attention), batched(jax.nn.dot_product_attention)
-    _check_against(ours, reference, (bias,), ["bias"], atol=0.01, rtol=0.01, grad_tol={"bias": (0.1, 0.1)},
-                   jit=True)
+    _check_against(
+        ours,
+        reference,
+        (bias,),
+        ["bias"],
+        atol=0.01,
+        rtol=0.01,
+        grad_tol={"bias": (0.1, 0.1)},
+        jit=True,
+    )
 
 
 # ------------------------------------------- mask and bias broadcast shapes
@@ -318,7 +366,9 @@ def test_mask_and_bias_broadcast_shapes_match_jax_nn(shape, is_causal):
 
 
 @pytest.mark.parametrize(
-    "mask_shape", [None, (S_,), (T_, S_), (1, 1, S_), (1, H_, T_, S_)], ids=["none", "S", "TS", "11S", "1HTS"]
+    "mask_shape",
+    [None, (S_,), (T_, S_), (1, 1, S_), (1, H_, T_, S_)],
+    ids=["none", "S", "TS", "11S", "1HTS"],
 )
 def test_unbatched_inputs_match_jax_nn(mask_shape):
     """Unbatched q `[T, N, H]`, k/v `[S, K, H]` (jax.nn's TNH layout), with
@@ -334,9 +384,13 @@ def test_unbatched_inputs_match_jax_nn(mask_shape):
         return attnjax.dot_product_attention(q, k, v, b, mask)
 
     def reference(q, k, v, b):
-        pair = lambda x: jnp.stack([x, x])  # noqa: E731
+        def pair(x):
+            return jnp.stack([x, x])
+
         m = None if mask is None else jnp.broadcast_to(mask, full)
-        return jax.nn.dot_product_attention(pair(q), pair(k), pair(v), jnp.broadcast_to(b, full), m)[0]
+        return jax.nn.dot_product_attention(
+            pair(q), pair(k), pair(v), jnp.broadcast_to(b, full), m
+        )[0]
 
     _check_against(ours, reference, (q, k, v, bias), ("q", "k", "v", "bias"), **F32_TOL)
 
@@ -357,7 +411,9 @@ def test_positional_bias_and_mask_like_jax_nn():
     _assert_close(positional, expected, **F32_TOL)
 
 
-@pytest.mark.parametrize("mask_dtype", [jnp.float32, jnp.bfloat16, jnp.float64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize(
+    "mask_dtype", [jnp.float32, jnp.bfloat16, jnp.float64], ids=lambda d: d.__name__
+)
 def test_numeric_01_mask_equals_boolean_mask(mask_dtype):
     """A {0, 1} float mask (what `nnx.make_attention_mask` returns by default)
     means the same as its boolean version: 1 attends, 0 does not."""
@@ -365,7 +421,9 @@ def test_numeric_01_mask_equals_boolean_mask(mask_dtype):
     bool_mask = _random_mask(15, (B_, 1, T_, S_))
     float_mask = bool_mask.astype(mask_dtype)
     got = attnjax.dot_product_attention(q, k, v, mask=float_mask, is_causal=True)
-    np.testing.assert_array_equal(got, attnjax.dot_product_attention(q, k, v, mask=bool_mask, is_causal=True))
+    np.testing.assert_array_equal(
+        got, attnjax.dot_product_attention(q, k, v, mask=bool_mask, is_causal=True)
+    )
     with jax.default_matmul_precision("highest"):
         expected = _jax_nn(q, k, v, mask=float_mask, is_causal=True)
     _assert_close(got, expected, **F32_TOL)
@@ -383,7 +441,9 @@ def test_flax_make_attention_mask_output_is_accepted():
     """Padding masks from `nnx.make_attention_mask` (float32 and bool) and
     flax's causal mask, combined with `nnx.combine_masks`, as jax.nn takes them."""
     q, k, v = _qkv(16, (B_,), T_, S_, H_, K_, D_)
-    key_valid = jnp.arange(S_)[None, :] < jnp.array([[S_], [3]])  # [B, S]; example 1 has 4 padding keys
+    key_valid = jnp.arange(S_)[None, :] < jnp.array(
+        [[S_], [3]]
+    )  # [B, S]; example 1 has 4 padding keys
     query_valid = jnp.ones((B_, T_), jnp.bool_)
     for dtype in (jnp.float32, jnp.bool_):
         padding = nnx.make_attention_mask(query_valid, key_valid, dtype=dtype)
@@ -428,7 +488,9 @@ def test_temperature_is_scale_and_bias_over_temperature():
         return attnjax.dot_product_attention(q, k, v, b, None, temperature=t, is_causal=True)
 
     def reference(q, k, v, b):
-        return jax.nn.dot_product_attention(q, k, v, b / t, None, scale=D_**-0.5 / t, is_causal=True)
+        return jax.nn.dot_product_attention(
+            q, k, v, b / t, None, scale=D_**-0.5 / t, is_causal=True
+        )
 
     _check_against(ours, reference, (q, k, v, bias), ("q", "k", "v", "bias"), **F32_TOL)
 
@@ -438,7 +500,9 @@ def test_implementation_argument(implementation):
     q, k, v = _qkv(21, (B_,), T_, S_, H_, K_, D_)
     mask = _random_mask(22, (B_, 1, T_, S_))
     with jax.default_matmul_precision("highest"):
-        got = attnjax.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+        got = attnjax.dot_product_attention(
+            q, k, v, mask=mask, is_causal=True, implementation=implementation
+        )
         expected = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
     _assert_close(got, expected, **F32_TOL)
 
@@ -470,7 +534,9 @@ def test_sequence_lengths_match_jax_nn_and_padding_masks(which, is_causal):
     # The same as an explicit key-padding mask, with the padded queries zeroed.
     explicit = mask
     if kv_len is not None:
-        explicit = attnjax.combine_masks(explicit, attnjax.key_padding_mask(lengths=kv_len, kv_len=S_))
+        explicit = attnjax.combine_masks(
+            explicit, attnjax.key_padding_mask(lengths=kv_len, kv_len=S_)
+        )
     out = attnjax.dot_product_attention(q, k, v, bias, explicit, is_causal=is_causal)
     if q_len is not None:
         valid = (jnp.arange(T_)[None, :] < q_len[:, None]).astype(out.dtype)  # [B, T]
@@ -511,16 +577,22 @@ def test_local_window_matches_jax_nn(window, is_causal):
     bias = host_random.normal(28, (1, H_, T_, S_), jnp.float32)
 
     def ours(q, k, v, b):
-        return attnjax.dot_product_attention(q, k, v, b, local_window_size=window, is_causal=is_causal)
+        return attnjax.dot_product_attention(
+            q, k, v, b, local_window_size=window, is_causal=is_causal
+        )
 
     def reference(q, k, v, b):
-        return jax.nn.dot_product_attention(q, k, v, b, local_window_size=window, is_causal=is_causal)
+        return jax.nn.dot_product_attention(
+            q, k, v, b, local_window_size=window, is_causal=is_causal
+        )
 
     _check_against(ours, reference, (q, k, v, bias), ("q", "k", "v", "bias"), **F32_TOL)
     left, right = (window, window) if isinstance(window, int) else window
     band = attnjax.local_window_mask(T_, S_, left=left, right=right)
     np.testing.assert_allclose(
-        ours(q, k, v, bias), attnjax.dot_product_attention(q, k, v, bias, band, is_causal=is_causal), atol=1e-6
+        ours(q, k, v, bias),
+        attnjax.dot_product_attention(q, k, v, bias, band, is_causal=is_causal),
+        atol=1e-6,
     )
 
 
@@ -546,7 +618,9 @@ def test_fully_masked_rows_give_zero_where_jax_nn_averages_values():
     np.testing.assert_array_equal(out[1, 4], 0.0)
     np.testing.assert_array_equal(out[1, 0, 3], 0.0)
     jax_out = jax.nn.dot_product_attention(q, k, v, mask=mask)
-    np.testing.assert_allclose(jax_out[0, 2], jnp.mean(jnp.repeat(v[0], 2, axis=1), axis=0), atol=1e-5)
+    np.testing.assert_allclose(
+        jax_out[0, 2], jnp.mean(jnp.repeat(v[0], 2, axis=1), axis=0), atol=1e-5
+    )
 
     def ours(q, k, v):
         return attnjax.dot_product_attention(q, k, v, mask=mask)
@@ -569,7 +643,13 @@ def test_return_weights_are_consistent_with_the_output():
     q, k, v = _qkv(31, (B_,), T_, S_, H_, K_, D_)
     kv_len = jnp.array([4, S_], jnp.int32)
     out, w = attnjax.dot_product_attention(
-        q, k, v, is_causal=True, key_value_seq_lengths=kv_len, local_window_size=(2, 1), return_weights=True
+        q,
+        k,
+        v,
+        is_causal=True,
+        key_value_seq_lengths=kv_len,
+        local_window_size=(2, 1),
+        return_weights=True,
     )
     assert w.shape == (B_, H_, T_, S_)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
@@ -602,7 +682,9 @@ def test_dropout_is_explicit_deterministic_and_unbiased():
     assert not np.allclose(a, c) and not np.allclose(a, exact)
     n = 4000
     keys = jax.random.split(jax.random.key(35), n)
-    dropped = jax.jit(jax.vmap(lambda r: attnjax.dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=r)))
+    dropped = jax.jit(
+        jax.vmap(lambda r: attnjax.dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=r))
+    )
     samples = np.asarray(dropped(keys), np.float64)
     standard_error = samples.std(axis=0) / np.sqrt(n)
     assert np.all(np.abs(samples.mean(axis=0) - np.asarray(exact)) <= 5 * standard_error + 1e-6)
@@ -624,7 +706,9 @@ def test_gqa_parity_with_jax_nn_and_flax():
 
 def test_gqa_shapes():
     """flax test_gqa_shapes: 6 query heads over 3 kv heads, T=4 != S=5."""
-    q, k, v = (jax.ShapeDtypeStruct(s, jnp.float32) for s in ((2, 4, 6, 8), (2, 5, 3, 8), (2, 5, 3, 8)))
+    q, k, v = (
+        jax.ShapeDtypeStruct(s, jnp.float32) for s in ((2, 4, 6, 8), (2, 5, 3, 8), (2, 5, 3, 8))
+    )
     out = jax.eval_shape(attnjax.dot_product_attention, q, k, v)
     assert out.shape == (2, 4, 6, 8) and out.dtype == jnp.float32
 
@@ -683,7 +767,10 @@ def _flax_mha(num_heads, in_features, **kwargs):
 def _randomise_flax_params(theirs, seed):
     """Give flax's biases and LayerNorm scales non-trivial values, so copying them matters."""
     rng = np.random.default_rng(seed)
-    draw = lambda x: jnp.asarray(rng.standard_normal(x.shape).astype(x.dtype))  # noqa: E731
+
+    def draw(x):
+        return jnp.asarray(rng.standard_normal(x.shape).astype(x.dtype))
+
     for name in ("query", "key", "value", "out"):
         layer = getattr(theirs, name)
         if layer.bias is not None:
@@ -764,7 +851,9 @@ MODULE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", MODULE_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "case", MODULE_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items())
+)
 def test_module_equals_flax_with_copied_weights(case):
     """flax TestLinenConsistency (use_bias x normalize_qk), across
     implementations, plus GQA (flax's `num_kv_heads`): flax's
@@ -820,7 +909,9 @@ def test_gqa_module_kernel_and_output_shapes():
     head_dim = qkv_feat // n_heads
 
     def make():
-        return nn.MultiHeadAttention(in_feat, n_heads, qkv_features=qkv_feat, num_kv_heads=n_kv, rngs=nnx.Rngs(0))
+        return nn.MultiHeadAttention(
+            in_feat, n_heads, qkv_features=qkv_feat, num_kv_heads=n_kv, rngs=nnx.Rngs(0)
+        )
 
     model = nnx.eval_shape(make)
     assert model.query.kernel.shape == (in_feat, n_heads * head_dim)
@@ -835,12 +926,18 @@ def test_module_takes_jax_nn_dot_product_attention(num_kv_heads):
     and parameter gradients (boolean mask, causal, GQA)."""
     default = nn.MultiHeadAttention(F_, MH_, num_kv_heads=num_kv_heads, rngs=nnx.Rngs(0))
     with_jax = nn.MultiHeadAttention(
-        F_, MH_, num_kv_heads=num_kv_heads, attention_fn=jax.nn.dot_product_attention, rngs=nnx.Rngs(0)
+        F_,
+        MH_,
+        num_kv_heads=num_kv_heads,
+        attention_fn=jax.nn.dot_product_attention,
+        rngs=nnx.Rngs(0),
     )
     x = _x(48)
     mask = _random_mask(49, (2, 1, MT_, MT_))
     with jax.default_matmul_precision("highest"):
-        _assert_close(with_jax(x, mask=mask, is_causal=True), default(x, mask=mask, is_causal=True), **F32_TOL)
+        _assert_close(
+            with_jax(x, mask=mask, is_causal=True), default(x, mask=mask, is_causal=True), **F32_TOL
+        )
         _assert_close(with_jax(x), default(x), **F32_TOL)
 
         def loss(m):
@@ -865,7 +962,11 @@ def test_module_takes_flax_mask_helpers(mask_dtype):
     with jax.default_matmul_precision("highest"):
         for mask in (padding, causal, nnx.combine_masks(padding, causal, dtype=mask_dtype)):
             _assert_close(ours(x, mask=mask), theirs(x, mask=mask), **F32_TOL)
-        _assert_close(ours(x, mask=padding, is_causal=True), theirs(x, mask=padding, is_causal=True), **F32_TOL)
+        _assert_close(
+            ours(x, mask=padding, is_causal=True),
+            theirs(x, mask=padding, is_causal=True),
+            **F32_TOL,
+        )
 
 
 def test_module_under_vmap_equals_batched_call():
@@ -878,6 +979,10 @@ def test_module_under_vmap_equals_batched_call():
 
     @nnx.jit
     def mapped(module, x, mask):
-        return nnx.vmap(lambda m, x, mask: m(x, mask=mask, is_causal=True), in_axes=(None, 0, 0))(module, x, mask)
+        return nnx.vmap(lambda m, x, mask: m(x, mask=mask, is_causal=True), in_axes=(None, 0, 0))(
+            module, x, mask
+        )
 
-    np.testing.assert_allclose(mapped(module, x, mask), module(x, mask=mask, is_causal=True), atol=1e-5)
+    np.testing.assert_allclose(
+        mapped(module, x, mask), module(x, mask=mask, is_causal=True), atol=1e-5
+    )

@@ -11,7 +11,11 @@ def test_runs_metrics_and_resume(tmp_path):
     wd = workdir_lib.Workdir(str(tmp_path))
     wd.write_config({"a": 1, "b": [1, 2]})
     assert not wd.is_done("r1")
-    wd.finish_run("r1", {"final": np.float32(0.5)}, [{"layer": 0, "x": np.arange(2)}, {"layer": 1, "x": float("nan")}])
+    wd.finish_run(
+        "r1",
+        {"final": np.float32(0.5)},
+        [{"layer": 0, "x": np.arange(2)}, {"layer": 1, "x": float("nan")}],
+    )
     wd.finish_run("r0", {"final": 1.0}, [{"layer": 0, "x": 1.0}])
     assert wd.is_done("r1") and wd.finished_runs() == ["r0", "r1"]
     lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
@@ -42,7 +46,9 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path):
 def test_rows_carry_the_run_and_its_spec(tmp_path):
     wd = workdir_lib.Workdir(str(tmp_path))
     wd.finish_run("a-L2", {"spec": {"arch": "a", "depth": 2}}, [{"metric": "r", "value": 0.5}])
-    assert wd.run_rows("a-L2") == [{"run": "a-L2", "arch": "a", "depth": 2, "metric": "r", "value": 0.5}]
+    assert wd.run_rows("a-L2") == [
+        {"run": "a-L2", "arch": "a", "depth": 2, "metric": "r", "value": 0.5}
+    ]
     assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == wd.run_rows("a-L2")
 
 
@@ -72,6 +78,10 @@ def test_corrupt_run_record_is_named_and_moved_aside(tmp_path):
     with pytest.raises(ValueError, match=rf"run record {record} is not valid JSON"):
         wd.load_run("r0")
     assert not wd.is_done("r0")
-    assert logged == [logged[0]] and str(record) in logged[0] and f"moved to {record}.corrupt" in logged[0]
+    assert (
+        logged == [logged[0]]
+        and str(record) in logged[0]
+        and f"moved to {record}.corrupt" in logged[0]
+    )
     assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text[: len(text) // 2]
     assert wd.finished_runs() == [] and wd.read_metrics() == []

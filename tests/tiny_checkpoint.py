@@ -8,20 +8,43 @@ llama of width 8, 2 heads (1 key/value head), tied head; `config=` and
 (`BertModel`'s tensor names, GELU, 2 token types). The tokenizer splits on
 whitespace; words other than a, b, c, d are <unk>.
 """
+
 import json
 
 import numpy as np
 from safetensors.numpy import save_file
 
 D, HEADS, KV_HEADS, FFN, VOCAB = 8, 2, 1, 16, 6
-CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": D, "num_hidden_layers": 1,
-          "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "intermediate_size": FFN, "vocab_size": VOCAB,
-          "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": True,
-          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
-TOKENIZER = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-             "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-             "model": {"type": "WordLevel", "unk_token": "<unk>",
-                       "vocab": {w: i for i, w in enumerate(["<pad>", "<unk>", "a", "b", "c", "d"])}}}
+CONFIG = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": D,
+    "num_hidden_layers": 1,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "intermediate_size": FFN,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "tie_word_embeddings": True,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+TOKENIZER = {
+    "version": "1.0",
+    "truncation": None,
+    "padding": None,
+    "added_tokens": [],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "WhitespaceSplit"},
+    "post_processor": None,
+    "decoder": None,
+    "model": {
+        "type": "WordLevel",
+        "unk_token": "<unk>",
+        "vocab": {w: i for i, w in enumerate(["<pad>", "<unk>", "a", "b", "c", "d"])},
+    },
+}
 
 
 def tensors(layers: int = 1) -> dict:
@@ -31,11 +54,19 @@ def tensors(layers: int = 1) -> dict:
     shapes = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,)}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                       p + "self_attn.q_proj.weight": (D, D), p + "self_attn.k_proj.weight": (kv, D),
-                       p + "self_attn.v_proj.weight": (kv, D), p + "self_attn.o_proj.weight": (D, D),
-                       p + "mlp.gate_proj.weight": (FFN, D), p + "mlp.up_proj.weight": (FFN, D),
-                       p + "mlp.down_proj.weight": (D, FFN)})
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (D,),
+                p + "post_attention_layernorm.weight": (D,),
+                p + "self_attn.q_proj.weight": (D, D),
+                p + "self_attn.k_proj.weight": (kv, D),
+                p + "self_attn.v_proj.weight": (kv, D),
+                p + "self_attn.o_proj.weight": (D, D),
+                p + "mlp.gate_proj.weight": (FFN, D),
+                p + "mlp.up_proj.weight": (FFN, D),
+                p + "mlp.down_proj.weight": (D, FFN),
+            }
+        )
     return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
 
 
@@ -50,25 +81,49 @@ def write(path, *, config=None, tensors_=None, tokenizer: bool = True, layers: i
     return path
 
 
-BERT_CONFIG = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": D, "num_hidden_layers": 1,
-               "num_attention_heads": HEADS, "intermediate_size": FFN, "vocab_size": VOCAB, "type_vocab_size": 2,
-               "max_position_embeddings": 64, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
-               "position_embedding_type": "absolute", "pad_token_id": 0}
+BERT_CONFIG = {
+    "model_type": "bert",
+    "architectures": ["BertModel"],
+    "hidden_size": D,
+    "num_hidden_layers": 1,
+    "num_attention_heads": HEADS,
+    "intermediate_size": FFN,
+    "vocab_size": VOCAB,
+    "type_vocab_size": 2,
+    "max_position_embeddings": 64,
+    "layer_norm_eps": 1e-12,
+    "hidden_act": "gelu",
+    "position_embedding_type": "absolute",
+    "pad_token_id": 0,
+}
 
 
 def bert_tensors() -> dict:
     """`write_bert`'s tensors (`BertModel` names, torch layout `[out, in]`), standard normal, float32."""
     rng = np.random.default_rng(1)
-    linear = lambda name, out, inp: {f"{name}.weight": (out, inp), f"{name}.bias": (out,)}  # noqa: E731
-    norm = lambda name: {f"{name}.weight": (D,), f"{name}.bias": (D,)}  # noqa: E731
+
+    def linear(name, out, inp):
+        return {f"{name}.weight": (out, inp), f"{name}.bias": (out,)}
+
+    def norm(name):
+        return {f"{name}.weight": (D,), f"{name}.bias": (D,)}
+
     p = "encoder.layer.0."
     types, positions = BERT_CONFIG["type_vocab_size"], BERT_CONFIG["max_position_embeddings"]
-    shapes = {"embeddings.word_embeddings.weight": (VOCAB, D), "embeddings.token_type_embeddings.weight": (types, D),
-              "embeddings.position_embeddings.weight": (positions, D), **norm("embeddings.LayerNorm"),
-              **linear(p + "attention.self.query", D, D), **linear(p + "attention.self.key", D, D),
-              **linear(p + "attention.self.value", D, D), **linear(p + "attention.output.dense", D, D),
-              **norm(p + "attention.output.LayerNorm"), **linear(p + "intermediate.dense", FFN, D),
-              **linear(p + "output.dense", D, FFN), **norm(p + "output.LayerNorm")}
+    shapes = {
+        "embeddings.word_embeddings.weight": (VOCAB, D),
+        "embeddings.token_type_embeddings.weight": (types, D),
+        "embeddings.position_embeddings.weight": (positions, D),
+        **norm("embeddings.LayerNorm"),
+        **linear(p + "attention.self.query", D, D),
+        **linear(p + "attention.self.key", D, D),
+        **linear(p + "attention.self.value", D, D),
+        **linear(p + "attention.output.dense", D, D),
+        **norm(p + "attention.output.LayerNorm"),
+        **linear(p + "intermediate.dense", FFN, D),
+        **linear(p + "output.dense", D, FFN),
+        **norm(p + "output.LayerNorm"),
+    }
     return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
 
 

@@ -15,6 +15,7 @@
   of log(1/r) and of geometric rates, logit variance, single-head paths).
 * `depth`: all of the above per layer of one forward pass.
 """
+
 from attnjax.analysis._linalg import spectral_radius_by_squaring
 from attnjax.analysis.heads import (
     PATTERN_NAMES,

@@ -2,6 +2,7 @@
 the few linear-algebra kernels (singular values, matmul at full precision,
 spectral radius by repeated squaring) that several metrics reuse.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,17 @@ def as_matrix(x, name: str, *, square: bool = False, min_rows: int = 1) -> jax.A
     """
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"{name} must be a floating array; got dtype {x.dtype} with shape {x.shape}")
+        raise TypeError(
+            f"{name} must be a floating array; got dtype {x.dtype} with shape {x.shape}"
+        )
     if x.ndim < 2:
-        raise ValueError(f"{name} must have shape [..., T, S] (at least 2 dimensions); got shape {x.shape}")
+        raise ValueError(
+            f"{name} must have shape [..., T, S] (at least 2 dimensions); got shape {x.shape}"
+        )
     if square and x.shape[-1] != x.shape[-2]:
-        raise ValueError(f"{name} must be square in its last two axes [..., n, n]; got shape {x.shape}")
+        raise ValueError(
+            f"{name} must be square in its last two axes [..., n, n]; got shape {x.shape}"
+        )
     if x.shape[-2] < min_rows:
         raise ValueError(f"{name} needs at least {min_rows} rows in axis -2; got shape {x.shape}")
     if x.dtype not in (jnp.float32, jnp.float64):
@@ -77,7 +84,9 @@ def singular_values(x: jax.Array) -> jax.Array:
 
 def rank_one_residual_from_singular_values(s: jax.Array) -> jax.Array:
     """`‖X - X_1‖_F / ‖X‖_F = sqrt(Σ_{i≥2} σ_i² / Σ σ_i²)` (Eckart–Young), 0 for X = 0."""
-    return jnp.sqrt(safe_divide(jnp.sum(jnp.square(s[..., 1:]), axis=-1), jnp.sum(jnp.square(s), axis=-1)))
+    return jnp.sqrt(
+        safe_divide(jnp.sum(jnp.square(s[..., 1:]), axis=-1), jnp.sum(jnp.square(s), axis=-1))
+    )
 
 
 def center_rows(x: jax.Array) -> jax.Array:
@@ -140,7 +149,10 @@ def vmap_as_batch(fn):
 
     @batched.def_vmap
     def rule(axis_size, in_batched, *args):
-        args = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape) for x, b in zip(args, in_batched)]
+        args = [
+            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip(args, in_batched)
+        ]
         out = call(*args)
         return out, jax.tree.map(lambda _: True, out)
 

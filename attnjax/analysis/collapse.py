@@ -35,6 +35,7 @@ and random single-head paths through a network's attention
 The fits are host-side statistics of a measured profile (NumPy, float64);
 the other functions are pure and jit-able.
 """
+
 from __future__ import annotations
 
 import math
@@ -136,12 +137,19 @@ def head_matrices(w_q, w_k, w_v, w_o, num_heads: int) -> tuple[jax.Array, jax.Ar
             raise ValueError(f"{name} must be a matrix; got shape {w.shape}")
     d, width = w_q.shape
     if w_k.shape != (d, width) or w_v.shape != (d, width) or w_o.shape != (width, d):
-        raise ValueError(f"need w_q, w_k, w_v [D, H Dh] and w_o [H Dh, D]; got {w_q.shape}, {w_k.shape}, "
-                         f"{w_v.shape}, {w_o.shape}")
+        raise ValueError(
+            f"need w_q, w_k, w_v [D, H Dh] and w_o [H Dh, D]; got {w_q.shape}, {w_k.shape}, "
+            f"{w_v.shape}, {w_o.shape}"
+        )
     if not isinstance(num_heads, int) or num_heads < 1 or width % num_heads:
-        raise ValueError(f"num_heads must be a positive int dividing H Dh = {width}; got {num_heads!r}")
+        raise ValueError(
+            f"num_heads must be a positive int dividing H Dh = {width}; got {num_heads!r}"
+        )
     dh = width // num_heads
-    split = lambda w: jnp.moveaxis(w.reshape(d, num_heads, dh), 1, 0)  # noqa: E731  [H, D, Dh]
+
+    def split(w):
+        return jnp.moveaxis(w.reshape(d, num_heads, dh), 1, 0)
+
     q, k, v = split(w_q), split(w_k), split(w_v)
     o = w_o.reshape(num_heads, dh, d)
     w_qk = jnp.einsum("hdk,hek->hde", q, k, precision=HIGHEST)
@@ -169,13 +177,16 @@ def dong_constant(w_qk, w_v, head_dim, gamma=1.0) -> jax.Array:
     """
     w_qk, w_v = as_matrix(w_qk, "w_qk", square=True), as_matrix(w_v, "w_v", square=True)
     if w_qk.ndim < 3 or w_qk.shape != w_v.shape:
-        raise ValueError(f"w_qk and w_v must both be [..., H, D, D]; got {w_qk.shape} and {w_v.shape}")
+        raise ValueError(
+            f"w_qk and w_v must both be [..., H, D, D]; got {w_qk.shape} and {w_v.shape}"
+        )
     beta = _l1_norm(w_qk) * jnp.sqrt(_l1_norm(w_v) * _inf_norm(w_v))
     return 4.0 * gamma * jnp.sum(beta, axis=-1) / jnp.sqrt(head_dim)
 
 
-def doubly_exponential_sequence(r0: float, num_layers: int, growth: float = DONG_GROWTH,
-                                constant: float = 1.0) -> np.ndarray:
+def doubly_exponential_sequence(
+    r0: float, num_layers: int, growth: float = DONG_GROWTH, constant: float = 1.0
+) -> np.ndarray:
     """The doubly exponential prediction `r_l`, `l = 0..L`: `[L + 1]` float64.
 
     Iterates `r_l = constant · r_(l-1)^growth`, i.e. `r_l =
@@ -188,7 +199,9 @@ def doubly_exponential_sequence(r0: float, num_layers: int, growth: float = DONG
     if not isinstance(num_layers, int) or num_layers < 0:
         raise ValueError(f"num_layers must be an int >= 0; got {num_layers!r}")
     if not growth > 0 or not constant > 0:
-        raise ValueError(f"growth and constant must be > 0; got growth={growth!r}, constant={constant!r}")
+        raise ValueError(
+            f"growth and constant must be > 0; got growth={growth!r}, constant={constant!r}"
+        )
     logs = [math.log(r0)]
     for _ in range(num_layers):
         logs.append(math.log(constant) + growth * logs[-1])
@@ -226,7 +239,9 @@ def _as_profiles(residuals, name: str) -> np.ndarray:
     if r.ndim == 1:
         r = r[None]
     if r.ndim != 2 or r.shape[1] < 2:
-        raise ValueError(f"{name} must be [L + 1] or [N, L + 1] with L >= 1; got shape {np.shape(residuals)}")
+        raise ValueError(
+            f"{name} must be [L + 1] or [N, L + 1] with L >= 1; got shape {np.shape(residuals)}"
+        )
     return r
 
 
@@ -237,15 +252,25 @@ def _line_fit(x: np.ndarray, y: np.ndarray, layers: tuple, confidence: float) ->
         return RateFit(nan, nan, nan, nan, nan, nan, layers, n)
     slope, intercept = np.polyfit(x, y, 1)
     if n < 3:
-        return RateFit(float(slope), float(intercept), nan, float(np.exp(slope)), nan, nan, layers, n)
+        return RateFit(
+            float(slope), float(intercept), nan, float(np.exp(slope)), nan, nan, layers, n
+        )
     from scipy import stats
 
     resid = y - (intercept + slope * x)
-    s2 = float(np.sum(resid ** 2)) / (n - 2)
+    s2 = float(np.sum(resid**2)) / (n - 2)
     stderr = math.sqrt(s2 / float(np.sum((x - x.mean()) ** 2)))
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * stderr
-    return RateFit(float(slope), float(intercept), stderr, float(np.exp(slope)), float(np.exp(slope - half)),
-                   float(np.exp(slope + half)), layers, n)
+    return RateFit(
+        float(slope),
+        float(intercept),
+        stderr,
+        float(np.exp(slope)),
+        float(np.exp(slope - half)),
+        float(np.exp(slope + half)),
+        layers,
+        n,
+    )
 
 
 def _resolved_layers(r: np.ndarray, floor: float, upper: float) -> tuple:
@@ -294,8 +319,9 @@ def fit_log_log(residuals, *, floor: float = FLOAT64_FLOOR, confidence: float = 
     return _line_fit(x, np.log(logs).ravel(), layers, confidence)._replace(step_growth=step_growth)
 
 
-def fit_geometric(residuals, *, floor: float = FLOAT64_FLOOR, confidence: float = 0.95,
-                  start: int = 0) -> RateFit:
+def fit_geometric(
+    residuals, *, floor: float = FLOAT64_FLOOR, confidence: float = 0.95, start: int = 0
+) -> RateFit:
     """Geometric rate of decay: fit `log r_l = a + s l`; `rate = exp(s)` is `q` in `r_l ~ q^l`.
 
     Same arguments as `fit_log_log` (layers from `start` on, every replicate
@@ -321,8 +347,12 @@ def is_doubly_exponential(fit: RateFit, min_growth: float = DOUBLY_EXPONENTIAL_M
     interval at or above `min_growth` (default 2: geometric decay cannot
     reach it, see `DOUBLY_EXPONENTIAL_MIN_GROWTH`).
     """
-    return (len(fit.layers) >= 3 and bool(np.isfinite(fit.rate_low)) and fit.rate_low >= min_growth
-            and min(fit.step_growth) >= min_growth)
+    return (
+        len(fit.layers) >= 3
+        and bool(np.isfinite(fit.rate_low))
+        and fit.rate_low >= min_growth
+        and min(fit.step_growth) >= min_growth
+    )
 
 
 # --------------------------------------------------------------------------
@@ -348,27 +378,36 @@ def logit_variance(weights) -> jax.Array:
     logs = jnp.where(positive, jnp.log(jnp.where(positive, weights, 1)), 0)
     count = jnp.sum(positive, axis=-1)
     mean = jnp.sum(logs, axis=-1) / jnp.maximum(count, 1)
-    var = jnp.sum(jnp.where(positive, jnp.square(logs - mean[..., None]), 0), axis=-1) / jnp.maximum(count, 1)
+    var = jnp.sum(
+        jnp.where(positive, jnp.square(logs - mean[..., None]), 0), axis=-1
+    ) / jnp.maximum(count, 1)
     rows = count > 1
     return jnp.sum(jnp.where(rows, var, 0), axis=-1) / jnp.maximum(jnp.sum(rows, axis=-1), 1)
 
 
-def sample_paths(key, *, num_layers: int, num_heads: int, length: int, num_paths: int,
-                 num_examples: int = 1) -> dict[str, jax.Array]:
+def sample_paths(
+    key, *, num_layers: int, num_heads: int, length: int, num_paths: int, num_examples: int = 1
+) -> dict[str, jax.Array]:
     """Random single-head paths of `length` layers (Dong et al. 2021, §4.2).
 
     Each path picks `length` distinct layers (sorted), one head per chosen
     layer and one example, uniformly. Returns `{"layers": [N, k] int32,
     "heads": [N, k] int32, "examples": [N] int32}`.
     """
-    for name, value in (("num_layers", num_layers), ("num_heads", num_heads), ("num_paths", num_paths),
-                        ("num_examples", num_examples)):
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+        ("num_paths", num_paths),
+        ("num_examples", num_examples),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     if not isinstance(length, int) or not 1 <= length <= num_layers:
         raise ValueError(f"length must be an int in [1, num_layers={num_layers}]; got {length!r}")
     k_layers, k_heads, k_examples = jax.random.split(key, 3)
-    order = jax.vmap(lambda k: jax.random.permutation(k, num_layers))(jax.random.split(k_layers, num_paths))
+    order = jax.vmap(lambda k: jax.random.permutation(k, num_layers))(
+        jax.random.split(k_layers, num_paths)
+    )
     layers = jnp.sort(order[:, :length], axis=-1).astype(jnp.int32)
     heads = jax.random.randint(k_heads, (num_paths, length), 0, num_heads, dtype=jnp.int32)
     examples = jax.random.randint(k_examples, (num_paths,), 0, num_examples, dtype=jnp.int32)
@@ -395,6 +434,8 @@ def path_products(attention, layers, heads, examples) -> jax.Array:
     def step(p, a):
         return jnp.matmul(a, p, precision=HIGHEST), None
 
-    eye = jnp.broadcast_to(jnp.eye(attention.shape[-1], dtype=attention.dtype), mats.shape[:1] + mats.shape[2:])
+    eye = jnp.broadcast_to(
+        jnp.eye(attention.shape[-1], dtype=attention.dtype), mats.shape[:1] + mats.shape[2:]
+    )
     out, _ = jax.lax.scan(step, eye, jnp.moveaxis(mats, 1, 0))
     return out

@@ -8,6 +8,7 @@ returns; outputs are means over the batch (and heads), one value per layer.
 Everything is computed in the input dtype (float64 resolves residuals down
 to ~1e-15; float32 only to ~1e-7; half precision is promoted to float32).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -21,14 +22,30 @@ from attnjax.analysis.markov import dobrushin, path_product, rank_one_residual, 
 from attnjax.analysis.rank import rank_report
 from attnjax.analysis.sinks import normalized_entropy
 
-HIDDEN_METRICS = ("residual_fro", "residual_l1inf", "residual_abs_fro", "residual_abs_l1inf", "mean_token_norm",
-                  "token_cosine", "stable_rank", "effective_rank")
-ATTENTION_METRICS = ("attention_entropy", "attention_entropy_normalized", "logit_variance", "slem", "dobrushin",
-                     "path_rank_one_residual")
+HIDDEN_METRICS = (
+    "residual_fro",
+    "residual_l1inf",
+    "residual_abs_fro",
+    "residual_abs_l1inf",
+    "mean_token_norm",
+    "token_cosine",
+    "stable_rank",
+    "effective_rank",
+)
+ATTENTION_METRICS = (
+    "attention_entropy",
+    "attention_entropy_normalized",
+    "logit_variance",
+    "slem",
+    "dobrushin",
+    "path_rank_one_residual",
+)
 
 
 @partial(jax.jit, static_argnames=("causal",))
-def depth_profile(hidden: jax.Array, attention: jax.Array, causal: bool = False) -> dict[str, jax.Array]:
+def depth_profile(
+    hidden: jax.Array, attention: jax.Array, causal: bool = False
+) -> dict[str, jax.Array]:
     """Per-layer metrics of a network's forward pass.
 
     Args:
@@ -60,8 +77,10 @@ def depth_profile(hidden: jax.Array, attention: jax.Array, causal: bool = False)
     """
     hidden, attention = jnp.asarray(hidden), jnp.asarray(attention)
     if hidden.ndim != 4 or attention.ndim != 5 or attention.shape[0] + 1 != hidden.shape[0]:
-        raise ValueError(f"need hidden [L + 1, B, T, D] and attention [L, B, H, T, T]; got {hidden.shape} "
-                         f"and {attention.shape}")
+        raise ValueError(
+            f"need hidden [L + 1, B, T, D] and attention [L, B, H, T, T]; got {hidden.shape} "
+            f"and {attention.shape}"
+        )
     if not jnp.issubdtype(hidden.dtype, jnp.floating) or hidden.dtype.itemsize < 4:
         hidden = hidden.astype(jnp.float32)
     if not jnp.issubdtype(attention.dtype, jnp.floating) or attention.dtype.itemsize < 4:
@@ -69,16 +88,23 @@ def depth_profile(hidden: jax.Array, attention: jax.Array, causal: bool = False)
     t = attention.shape[-1]
     visible = jnp.tril(jnp.ones((t, t), bool)) if causal else jnp.ones((t, t), bool)
     rows = jnp.sum(visible, axis=-1) > 1  # queries with a choice
-    entropy_normalized = jnp.sum(jnp.where(rows, normalized_entropy(attention, visible), 0), axis=-1)
+    entropy_normalized = jnp.sum(
+        jnp.where(rows, normalized_entropy(attention, visible), 0), axis=-1
+    )
     entropy_normalized = entropy_normalized / jnp.maximum(jnp.sum(rows), 1)
-    mean_over_batch = lambda x: jnp.mean(x, axis=1)  # noqa: E731
+
+    def mean_over_batch(x):
+        return jnp.mean(x, axis=1)
+
     ranks = rank_report(hidden)  # one SVD shared by every rank metric
     profile = {
         "residual_fro": mean_over_batch(ranks.residual_ratio),
         "residual_l1inf": mean_over_batch(ranks.residual_ratio_l1inf),
         "residual_abs_fro": mean_over_batch(residual_norm(hidden, "fro")),
         "residual_abs_l1inf": mean_over_batch(residual_norm(hidden, "l1inf")),
-        "mean_token_norm": mean_over_batch(jnp.sqrt(t * jnp.sum(jnp.square(jnp.mean(hidden, axis=-2)), axis=-1))),
+        "mean_token_norm": mean_over_batch(
+            jnp.sqrt(t * jnp.sum(jnp.square(jnp.mean(hidden, axis=-2)), axis=-1))
+        ),
         "token_cosine": mean_over_batch(ranks.token_cosine_similarity),
         "stable_rank": mean_over_batch(ranks.stable_rank),
         "effective_rank": mean_over_batch(ranks.effective_rank),
@@ -88,7 +114,9 @@ def depth_profile(hidden: jax.Array, attention: jax.Array, causal: bool = False)
         "slem": jnp.mean(slem(attention), axis=(1, 2)),
         "dobrushin": jnp.mean(dobrushin(attention), axis=(1, 2)),
     }
-    head_mean = jnp.swapaxes(jnp.mean(attention, axis=2), 0, 1)  # [B, L, T, T], still row-stochastic
+    head_mean = jnp.swapaxes(
+        jnp.mean(attention, axis=2), 0, 1
+    )  # [B, L, T, T], still row-stochastic
     products = path_product(head_mean)  # [B, L, T, T]: A_l ... A_1
     profile["path_rank_one_residual"] = jnp.mean(rank_one_residual(products).best, axis=0)
     return profile

@@ -5,6 +5,7 @@ Attention weights follow `jax.nn.dot_product_attention`: one map is `[T, S]`
 Functions act on the trailing axes, broadcast over leading ones, and work
 under `jax.jit` and `jax.vmap`; results keep the input dtype.
 """
+
 from __future__ import annotations
 
 import math

@@ -23,6 +23,7 @@ the device, any backend) whose accuracy matches the eigensolver at float32
 rounding; `'eig'` (LAPACK/cuSOLVER) and `'host'` (NumPy via
 `jax.pure_callback`, any backend) give the exact reference.
 """
+
 from __future__ import annotations
 
 import math
@@ -143,7 +144,9 @@ def _stationary(a: jax.Array, *, tol: float, max_iter: int) -> jax.Array:
             better = _stationary_residual_l1(other, a) < res  # False for NaN
             return jnp.where(better[..., None], other, pi)
 
-        return lambda pi: lax.cond(jnp.any(_stationary_residual_l1(pi, a) > tol), pick, lambda pi: pi, pi)
+        return lambda pi: lax.cond(
+            jnp.any(_stationary_residual_l1(pi, a) > tol), pick, lambda pi: pi, pi
+        )
 
     pi = better_of(lambda pi: _stationary_by_solve(a))(pi)
     pi = better_of(lambda pi: _stationary_by_squaring(pi, a))(pi)
@@ -224,7 +227,9 @@ def slem(a, *, method: str = "iterative", pi=None, num_squarings: int | None = N
     """
     a = as_matrix(a, "a", square=True)
     if method not in SLEM_METHODS:
-        raise ValueError(f"method must be one of {SLEM_METHODS}; got {method!r} (a shape {a.shape})")
+        raise ValueError(
+            f"method must be one of {SLEM_METHODS}; got {method!r} (a shape {a.shape})"
+        )
     s = default_squarings(a.dtype) if num_squarings is None else int(num_squarings)
     if s < 1:
         raise ValueError(f"num_squarings must be >= 1; got {num_squarings}")
@@ -275,11 +280,15 @@ def _as_distribution(pi, a: jax.Array) -> jax.Array:
         return stationary_distribution(a)
     pi = jnp.asarray(pi, a.dtype)
     if pi.ndim < 1 or pi.shape[-1:] != a.shape[-1:]:
-        raise ValueError(f"pi must have shape [..., {a.shape[-1]}]; got {pi.shape} for a shape {a.shape}")
+        raise ValueError(
+            f"pi must have shape [..., {a.shape[-1]}]; got {pi.shape} for a shape {a.shape}"
+        )
     return jnp.broadcast_to(pi, a.shape[:-1])
 
 
-def spectral_gap(a, *, method: str = "iterative", pi=None, num_squarings: int | None = None) -> jax.Array:
+def spectral_gap(
+    a, *, method: str = "iterative", pi=None, num_squarings: int | None = None
+) -> jax.Array:
     """Absolute spectral gap `1 - |λ_2|` of row-stochastic `a [..., n, n]` -> `[...]`.
 
     Arguments as for `slem`. 0 for periodic or reducible chains, 1 for the

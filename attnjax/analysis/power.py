@@ -4,6 +4,7 @@
 (consensus); `v ← v A` propagates a distribution towards the stationary π.
 The measured contraction rate tends to `|λ_2|` (`attnjax.analysis.slem`).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -57,7 +58,9 @@ def power_iteration(a, v0, steps: int, *, side: str = "right") -> PowerIteration
         raise ValueError(f"steps must be >= 2 to measure a rate; got {steps}")
     v0 = jnp.asarray(v0, a.dtype)
     if v0.ndim < 1 or v0.shape[-1] != a.shape[-1]:
-        raise ValueError(f"v0 must have shape [..., {a.shape[-1]}]; got {v0.shape} for a shape {a.shape}")
+        raise ValueError(
+            f"v0 must have shape [..., {a.shape[-1]}]; got {v0.shape} for a shape {a.shape}"
+        )
     batch = jnp.broadcast_shapes(a.shape[:-2], v0.shape[:-1])
     v0 = jnp.broadcast_to(v0, batch + a.shape[-1:])
     a = jnp.broadcast_to(a, batch + a.shape[-2:])

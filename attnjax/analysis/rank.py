@@ -19,6 +19,7 @@ uses `0·log 0 = 0` instead of `log(p + eps)`, which biases it; and the
 condition number is `σ_1/σ_r`, `inf` when `σ_r = 0`, not `σ_1/(σ_r + eps)`,
 which reports an arbitrary finite number for singular matrices.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -106,6 +107,7 @@ def token_cosine_similarity(x) -> jax.Array:
 
 
 # ---- metrics of the singular values `s [..., r]`, descending --------------
+
 
 def _stable_rank(s):
     return safe_divide(jnp.sum(jnp.square(s), axis=-1), jnp.square(s[..., 0]))

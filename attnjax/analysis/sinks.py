@@ -21,6 +21,7 @@ the trailing axes, broadcast over leading ones and work under `jax.jit` and
   norm of the shared component ||1 x_bar^T||_F, so that growth of the shared
   component (a sink's massive activation) is not mistaken for collapse.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,10 @@ def _visible(visible, weights: jax.Array) -> jax.Array:
         return jnp.ones((1,) * weights.ndim, weights.dtype)
     visible = jnp.asarray(visible)
     if not 2 <= visible.ndim <= weights.ndim or visible.shape[-2:] != weights.shape[-2:]:
-        raise ValueError(f"visible must have shape [..., {weights.shape[-2]}, {weights.shape[-1]}]; "
-                         f"got {visible.shape} for weights shape {weights.shape}")
+        raise ValueError(
+            f"visible must have shape [..., {weights.shape[-2]}, {weights.shape[-1]}]; "
+            f"got {visible.shape} for weights shape {weights.shape}"
+        )
     return lift(visible.astype(weights.dtype), weights.ndim)
 
 
@@ -75,8 +78,10 @@ def sink_mass(weights, sink) -> jax.Array:
     weights = as_matrix(weights, "weights")
     sink = jnp.asarray(sink)
     if sink.ndim < 1 or sink.shape[-1] != weights.shape[-1]:
-        raise ValueError(f"sink must have shape [..., {weights.shape[-1]}]; got {sink.shape} "
-                         f"for weights shape {weights.shape}")
+        raise ValueError(
+            f"sink must have shape [..., {weights.shape[-1]}]; got {sink.shape} "
+            f"for weights shape {weights.shape}"
+        )
     batch = max(weights.ndim - 2, sink.ndim - 1)  # leading axes, broadcast against each other
     weights, sink = lift(weights, batch + 2), lift(sink.astype(weights.dtype), batch + 1)
     # A matmul, not a broadcast product and a sum: XLA:CPU (jax 0.10.2) fused the latter, followed by a

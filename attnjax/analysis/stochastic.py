@@ -5,6 +5,7 @@ The Markov and head metrics assume such maps and do not check them inside
 is that flag, jit-able; `check_stochastic` raises, outside `jit`, with the
 offending rows, for a user to call once on the maps they analyse.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -51,8 +52,10 @@ def check_stochastic(a, *, atol: float | None = None, name: str = "a") -> None:
     is a traced flag; a traced `a` raises `TypeError`.
     """
     if isinstance(a, jax.core.Tracer):
-        raise TypeError(f"check_stochastic reads values, so {name} must be concrete (called outside jax.jit); "
-                        f"got a tracer of shape {a.shape}: use is_row_stochastic inside jit")
+        raise TypeError(
+            f"check_stochastic reads values, so {name} must be concrete (called outside jax.jit); "
+            f"got a tracer of shape {a.shape}: use is_row_stochastic inside jit"
+        )
     a = as_matrix(a, name)
     atol = _default_atol(a) if atol is None else float(atol)
     x = np.asarray(a, np.float64)
@@ -61,8 +64,13 @@ def check_stochastic(a, *, atol: float | None = None, name: str = "a") -> None:
     if not bad.any():
         return
     rows = np.argwhere(bad)[:MAX_REPORTED_ROWS]
-    details = "; ".join(f"row {tuple(int(i) for i in r)} sums to {sums[tuple(r)]:.6g}, min entry "
-                        f"{mins[tuple(r)]:.6g}" for r in rows)
-    raise ValueError(f"{name} must be row-stochastic (entries >= -{atol:.3g}, rows summing to 1 within "
-                     f"{atol:.3g}); {int(bad.sum())} of {bad.size} rows of {name} (shape {x.shape}) are not: "
-                     f"{details}")
+    details = "; ".join(
+        f"row {tuple(int(i) for i in r)} sums to {sums[tuple(r)]:.6g}, min entry "
+        f"{mins[tuple(r)]:.6g}"
+        for r in rows
+    )
+    raise ValueError(
+        f"{name} must be row-stochastic (entries >= -{atol:.3g}, rows summing to 1 within "
+        f"{atol:.3g}); {int(bad.sum())} of {bad.size} rows of {name} (shape {x.shape}) are not: "
+        f"{details}"
+    )

@@ -38,6 +38,7 @@ context (give `[..., 1, 1, S]`-shaped ones, or the keywords).
 A fully masked row gets finite values: lse = `attnjax.attention.MASKED_LSE`
 (jax.nn's -0.7 x float32 max), argmax -1, every other statistic 0.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Union
@@ -71,11 +72,15 @@ def _check_key_padding(key_padding, batch_shape, kv_len):
         return None
     key_padding = jnp.asarray(key_padding)
     if key_padding.dtype != jnp.bool_:
-        raise TypeError(f"key_padding must be boolean (True = a real key), got dtype {key_padding.dtype}")
+        raise TypeError(
+            f"key_padding must be boolean (True = a real key), got dtype {key_padding.dtype}"
+        )
     fitted = checks.fit_shape(key_padding, batch_shape + (kv_len,))
     if fitted is None:
-        raise ValueError(f"key_padding of shape {tuple(key_padding.shape)} does not broadcast to "
-                         f"[..., S] = {batch_shape + (kv_len,)}")
+        raise ValueError(
+            f"key_padding of shape {tuple(key_padding.shape)} does not broadcast to "
+            f"[..., S] = {batch_shape + (kv_len,)}"
+        )
     return fitted
 
 
@@ -89,9 +94,13 @@ def _check_sinks(sink_positions, kv_len) -> Array:
         if concrete.size == 0:
             return jnp.zeros((0,), jnp.int32)
         if not np.issubdtype(concrete.dtype, np.integer) or concrete.ndim > 1:
-            raise ValueError(f"sink_positions must be a sequence of int key positions, got {sink_positions!r}")
+            raise ValueError(
+                f"sink_positions must be a sequence of int key positions, got {sink_positions!r}"
+            )
         if concrete.min() < 0 or concrete.max() >= kv_len:
-            raise ValueError(f"sink_positions {concrete.tolist()} out of range for key.shape[-3] = S = {kv_len}")
+            raise ValueError(
+                f"sink_positions {concrete.tolist()} out of range for key.shape[-3] = S = {kv_len}"
+            )
     return jnp.reshape(jnp.asarray(sink_positions, jnp.int32), (-1,))
 
 
@@ -101,8 +110,10 @@ def _check_lse(lse, query):
         return None
     lse = jnp.asarray(lse)
     if lse.shape != query.shape[:-1]:
-        raise ValueError(f"lse must have shape [..., T, H] = {tuple(query.shape[:-1])} "
-                         f"(query.shape={tuple(query.shape)}), got lse.shape={tuple(lse.shape)}")
+        raise ValueError(
+            f"lse must have shape [..., T, H] = {tuple(query.shape[:-1])} "
+            f"(query.shape={tuple(query.shape)}), got lse.shape={tuple(lse.shape)}"
+        )
     if not jnp.issubdtype(lse.dtype, jnp.floating):
         raise TypeError(f"lse must be a floating-point array, got dtype {lse.dtype}")
     return lse
@@ -110,7 +121,9 @@ def _check_lse(lse, query):
 
 def _check_chunk(name, value, label, array):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r} ({label}.shape={tuple(array.shape)})")
+        raise ValueError(
+            f"{name} must be an int >= 1, got {value!r} ({label}.shape={tuple(array.shape)})"
+        )
 
 
 def _check_options(query, key, value, chunk_size, window):
@@ -145,7 +158,7 @@ def _map_query_blocks(body, q_len: int, block: int, axis: int):
 
     def join(x):
         x = jnp.moveaxis(x, 0, x.ndim + axis - 1)  # next to the query axis
-        shape = x.shape[:x.ndim + axis - 1] + (-1,) + x.shape[x.ndim + axis + 1:]
+        shape = x.shape[: x.ndim + axis - 1] + (-1,) + x.shape[x.ndim + axis + 1 :]
         return jax.lax.slice_in_dim(jnp.reshape(x, shape), 0, q_len, axis=len(shape) + axis)
 
     return jax.tree_util.tree_map(join, jax.lax.map(body, starts))
@@ -275,18 +288,24 @@ def attention_statistics(
     temperature = jnp.asarray(temperature, dtype)
     fill = jnp.asarray(-jnp.finfo(dtype).max / 2, dtype)  # below every clipped logit (>= -max/4)
     online = lse is None
-    one_sided = is_causal or (local_window is not None and local_window[1] == 0)  # no visible key j > i
+    one_sided = is_causal or (
+        local_window is not None and local_window[1] == 0
+    )  # no visible key j > i
     starts = jnp.arange(num_chunks, dtype=jnp.int32) * size
 
     def block_statistics(q_start):
         """The statistics of queries q_start .. q_start + block - 1, `[..., H, block]` each."""
         q = jax.lax.dynamic_slice_in_dim(query, q_start, block, axis=query.ndim - 3)
-        block_mask, block_bias = _slice_last(mask, q_start, block, -2), _slice_last(bias, q_start, block, -2)
+        block_mask, block_bias = (
+            _slice_last(mask, q_start, block, -2),
+            _slice_last(bias, q_start, block, -2),
+        )
 
         def accumulate(carry, start, i, j, visible):
             ref, top, arg, total, u, count, sink, win, distance, out = carry
-            x = attention_lib.grouped_logits(q, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3),
-                                             scale=scale)  # [..., H, Tq, C]
+            x = attention_lib.grouped_logits(
+                q, jax.lax.dynamic_slice_in_dim(key, start, size, axis=key.ndim - 3), scale=scale
+            )  # [..., H, Tq, C]
             chunk_bias = _slice_last(block_bias, start, size, -1)
             if chunk_bias is not None:
                 x = x + chunk_bias.astype(dtype)
@@ -295,7 +314,9 @@ def attention_statistics(
             if block_mask is not None:
                 visible = visible & _slice_last(block_mask, start, size, -1)
             if key_padding is not None:
-                visible = visible & _lift(_slice_last(key_padding, start, size, -1)[..., None, None, :], rank)
+                visible = visible & _lift(
+                    _slice_last(key_padding, start, size, -1)[..., None, None, :], rank
+                )
             visible = jnp.broadcast_to(visible, x.shape)
             x = jnp.where(visible, x, fill)
             chunk_top = jnp.max(x, axis=-1)
@@ -310,30 +331,47 @@ def attention_statistics(
             chunk_total = jnp.sum(e, axis=-1)
             # Weights of key j alone go through one matmul with e (fast); sum_j e |i - j| is
             # (i - start) L - sum_j e (j - start), + 2 sum_{j > i} e (j - i) unless no key j > i is visible.
-            by_key = jnp.stack([jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1)
-            by_key = jnp.matmul(e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST)  # [..., H, Tq, 2]
-            chunk_distance = _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
+            by_key = jnp.stack(
+                [jnp.any(j[0][:, None] == sinks[None, :], axis=-1), j[0] - start], axis=-1
+            )
+            by_key = jnp.matmul(
+                e, by_key.astype(dtype), precision=jax.lax.Precision.HIGHEST
+            )  # [..., H, Tq, 2]
+            chunk_distance = (
+                _lift((i[:, 0] - start).astype(dtype), rank - 1) * chunk_total - by_key[..., 1]
+            )
             if not one_sided:
-                chunk_distance = chunk_distance + 2 * jnp.sum(e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank),
-                                                              -1)
-            u = alpha * u + (alpha * total) * (ref - new_ref) + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
+                chunk_distance = chunk_distance + 2 * jnp.sum(
+                    e * _lift(jnp.maximum(j - i, 0).astype(dtype), rank), -1
+                )
+            u = (
+                alpha * u
+                + (alpha * total) * (ref - new_ref)
+                + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
+            )
             total = alpha * total + chunk_total
             count = count + jnp.sum(visible, axis=-1, dtype=dtype)
             distance = alpha * distance + chunk_distance
             sink = alpha * sink + by_key[..., 0]
             if window is not None:
-                win = alpha * win + jnp.sum(e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1)
+                win = alpha * win + jnp.sum(
+                    e * _lift((jnp.abs(i - j) < window).astype(dtype), rank), axis=-1
+                )
             if value is not None:
-                out = alpha[..., None] * out + _weighted_values(e, jax.lax.dynamic_slice_in_dim(
-                    value, start, size, axis=value.ndim - 3))
+                out = alpha[..., None] * out + _weighted_values(
+                    e, jax.lax.dynamic_slice_in_dim(value, start, size, axis=value.ndim - 3)
+                )
             return new_ref, top, arg, total, u, count, sink, win, distance, out
 
         def step(carry, start):
             # A chunk that the positions alone hide from the whole block (causal, local window) adds nothing:
             # skipped (under vmap `cond` computes both branches; the result is the same).
-            i, j, visible = _positions_mask(q_start, block, kv_len, start, size, is_causal, local_window)
-            return jax.lax.cond(jnp.any(visible), accumulate, lambda carry, *_: carry, carry, start, i, j,
-                                visible), None
+            i, j, visible = _positions_mask(
+                q_start, block, kv_len, start, size, is_causal, local_window
+            )
+            return jax.lax.cond(
+                jnp.any(visible), accumulate, lambda carry, *_: carry, carry, start, i, j, visible
+            ), None
 
         shape = batch_shape + (num_heads, block)
         zeros = jnp.zeros(shape, dtype)
@@ -342,17 +380,31 @@ def attention_statistics(
         else:
             bound = jnp.finfo(dtype).max / 4
             block_lse = jax.lax.dynamic_slice_in_dim(lse, q_start, block, axis=lse.ndim - 2)
-            ref = jax.lax.stop_gradient(jnp.clip(jnp.swapaxes(block_lse, -1, -2).astype(dtype), -bound, bound))
+            ref = jax.lax.stop_gradient(
+                jnp.clip(jnp.swapaxes(block_lse, -1, -2).astype(dtype), -bound, bound)
+            )
         out = None if value is None else jnp.zeros(shape + (value.shape[-1],), dtype)
-        init = (ref, jnp.full(shape, fill, dtype), jnp.full(shape, -1, jnp.int32), zeros, zeros, zeros, zeros,
-                None if window is None else zeros, zeros, out)
+        init = (
+            ref,
+            jnp.full(shape, fill, dtype),
+            jnp.full(shape, -1, jnp.int32),
+            zeros,
+            zeros,
+            zeros,
+            zeros,
+            None if window is None else zeros,
+            zeros,
+            out,
+        )
         carry, _ = jax.lax.scan(jax.checkpoint(step), init, starts)
         return _finish(carry[:-1], dtype), _normalized_output(carry[-1], carry[3])
 
     statistics, output = _map_query_blocks(block_statistics, q_len, block, -1)
     if value is None:
         return AttentionStatistics(**statistics)
-    return AttentionStatistics(**statistics), jnp.moveaxis(output, -1, -3).astype(value.dtype)  # [..., T, H, Dv]
+    return AttentionStatistics(**statistics), jnp.moveaxis(output, -1, -3).astype(
+        value.dtype
+    )  # [..., T, H, Dv]
 
 
 def _weighted_values(e: Array, value: Array) -> Array:
@@ -361,7 +413,12 @@ def _weighted_values(e: Array, value: Array) -> Array:
     *batch, heads, q_len, size = e.shape
     kv_heads = value.shape[-2]
     grouped = jnp.reshape(e, (*batch, kv_heads, heads // kv_heads, q_len, size))
-    out = jnp.einsum("...kgtc,...ckd->...kgtd", grouped, value.astype(e.dtype), precision=jax.lax.Precision.HIGHEST)
+    out = jnp.einsum(
+        "...kgtc,...ckd->...kgtd",
+        grouped,
+        value.astype(e.dtype),
+        precision=jax.lax.Precision.HIGHEST,
+    )
     return jnp.reshape(out, (*batch, heads, q_len, value.shape[-1]))
 
 

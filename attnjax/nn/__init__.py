@@ -23,6 +23,7 @@
 The presets that depth studies compare (attention only, + MLP, + skips, ...)
 are the studies' (`experiments.architectures`); this package has the switches.
 """
+
 from attnjax.nn import edits, params, sink_cache, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
@@ -55,10 +56,39 @@ from attnjax.nn.tokens import check_tokens
 from attnjax.nn.transformer import UNROLL_MAX_LAYERS, Transformer, sinusoidal_positions
 
 __all__ = [
-    "ATTENTION_KINDS", "ATTENTION_OPTIONS", "BLOCK_OPTIONS", "DEFAULT_BIAS_INIT", "DEFAULT_EMBED_INIT",
-    "DEFAULT_KERNEL_INIT", "DEFAULT_POSITION_INIT", "FIXED_FEATURE_MAPS", "HEAD_CHOICES", "INV_SQRT_DEPTH",
-    "MLP_ACTIVATIONS", "MODEL_OPTIONS", "NORM_CHOICES", "NORM_KINDS", "POSITION_CHOICES", "POSITION_INIT_STD",
-    "QK_NORM_CHOICES", "RANDOM_FEATURE_MAPS", "UNROLL_MAX_LAYERS", "AttentionConfig", "Block", "BlockConfig",
-    "Mlp", "MultiHeadAttention", "RandomProjection", "Transformer", "TransformerConfig", "check_tokens",
-    "cosine_normalize", "edits", "make_norm", "params", "sink_cache", "statistics", "sinusoidal_positions",
+    "ATTENTION_KINDS",
+    "ATTENTION_OPTIONS",
+    "BLOCK_OPTIONS",
+    "DEFAULT_BIAS_INIT",
+    "DEFAULT_EMBED_INIT",
+    "DEFAULT_KERNEL_INIT",
+    "DEFAULT_POSITION_INIT",
+    "FIXED_FEATURE_MAPS",
+    "HEAD_CHOICES",
+    "INV_SQRT_DEPTH",
+    "MLP_ACTIVATIONS",
+    "MODEL_OPTIONS",
+    "NORM_CHOICES",
+    "NORM_KINDS",
+    "POSITION_CHOICES",
+    "POSITION_INIT_STD",
+    "QK_NORM_CHOICES",
+    "RANDOM_FEATURE_MAPS",
+    "UNROLL_MAX_LAYERS",
+    "AttentionConfig",
+    "Block",
+    "BlockConfig",
+    "Mlp",
+    "MultiHeadAttention",
+    "RandomProjection",
+    "Transformer",
+    "TransformerConfig",
+    "check_tokens",
+    "cosine_normalize",
+    "edits",
+    "make_norm",
+    "params",
+    "sink_cache",
+    "statistics",
+    "sinusoidal_positions",
 ]

@@ -10,6 +10,7 @@ Autoregressive decoding: `init_cache(batch_size, max_len)`, then calls with
 `decode=True` on chunks of one or more positions (a K/V cache for softmax
 attention, the recurrent state for linear attention).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,12 @@ from attnjax import linear as linear_lib
 from attnjax import masks as masks_lib
 from attnjax import rope as rope_lib
 from attnjax.nn.attention_fn import check_weights_available
-from attnjax.nn.configs import ATTENTION_OPTIONS, FIXED_FEATURE_MAPS, RANDOM_FEATURE_MAPS, AttentionConfig
+from attnjax.nn.configs import (
+    ATTENTION_OPTIONS,
+    FIXED_FEATURE_MAPS,
+    RANDOM_FEATURE_MAPS,
+    AttentionConfig,
+)
 
 Array = jax.Array
 
@@ -51,10 +57,14 @@ def cosine_normalize(x: Array) -> Array:
     """Rescale each vector `[..., D]` to norm sqrt(D), so q.k / sqrt(D) = sqrt(D) cos(q, k)."""
     x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True))
-    return (x32 * (math.sqrt(x.shape[-1]) / jnp.maximum(norm, jnp.finfo(x32.dtype).tiny))).astype(x.dtype)
+    return (x32 * (math.sqrt(x.shape[-1]) / jnp.maximum(norm, jnp.finfo(x32.dtype).tiny))).astype(
+        x.dtype
+    )
 
 
-def _visible_keys(index: Array, chunk: int, max_len: int, rank: int, window: Optional[int] = None) -> Array:
+def _visible_keys(
+    index: Array, chunk: int, max_len: int, rank: int, window: Optional[int] = None
+) -> Array:
     """Causal mask of a chunk at the end of the cache, `[1, ..., 1, C, max_len]` (rank `rank`).
 
     Query i of the chunk sits at absolute position index + i and sees cache
@@ -68,8 +78,15 @@ def _visible_keys(index: Array, chunk: int, max_len: int, rank: int, window: Opt
     return jnp.reshape(visible, (1,) * (rank - 2) + (chunk, max_len))
 
 
-def _linear_general(layer: nnx.Linear, x: Array, num_in: int, out_shape: tuple[int, ...], *,
-                    kernel: Optional[Array] = None, bias: Optional[Array] = None) -> Array:
+def _linear_general(
+    layer: nnx.Linear,
+    x: Array,
+    num_in: int,
+    out_shape: tuple[int, ...],
+    *,
+    kernel: Optional[Array] = None,
+    bias: Optional[Array] = None,
+) -> Array:
     """`layer` applied to the last `num_in` axes of `x` (flattened), its output axis split into `out_shape`.
 
     The same product as `layer(reshape(x, [..., F]))` reshaped to `[..., *out_shape]`, as one
@@ -84,9 +101,13 @@ def _linear_general(layer: nnx.Linear, x: Array, num_in: int, out_shape: tuple[i
         kernel = layer.kernel[...]
         bias = layer.bias[...] if layer.bias is not None else None
     x, kernel, bias = layer.promote_dtype((x, kernel, bias), dtype=layer.dtype)
-    kernel = jnp.reshape(kernel, x.shape[x.ndim - num_in:] + tuple(out_shape))
+    kernel = jnp.reshape(kernel, x.shape[x.ndim - num_in :] + tuple(out_shape))
     contract = (tuple(range(x.ndim - num_in, x.ndim)), tuple(range(num_in)))
-    kwargs = {} if layer.preferred_element_type is None else {"preferred_element_type": layer.preferred_element_type}
+    kwargs = (
+        {}
+        if layer.preferred_element_type is None
+        else {"preferred_element_type": layer.preferred_element_type}
+    )
     y = layer.dot_general(x, kernel, (contract, ((), ())), precision=layer.precision, **kwargs)
     if bias is not None:
         y = y + jnp.reshape(bias, (1,) * (y.ndim - len(out_shape)) + tuple(out_shape))
@@ -106,8 +127,10 @@ def _attention_config(config: Optional[AttentionConfig], options: dict) -> Atten
         raise TypeError(f"config must be an AttentionConfig, got {type(config).__name__}")
     unknown = [name for name in options if name not in ATTENTION_OPTIONS]
     if unknown:
-        raise TypeError(f"MultiHeadAttention got unknown keyword argument(s) {', '.join(unknown)}; "
-                        f"valid: the AttentionConfig fields {', '.join(ATTENTION_OPTIONS)}")
+        raise TypeError(
+            f"MultiHeadAttention got unknown keyword argument(s) {', '.join(unknown)}; "
+            f"valid: the AttentionConfig fields {', '.join(ATTENTION_OPTIONS)}"
+        )
     return dataclasses.replace(config, **options) if options else config
 
 
@@ -167,8 +190,12 @@ class MultiHeadAttention(nnx.Module):
         config = _attention_config(config, options)
         qkv_features = in_features if qkv_features is None else qkv_features
         out_features = in_features if out_features is None else out_features
-        for name, value in (("in_features", in_features), ("num_heads", num_heads),
-                            ("qkv_features", qkv_features), ("out_features", out_features)):
+        for name, value in (
+            ("in_features", in_features),
+            ("num_heads", num_heads),
+            ("qkv_features", qkv_features),
+            ("out_features", out_features),
+        ):
             checks.positive_int(name, value)
         checks.divisible("qkv_features", qkv_features, "num_heads", num_heads)
         config.check_heads(num_heads, qkv_features // num_heads)
@@ -181,11 +208,22 @@ class MultiHeadAttention(nnx.Module):
         self.deterministic = deterministic
         self.dtype, self.param_dtype = dtype, param_dtype
         if config.attention_kind == "linear" and config.feature_map in RANDOM_FEATURE_MAPS:
-            self.projection = RandomProjection(self._draw_projection(rngs.params(), config.num_features))
-        linear = lambda i, o, init=config.kernel_init, bias=use_bias: nnx.Linear(  # noqa: E731
-            i, o, use_bias=bias, kernel_init=init, bias_init=config.bias_init,
-            dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-        )
+            self.projection = RandomProjection(
+                self._draw_projection(rngs.params(), config.num_features)
+            )
+
+        def linear(i, o, init=config.kernel_init, bias=use_bias):
+            return nnx.Linear(
+                i,
+                o,
+                use_bias=bias,
+                kernel_init=init,
+                bias_init=config.bias_init,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
+            )
+
         q_width, kv_width = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         qkv_bias = use_bias if config.qkv_bias is None else config.qkv_bias
         if config.fused_qkv:
@@ -195,9 +233,12 @@ class MultiHeadAttention(nnx.Module):
             self.key = linear(in_features, kv_width, bias=qkv_bias)
             self.value = linear(in_features, kv_width, bias=qkv_bias)
         if config.normalize_qk == "layernorm":
-            norm = lambda: nnx.LayerNorm(  # noqa: E731
-                self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-            )
+
+            def norm():
+                return nnx.LayerNorm(
+                    self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+                )
+
             self.query_ln, self.key_ln = norm(), norm()
         out_init = config.kernel_init if config.out_kernel_init is None else config.out_kernel_init
         self.out = linear(q_width, out_features, out_init)
@@ -209,8 +250,10 @@ class MultiHeadAttention(nnx.Module):
     def redraw(self, key: Array) -> None:
         """Draw a new random feature projection (linear attention with random features)."""
         if not hasattr(self, "projection"):
-            raise ValueError(f"redraw needs random features; this module uses {self.config.attention_kind!r} "
-                             f"attention with feature_map={self.config.feature_map!r}")
+            raise ValueError(
+                f"redraw needs random features; this module uses {self.config.attention_kind!r} "
+                f"attention with feature_map={self.config.feature_map!r}"
+            )
         self.projection[...] = self._draw_projection(key, self.projection.shape[-2])
 
     def _feature_map(self) -> Callable:
@@ -244,7 +287,9 @@ class MultiHeadAttention(nnx.Module):
         out = linear_lib.linear_attention(q, k, v, feature_map=phi, is_causal=is_causal, mask=mask)
         weights = None
         if need_weights:
-            weights = linear_lib.linear_attention_weights(q, k, feature_map=phi, is_causal=is_causal, mask=mask)
+            weights = linear_lib.linear_attention_weights(
+                q, k, feature_map=phi, is_causal=is_causal, mask=mask
+            )
         return out, weights
 
     def _project(self, x: Array, context: Optional[Array]) -> tuple[Array, Array, Array]:
@@ -256,21 +301,35 @@ class MultiHeadAttention(nnx.Module):
         of each, which trains faster (an AdamW step of the rank-collapse
         model, L=8 B=64 T=33, went from 1.02x to 0.89x flax's time).
         """
-        heads = lambda layer, y, n, **kw: _linear_general(layer, y, 1, (n, self.head_dim), **kw)  # noqa: E731
+
+        def heads(layer, y, n, **kw):
+            return _linear_general(layer, y, 1, (n, self.head_dim), **kw)
+
         split = (self.num_heads, self.num_heads + self.num_kv_heads)
         if self.config.fused_qkv:
             if context is not None:
                 raise ValueError("fused_qkv=True supports self-attention only; got a context")
-            q, k, v = jnp.split(heads(self.qkv, x, self.num_heads + 2 * self.num_kv_heads), split, axis=-2)
+            q, k, v = jnp.split(
+                heads(self.qkv, x, self.num_heads + 2 * self.num_kv_heads), split, axis=-2
+            )
         elif context is None:
             layers = (self.query, self.key, self.value)
             kernel = jnp.concatenate([layer.kernel[...] for layer in layers], axis=-1)
-            bias = None if self.query.bias is None else jnp.concatenate([layer.bias[...] for layer in layers])
-            qkv = heads(self.query, x, self.num_heads + 2 * self.num_kv_heads, kernel=kernel, bias=bias)
+            bias = (
+                None
+                if self.query.bias is None
+                else jnp.concatenate([layer.bias[...] for layer in layers])
+            )
+            qkv = heads(
+                self.query, x, self.num_heads + 2 * self.num_kv_heads, kernel=kernel, bias=bias
+            )
             q, k, v = jnp.split(qkv, split, axis=-2)
         else:
             q = heads(self.query, x, self.num_heads)
-            k, v = heads(self.key, context, self.num_kv_heads), heads(self.value, context, self.num_kv_heads)
+            k, v = (
+                heads(self.key, context, self.num_kv_heads),
+                heads(self.value, context, self.num_kv_heads),
+            )
         if self.config.normalize_qk == "layernorm":
             q, k = self.query_ln(q), self.key_ln(k)
         elif self.config.normalize_qk == "cosine":
@@ -282,9 +341,16 @@ class MultiHeadAttention(nnx.Module):
         offset..offset+S-1."""
         if self.config.rope is None:
             return q, k
-        rotate = functools.partial(rope_lib.rotary_embedding, base=self.config.rope_base, layout=self.config.rope,
-                                   scaling=self.config.rope_scaling)
-        return (rotate(q, offset + jnp.arange(q.shape[-3])), rotate(k, offset + jnp.arange(k.shape[-3])))
+        rotate = functools.partial(
+            rope_lib.rotary_embedding,
+            base=self.config.rope_base,
+            layout=self.config.rope,
+            scaling=self.config.rope_scaling,
+        )
+        return (
+            rotate(q, offset + jnp.arange(q.shape[-3])),
+            rotate(k, offset + jnp.arange(k.shape[-3])),
+        )
 
     # ------------------------------------------------------------- decoding
 
@@ -309,8 +375,13 @@ class MultiHeadAttention(nnx.Module):
             self.cached_value = nnx.Cache(jnp.zeros(shape, dtype))
         else:
             num_features = features_lib.num_features(self._feature_map(), self.head_dim)
-            state = linear_lib.init_state((batch_size,), self.num_kv_heads, num_features, self.head_dim,
-                                          jnp.promote_types(dtype, jnp.float32))
+            state = linear_lib.init_state(
+                (batch_size,),
+                self.num_kv_heads,
+                num_features,
+                self.head_dim,
+                jnp.promote_types(dtype, jnp.float32),
+            )
             self.cached_kv = nnx.Cache(state.kv)
             self.cached_normalizer = nnx.Cache(state.normalizer)
         self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
@@ -324,17 +395,23 @@ class MultiHeadAttention(nnx.Module):
         gives NaN outputs instead of silently wrong ones.
         """
         if getattr(self, "cache_index", None) is None:
-            raise ValueError(f"decode=True needs a cache: call init_cache(batch_size, max_len) first "
-                             f"(inputs of shape {shape})")
+            raise ValueError(
+                f"decode=True needs a cache: call init_cache(batch_size, max_len) first "
+                f"(inputs of shape {shape})"
+            )
         batch_size, max_len = self.cache_shape
         if batch != batch_size:
-            raise ValueError(f"decode: inputs of shape {shape} have batch size {batch}, "
-                             f"the cache was initialised with batch_size={batch_size}")
+            raise ValueError(
+                f"decode: inputs of shape {shape} have batch size {batch}, "
+                f"the cache was initialised with batch_size={batch_size}"
+            )
         index = self.cache_index[...]
         filled = None if isinstance(index, jax.core.Tracer) else int(np.max(index))
         if chunk + (filled or 0) > max_len:
-            raise ValueError(f"decode: a chunk of {chunk} positions (inputs of shape {shape}) does not fit "
-                             f"in the cache of max_len={max_len} with {filled or 0} positions filled")
+            raise ValueError(
+                f"decode: a chunk of {chunk} positions (inputs of shape {shape}) does not fit "
+                f"in the cache of max_len={max_len} with {filled or 0} positions filled"
+            )
 
     def _decode_linear(self, q: Array, k: Array, v: Array) -> Array:
         """The recurrent form, one position of the chunk at a time: heads `[B, C, H, Dh]`."""
@@ -355,13 +432,28 @@ class MultiHeadAttention(nnx.Module):
         else:
             zero = jnp.zeros((), index.dtype)
             start = (zero, index, zero, zero)
-            keys = jax.lax.dynamic_update_slice(self.cached_key[...], k.astype(self.cached_key.dtype), start)
-            values = jax.lax.dynamic_update_slice(self.cached_value[...], v.astype(self.cached_value.dtype), start)
+            keys = jax.lax.dynamic_update_slice(
+                self.cached_key[...], k.astype(self.cached_key.dtype), start
+            )
+            values = jax.lax.dynamic_update_slice(
+                self.cached_value[...], v.astype(self.cached_value.dtype), start
+            )
             self.cached_key[...], self.cached_value[...] = keys, values
             visible = _visible_keys(index, chunk, max_len, q.ndim, self.config.window)
-            mask = visible if mask is None else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
-            out, weights = (attend or self._attend)(q, keys.astype(k.dtype), values.astype(v.dtype), mask,
-                                                    False, need_weights, dropout_rng)
+            mask = (
+                visible
+                if mask is None
+                else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
+            )
+            out, weights = (attend or self._attend)(
+                q,
+                keys.astype(k.dtype),
+                values.astype(v.dtype),
+                mask,
+                False,
+                need_weights,
+                dropout_rng,
+            )
         self.cache_index[...] = index + chunk
         return jnp.where(index + chunk <= max_len, out, jnp.nan), weights
 
@@ -403,14 +495,29 @@ class MultiHeadAttention(nnx.Module):
           `[..., T, out_features]`, or `(out, weights)`.
         """
         need_weights = sow_weights or return_weights
-        self._check_call(x, context, mask, need_weights and core is None, decode, deterministic, rngs)
+        self._check_call(
+            x, context, mask, need_weights and core is None, decode, deterministic, rngs
+        )
         dropout_rng = self._dropout_rng(deterministic, rngs)
         q, k, v = self._project(x, context)
-        if not decode:  # a sliding window as a [T, S] band in the mask (decoding: in the visible keys)
-            mask = masks_lib.with_window(mask, self.config.window, q.shape[-3], k.shape[-3], is_causal)
+        if (
+            not decode
+        ):  # a sliding window as a [T, S] band in the mask (decoding: in the visible keys)
+            mask = masks_lib.with_window(
+                mask, self.config.window, q.shape[-3], k.shape[-3], is_causal
+            )
         if core is not None:
-            heads_out, weights = core(self, q, k, v, mask=mask, is_causal=is_causal, decode=decode,
-                                      need_weights=need_weights, dropout_rng=dropout_rng)
+            heads_out, weights = core(
+                self,
+                q,
+                k,
+                v,
+                mask=mask,
+                is_causal=is_causal,
+                decode=decode,
+                need_weights=need_weights,
+                dropout_rng=dropout_rng,
+            )
         elif decode:
             q, k = self._rotate(q, k, self.cache_index[...])
             heads_out, weights = self._decode(q, k, v, mask, need_weights, dropout_rng)
@@ -426,7 +533,9 @@ class MultiHeadAttention(nnx.Module):
         """All of `__call__`'s checks (shapes and options only), before any compute."""
         if x.ndim < 2 or x.shape[-1] != self.in_features:
             raise ValueError(f"x must have shape [..., T, {self.in_features}], got {x.shape}")
-        if context is not None and (context.ndim != x.ndim or context.shape[-1] != self.in_features):
+        if context is not None and (
+            context.ndim != x.ndim or context.shape[-1] != self.in_features
+        ):
             raise ValueError(
                 f"context must have shape [..., S, {self.in_features}] like x {x.shape}, got {context.shape}"
             )
@@ -440,11 +549,17 @@ class MultiHeadAttention(nnx.Module):
 
     def _check_decode_inputs(self, x, context, mask, need_weights) -> None:
         if context is not None:
-            raise ValueError(f"decode=True is self-attention only; got a context of shape {context.shape}")
+            raise ValueError(
+                f"decode=True is self-attention only; got a context of shape {context.shape}"
+            )
         if x.ndim != 3:
-            raise ValueError(f"decode=True needs x of shape [B, C, {self.in_features}], got {x.shape}")
+            raise ValueError(
+                f"decode=True needs x of shape [B, C, {self.in_features}], got {x.shape}"
+            )
         if self.config.attention_kind == "linear" and (mask is not None or need_weights):
-            raise ValueError("decoding linear attention takes no mask and gives no weights "
-                             f"(got mask={None if mask is None else tuple(jnp.shape(mask))}, "
-                             f"weights requested={need_weights})")
+            raise ValueError(
+                "decoding linear attention takes no mask and gives no weights "
+                f"(got mask={None if mask is None else tuple(jnp.shape(mask))}, "
+                f"weights requested={need_weights})"
+            )
         self.check_decode(x.shape[0], x.shape[1], x.shape)

@@ -8,6 +8,7 @@ compute.
 `from_flax(fn)` and `to_flax(fn)` adapt between this contract and flax's
 (`flax.nnx.dot_product_attention` / `flax.nnx.MultiHeadAttention`'s `attention_fn`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,8 +56,11 @@ def require_keywords(fn: Callable, names: tuple[str, ...], purpose: str) -> None
 def check_weights_available(config) -> None:
     """Raises unless a layer of `config` (an `AttentionConfig`) can return its attention weights."""
     if config.attention_kind == "softmax":
-        require_keywords(config.attention_fn, ("return_weights",),
-                         "attention weights (sow_weights / return_weights / return_intermediates) are")
+        require_keywords(
+            config.attention_fn,
+            ("return_weights",),
+            "attention weights (sow_weights / return_weights / return_intermediates) are",
+        )
 
 
 def from_flax(fn: Callable) -> Callable:
@@ -68,12 +72,32 @@ def from_flax(fn: Callable) -> Callable:
     (`deterministic` = no `dropout_rng`). It returns no weights (`return_weights` raises, as for jax.nn).
     Layouts agree: q `[..., T, H, D]`, k, v `[..., S, H, D]`, mask broadcastable to `[..., H, T, S]`.
     """
-    def attention_fn(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
-                     dropout_rate=0.0, dropout_rng=None):
+
+    def attention_fn(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        *,
+        scale=None,
+        is_causal=False,
+        dropout_rate=0.0,
+        dropout_rng=None,
+    ):
         if scale is not None:
             query = query * jnp.asarray(scale * math.sqrt(query.shape[-1]), query.dtype)
-        return fn(query, key, value, bias=bias, mask=mask, is_causal=is_causal, dropout_rate=dropout_rate,
-                  dropout_rng=dropout_rng, deterministic=dropout_rng is None)
+        return fn(
+            query,
+            key,
+            value,
+            bias=bias,
+            mask=mask,
+            is_causal=is_causal,
+            dropout_rate=dropout_rate,
+            dropout_rng=dropout_rng,
+            deterministic=dropout_rng is None,
+        )
 
     attention_fn.__name__ = f"from_flax({getattr(fn, '__name__', type(fn).__name__)})"
     return attention_fn
@@ -92,13 +116,28 @@ def to_flax(fn: Optional[Callable] = None) -> Callable:
     if fn is None:
         from attnjax.attention import dot_product_attention as fn
 
-    def attention_fn(query, key, value, bias=None, mask=None, *, broadcast_dropout=True, dropout_rng=None,
-                     dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
-                     is_causal=False):
+    def attention_fn(
+        query,
+        key,
+        value,
+        bias=None,
+        mask=None,
+        *,
+        broadcast_dropout=True,
+        dropout_rng=None,
+        dropout_rate=0.0,
+        deterministic=False,
+        dtype=None,
+        precision=None,
+        module=None,
+        is_causal=False,
+    ):
         dropout = not deterministic and dropout_rate > 0
         if dropout and broadcast_dropout:
-            raise ValueError(f"to_flax: broadcast_dropout=True (dropout_rate={dropout_rate}) is not supported; "
-                             "build flax's MultiHeadAttention with broadcast_dropout=False")
+            raise ValueError(
+                f"to_flax: broadcast_dropout=True (dropout_rate={dropout_rate}) is not supported; "
+                "build flax's MultiHeadAttention with broadcast_dropout=False"
+            )
         if precision is not None:
             raise ValueError(f"to_flax: precision={precision!r} is not supported (None only)")
         if dtype is not None:

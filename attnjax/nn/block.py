@@ -2,6 +2,7 @@
 
 Shapes: hidden states `[..., T, D]`; attention weights `[..., H, T, S]`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,8 +20,15 @@ Array = jax.Array
 _NORMS = {"layernorm": nnx.LayerNorm, "rmsnorm": nnx.RMSNorm}
 
 
-def make_norm(features: int, *, kind: str = "layernorm", eps: float = 1e-6, dtype=None, param_dtype=jnp.float32,
-              rngs: nnx.Rngs) -> nnx.Module:
+def make_norm(
+    features: int,
+    *,
+    kind: str = "layernorm",
+    eps: float = 1e-6,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+) -> nnx.Module:
     """LayerNorm (Ba et al. 2016; scale and bias) or RMSNorm (Zhang & Sennrich 2019; scale only) over `[..., D]`.
 
     `kind` and `eps` are validated by `BlockConfig` (`norm_kind`, `norm_eps`).
@@ -38,19 +46,43 @@ class Mlp(nnx.Module):
     `use_bias=False` drops every bias.
     """
 
-    def __init__(self, features: int, hidden_features: int, *, activation: str = "gelu_tanh", use_bias: bool = True,
-                 dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        features: int,
+        hidden_features: int,
+        *,
+        activation: str = "gelu_tanh",
+        use_bias: bool = True,
+        dtype=None,
+        param_dtype=jnp.float32,
+        rngs: nnx.Rngs,
+    ):
         checks.positive_int("features", features)
         checks.positive_int("hidden_features", hidden_features)
         checks.choice("mlp_activation", activation, MLP_ACTIVATIONS)
         self.activation = activation
-        linear = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,  # noqa: E731
-                                         rngs=rngs)
+
+        def linear(i, o):
+            return nnx.Linear(
+                i,
+                o,
+                use_bias=use_bias,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
+            )
+
         if activation == "swiglu":
-            self.gate, self.up = linear(features, hidden_features), linear(features, hidden_features)
+            self.gate, self.up = (
+                linear(features, hidden_features),
+                linear(features, hidden_features),
+            )
             self.down = linear(hidden_features, features)
         else:
-            self.fc1, self.fc2 = linear(features, hidden_features), linear(hidden_features, features)
+            self.fc1, self.fc2 = (
+                linear(features, hidden_features),
+                linear(hidden_features, features),
+            )
 
     def __call__(self, x: Array) -> Array:
         act = MLP_ACTIVATIONS[self.activation]
@@ -85,23 +117,44 @@ class Block(nnx.Module):
         self.config = config
         self.residual_scale = config.branch_scale()
         kw = dict(dtype=config.dtype, param_dtype=config.param_dtype, rngs=rngs)
-        self.attention = MultiHeadAttention(config.features, config.num_heads, config=config.attention,
-                                            deterministic=config.deterministic, use_bias=config.use_bias, **kw)
-        layer_norm = functools.partial(make_norm, config.features, kind=config.norm_kind, eps=config.norm_eps, **kw)
+        self.attention = MultiHeadAttention(
+            config.features,
+            config.num_heads,
+            config=config.attention,
+            deterministic=config.deterministic,
+            use_bias=config.use_bias,
+            **kw,
+        )
+        layer_norm = functools.partial(
+            make_norm, config.features, kind=config.norm_kind, eps=config.norm_eps, **kw
+        )
         if config.norm is not None:
             self.attention_norm = layer_norm()
         if config.mlp:
-            self.mlp = Mlp(config.features, config.mlp_features or 4 * config.features,
-                           activation=config.mlp_activation, use_bias=config.use_bias, **kw)
+            self.mlp = Mlp(
+                config.features,
+                config.mlp_features or 4 * config.features,
+                activation=config.mlp_activation,
+                use_bias=config.use_bias,
+                **kw,
+            )
             if config.norm is not None:
                 self.mlp_norm = layer_norm()
         rate = config.residual_dropout_rate
-        self.dropout = nnx.Dropout(rate, deterministic=config.deterministic, rngs=rngs) if rate > 0 else None
+        self.dropout = (
+            nnx.Dropout(rate, deterministic=config.deterministic, rngs=rngs) if rate > 0 else None
+        )
 
-    def _sublayer(self, x: Array, branch: Callable[[Array], Array], layer_norm, deterministic, key) -> Array:
+    def _sublayer(
+        self, x: Array, branch: Callable[[Array], Array], layer_norm, deterministic, key
+    ) -> Array:
         def dropped(h):
             y = branch(h)
-            return y if self.dropout is None else self.dropout(y, deterministic=deterministic, rngs=key)
+            return (
+                y
+                if self.dropout is None
+                else self.dropout(y, deterministic=deterministic, rngs=key)
+            )
 
         if self.config.norm == "pre":
             y = dropped(layer_norm(x))
@@ -136,8 +189,16 @@ class Block(nnx.Module):
         weights = []
 
         def attend(h):
-            out = self.attention(h, mask=mask, is_causal=is_causal, return_weights=return_weights,
-                                 decode=decode, deterministic=deterministic, rngs=keys[0], core=core)
+            out = self.attention(
+                h,
+                mask=mask,
+                is_causal=is_causal,
+                return_weights=return_weights,
+                decode=decode,
+                deterministic=deterministic,
+                rngs=keys[0],
+                core=core,
+            )
             if return_weights:
                 out, w = out
                 weights.append(w)

@@ -11,6 +11,7 @@
 All are frozen dataclasses validated on construction (`dataclasses.replace`
 validates again), so a bad value raises before any parameter is drawn.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,7 +56,9 @@ def _normalize_qk_mode(normalize_qk) -> Optional[str]:
     if normalize_qk is False:
         return None
     if normalize_qk not in QK_NORM_CHOICES:
-        raise ValueError(f"normalize_qk must be one of {QK_NORM_CHOICES} or a bool, got {normalize_qk!r}")
+        raise ValueError(
+            f"normalize_qk must be one of {QK_NORM_CHOICES} or a bool, got {normalize_qk!r}"
+        )
     return normalize_qk
 
 
@@ -154,15 +157,21 @@ class AttentionConfig:
         checks.positive_number("temperature", self.temperature)
         object.__setattr__(self, "normalize_qk", _normalize_qk_mode(self.normalize_qk))
         checks.choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
-        checks.choice("feature_map", self.feature_map, tuple(FIXED_FEATURE_MAPS) + tuple(RANDOM_FEATURE_MAPS))
+        checks.choice(
+            "feature_map", self.feature_map, tuple(FIXED_FEATURE_MAPS) + tuple(RANDOM_FEATURE_MAPS)
+        )
         checks.positive_int("num_features", self.num_features)
         rope_lib.check_rope(self.rope, self.rope_base, self.rope_scaling)
         if self.rope_scaling is not None and self.rope is None:
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} needs rope='half' or 'interleaved', got rope=None")
+            raise ValueError(
+                f"rope_scaling={self.rope_scaling!r} needs rope='half' or 'interleaved', got rope=None"
+            )
         if self.window is not None:
             checks.positive_int("window", self.window)
             if self.attention_kind != "softmax":
-                raise ValueError(f"window={self.window} needs attention_kind='softmax', got {self.attention_kind!r}")
+                raise ValueError(
+                    f"window={self.window} needs attention_kind='softmax', got {self.attention_kind!r}"
+                )
         checks.boolean("qkv_bias", self.qkv_bias, optional=True)
         self._check_attention_fn()
         for name in ("kernel_init", "bias_init"):
@@ -176,17 +185,23 @@ class AttentionConfig:
         if self.attention_kind == "softmax":
             require_keywords(self.attention_fn, ("mask", "is_causal", "scale"), "attention is")
             if self.dropout_rate > 0:
-                require_keywords(self.attention_fn, ("dropout_rate", "dropout_rng"), "attention dropout is")
+                require_keywords(
+                    self.attention_fn, ("dropout_rate", "dropout_rng"), "attention dropout is"
+                )
         elif self.dropout_rate > 0:
-            raise ValueError(f"dropout on the attention weights needs attention_kind='softmax', "
-                             f"got attention_kind={self.attention_kind!r} with dropout_rate={self.dropout_rate}")
+            raise ValueError(
+                f"dropout on the attention weights needs attention_kind='softmax', "
+                f"got attention_kind={self.attention_kind!r} with dropout_rate={self.dropout_rate}"
+            )
 
     def check_heads(self, num_heads: int, head_dim: int) -> None:
         """The checks that need the layer's shape: K divides H, and rope needs an even head dim Dh."""
         if self.num_kv_heads is not None:
             checks.divisible("num_heads", num_heads, "num_kv_heads", self.num_kv_heads)
         if self.rope is not None and head_dim % 2:
-            raise ValueError(f"rope needs an even head dim, got head dim {head_dim} (num_heads={num_heads})")
+            raise ValueError(
+                f"rope needs an even head dim, got head dim {head_dim} (num_heads={num_heads})"
+            )
 
     def kv_heads(self, num_heads: int) -> int:
         """K, the number of key/value heads of a layer with `num_heads` query heads."""
@@ -252,8 +267,10 @@ class BlockConfig:
         checks.choice("norm", self.norm, NORM_CHOICES)
         if isinstance(self.residual_scale, str):
             if self.residual_scale != INV_SQRT_DEPTH:
-                raise ValueError(f"residual_scale must be a number or {INV_SQRT_DEPTH!r}, "
-                                 f"got {self.residual_scale!r}")
+                raise ValueError(
+                    f"residual_scale must be a number or {INV_SQRT_DEPTH!r}, "
+                    f"got {self.residual_scale!r}"
+                )
         else:
             checks.positive_number("residual_scale", self.residual_scale)
         if self.mlp_features is not None:
@@ -273,8 +290,10 @@ class BlockConfig:
         if self.residual_scale != INV_SQRT_DEPTH:
             return float(self.residual_scale)
         if num_layers is None:
-            raise ValueError(f"residual_scale={INV_SQRT_DEPTH!r} needs the depth; a Block built alone "
-                             "takes a number (TransformerConfig resolves it with num_layers)")
+            raise ValueError(
+                f"residual_scale={INV_SQRT_DEPTH!r} needs the depth; a Block built alone "
+                "takes a number (TransformerConfig resolves it with num_layers)"
+            )
         return 1.0 / math.sqrt(num_layers)
 
 
@@ -344,12 +363,18 @@ class TransformerConfig:
         if self.type_vocab_size is not None:
             checks.positive_int("type_vocab_size", self.type_vocab_size)
         checks.choice("head", self.head, HEAD_CHOICES)
-        if self.head == "tied" and (self.vocab_size is None or self.output_features not in (None, self.vocab_size)):
-            raise ValueError(f"head='tied' needs token inputs and output_features=vocab_size, got "
-                             f"vocab_size={self.vocab_size}, output_features={self.output_features}")
+        if self.head == "tied" and (
+            self.vocab_size is None or self.output_features not in (None, self.vocab_size)
+        ):
+            raise ValueError(
+                f"head='tied' needs token inputs and output_features=vocab_size, got "
+                f"vocab_size={self.vocab_size}, output_features={self.output_features}"
+            )
         if self.head is None and self.output_features not in (None, self.block.features):
-            raise ValueError(f"head=None returns hidden states of width features={self.block.features}, "
-                             f"got output_features={self.output_features}")
+            raise ValueError(
+                f"head=None returns hidden states of width features={self.block.features}, "
+                f"got output_features={self.output_features}"
+            )
 
     @classmethod
     def create(cls, **options) -> "TransformerConfig":
@@ -365,9 +390,14 @@ class TransformerConfig:
         """
         unknown = [k for k in options if k not in ATTENTION_OPTIONS + BLOCK_OPTIONS + MODEL_OPTIONS]
         if unknown:
-            raise TypeError(f"TransformerConfig.create got unknown keyword argument(s) {', '.join(unknown)}; "
-                            f"valid: the fields of AttentionConfig, BlockConfig and TransformerConfig")
-        take = lambda names: {k: options[k] for k in options if k in names}  # noqa: E731
+            raise TypeError(
+                f"TransformerConfig.create got unknown keyword argument(s) {', '.join(unknown)}; "
+                f"valid: the fields of AttentionConfig, BlockConfig and TransformerConfig"
+            )
+
+        def take(names):
+            return {k: options[k] for k in options if k in names}
+
         block = options.get("block", BlockConfig())
         _check_type("block", block, BlockConfig)
         attention = options.get("attention", block.attention)
@@ -382,7 +412,9 @@ class TransformerConfig:
 
     def layer(self) -> BlockConfig:
         """The `BlockConfig` of each layer, with 'inv_sqrt_depth' resolved to 1/sqrt(L)."""
-        return dataclasses.replace(self.block, residual_scale=self.block.branch_scale(self.num_layers))
+        return dataclasses.replace(
+            self.block, residual_scale=self.block.branch_scale(self.num_layers)
+        )
 
     @property
     def out_features(self) -> int:

@@ -30,6 +30,7 @@ exist, a key position out of range, or a pattern of the wrong shape raises a
 attention dropout; the others keep the model's attention function. A mean
 ablation averages over every query position of the call, padding included.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +48,7 @@ def _pytree(data: tuple[str, ...]):
     def register(cls):
         meta = tuple(f.name for f in dataclasses.fields(cls) if f.name not in data)
         return jax.tree_util.register_dataclass(cls, data_fields=list(data), meta_fields=list(meta))
+
     return register
 
 
@@ -114,13 +116,19 @@ def scale_head(layer: int, head: int, scale) -> ScaleHead:
     return ScaleHead(layer, head, scale)
 
 
-def remove_keys(layer: Optional[int], positions: Sequence[int], heads: Optional[Sequence[int]] = None) -> RemoveKeys:
+def remove_keys(
+    layer: Optional[int], positions: Sequence[int], heads: Optional[Sequence[int]] = None
+) -> RemoveKeys:
     """Remove attention to key `positions` and renormalise (layer None: all layers; heads None: all heads).
 
     When decoding, positions are cache slots (absolute positions, or the sink
     cache's slots: slot 0 is the first token).
     """
-    return RemoveKeys(layer, tuple(int(p) for p in positions), None if heads is None else tuple(int(h) for h in heads))
+    return RemoveKeys(
+        layer,
+        tuple(int(p) for p in positions),
+        None if heads is None else tuple(int(h) for h in heads),
+    )
 
 
 def replace_pattern(layer: int, head: int, pattern) -> ReplacePattern:
@@ -139,8 +147,11 @@ def edit_residual(layer: int, scale=1.0, add=None) -> EditResidual:
 
 def _name(edit) -> str:
     """e.g. "AblateHead(layer=1, head=0, mode='zero')" (arrays left out)."""
-    fields = [f"{f.name}={getattr(edit, f.name)!r}" for f in dataclasses.fields(edit)
-              if f.name not in ("pattern", "add")]
+    fields = [
+        f"{f.name}={getattr(edit, f.name)!r}"
+        for f in dataclasses.fields(edit)
+        if f.name not in ("pattern", "add")
+    ]
     return f"{type(edit).__name__}({', '.join(fields)})"
 
 
@@ -151,47 +162,77 @@ def _heads(edit) -> tuple:
     return (edit.head,) if hasattr(edit, "head") else ()
 
 
-def check_edits(edits, *, num_layers: int, num_heads: int, q_len: int, kv_len: int, features: int,
-                decode: bool) -> tuple:
+def check_edits(
+    edits, *, num_layers: int, num_heads: int, q_len: int, kv_len: int, features: int, decode: bool
+) -> tuple:
     """`edits` as a tuple, each checked against the model and the call; `ValueError` naming the edit."""
     if edits is None:
         return ()
     if isinstance(edits, EDIT_TYPES) or not isinstance(edits, (tuple, list)):
-        raise TypeError(f"edits must be a sequence of attnjax.nn.edits objects, got {type(edits).__name__}")
+        raise TypeError(
+            f"edits must be a sequence of attnjax.nn.edits objects, got {type(edits).__name__}"
+        )
     for edit in edits:
         if not isinstance(edit, EDIT_TYPES):
-            raise TypeError(f"edits must be attnjax.nn.edits objects ({', '.join(t.__name__ for t in EDIT_TYPES)}), "
-                            f"got {type(edit).__name__}")
+            raise TypeError(
+                f"edits must be attnjax.nn.edits objects ({', '.join(t.__name__ for t in EDIT_TYPES)}), "
+                f"got {type(edit).__name__}"
+            )
         name = _name(edit)
         if not (edit.layer is None and isinstance(edit, RemoveKeys)):
-            if isinstance(edit.layer, bool) or not isinstance(edit.layer, (int, np.integer)) \
-                    or not 0 <= edit.layer < num_layers:
-                raise ValueError(f"{name}: layer {edit.layer!r} does not exist (the model has {num_layers} "
-                                 f"layers, 0..{num_layers - 1})")
+            if (
+                isinstance(edit.layer, bool)
+                or not isinstance(edit.layer, (int, np.integer))
+                or not 0 <= edit.layer < num_layers
+            ):
+                raise ValueError(
+                    f"{name}: layer {edit.layer!r} does not exist (the model has {num_layers} "
+                    f"layers, 0..{num_layers - 1})"
+                )
         for head in _heads(edit):
-            if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= head < num_heads:
-                raise ValueError(f"{name}: head {head!r} out of range (the layers have {num_heads} heads, "
-                                 f"0..{num_heads - 1})")
+            if (
+                isinstance(head, bool)
+                or not isinstance(head, (int, np.integer))
+                or not 0 <= head < num_heads
+            ):
+                raise ValueError(
+                    f"{name}: head {head!r} out of range (the layers have {num_heads} heads, "
+                    f"0..{num_heads - 1})"
+                )
         if isinstance(edit, AblateHead) and edit.mode not in ("zero", "mean"):
             raise ValueError(f"{name}: mode must be 'zero' or 'mean', got {edit.mode!r}")
         if isinstance(edit, AblateHead) and edit.mode == "mean" and decode:
-            raise ValueError(f"{name}: a mean ablation averages over the call's positions; not when decoding")
+            raise ValueError(
+                f"{name}: a mean ablation averages over the call's positions; not when decoding"
+            )
         if isinstance(edit, RemoveKeys):
             bad = [p for p in edit.positions if not 0 <= p < kv_len]
             if bad or not edit.positions:
-                raise ValueError(f"{name}: key positions {bad or '()'} out of range [0, {kv_len}) "
-                                 "(S: the keys of the call, or the cache slots when decoding)")
+                raise ValueError(
+                    f"{name}: key positions {bad or '()'} out of range [0, {kv_len}) "
+                    "(S: the keys of the call, or the cache slots when decoding)"
+                )
         if isinstance(edit, ReplacePattern):
             if decode:
-                raise ValueError(f"{name}: replace_pattern is for full forward passes, not decoding")
+                raise ValueError(
+                    f"{name}: replace_pattern is for full forward passes, not decoding"
+                )
             shape = tuple(jnp.shape(edit.pattern))
             if shape[-2:] != (q_len, kv_len) or len(shape) not in (2, 3):
-                raise ValueError(f"{name}: pattern must have shape [T, S] = {(q_len, kv_len)} or [B, T, S], "
-                                 f"got {shape}")
+                raise ValueError(
+                    f"{name}: pattern must have shape [T, S] = {(q_len, kv_len)} or [B, T, S], "
+                    f"got {shape}"
+                )
         if isinstance(edit, (ScaleHead, EditResidual)) and jnp.shape(edit.scale) != ():
             raise ValueError(f"{name}: scale must be a scalar, got shape {jnp.shape(edit.scale)}")
-        if isinstance(edit, EditResidual) and edit.add is not None and tuple(jnp.shape(edit.add)) != (features,):
-            raise ValueError(f"{name}: add must be a [D] = ({features},) vector, got {jnp.shape(edit.add)}")
+        if (
+            isinstance(edit, EditResidual)
+            and edit.add is not None
+            and tuple(jnp.shape(edit.add)) != (features,)
+        ):
+            raise ValueError(
+                f"{name}: add must be a [D] = ({features},) vector, got {jnp.shape(edit.add)}"
+            )
     return tuple(edits)
 
 
@@ -199,8 +240,9 @@ def check_edits(edits, *, num_layers: int, num_heads: int, q_len: int, kv_len: i
 # Per-layer plan (arrays stacked [L, ...], scanned with the layers)
 
 
-def build_plan(edits: tuple, *, num_layers: int, num_heads: int, kv_len: int, features: int,
-               dtype) -> Optional[dict]:
+def build_plan(
+    edits: tuple, *, num_layers: int, num_heads: int, kv_len: int, features: int, dtype
+) -> Optional[dict]:
     """The edits as arrays with a leading layer axis; only the keys of the kinds present (static structure)."""
     if not edits:
         return None
@@ -253,7 +295,12 @@ def _mix(weights: Array, value: Array) -> Array:
     kv = value.shape[-2]
     w = jnp.reshape(weights, (b, kv, h // kv, t, s))
     dtype = jnp.promote_types(weights.dtype, value.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", w.astype(dtype), value.astype(dtype), precision=jax.lax.Precision.HIGHEST)
+    out = jnp.einsum(
+        "bkgts,bskd->btkgd",
+        w.astype(dtype),
+        value.astype(dtype),
+        precision=jax.lax.Precision.HIGHEST,
+    )
     return jnp.reshape(out, (b, t, h, value.shape[-1])).astype(value.dtype)
 
 
@@ -262,8 +309,10 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
     weights = None
     if "keep" in plan or "pattern" in plan:
         if dropout_rng is not None:
-            raise ValueError("pattern edits (remove_keys, replace_pattern) run without attention dropout: "
-                             "call with deterministic=True")
+            raise ValueError(
+                "pattern edits (remove_keys, replace_pattern) run without attention dropout: "
+                "call with deterministic=True"
+            )
         _, weights = module._attend(q, k, v, mask, is_causal, True)  # [B, H, T, S]
         if "keep" in plan:
             weights = jnp.where(plan["keep"][None, :, None, :], weights, 0)
@@ -271,13 +320,18 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
             weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)
         if "pattern" in plan:
             pattern = plan["pattern"]  # [H, T, S] or [H, B, T, S]
-            pattern = pattern[None] if pattern.ndim == 3 else jnp.swapaxes(pattern, 0, 1)  # [B or 1, H, T, S]
+            pattern = (
+                pattern[None] if pattern.ndim == 3 else jnp.swapaxes(pattern, 0, 1)
+            )  # [B or 1, H, T, S]
             on = jnp.reshape(plan["pattern_on"], (1, -1, 1, 1))
             weights = jnp.where(on, pattern.astype(weights.dtype), weights)
         out = _mix(weights, v)
     else:
         out, weights = module._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
-    per_head = lambda a: jnp.reshape(a, (1,) * (out.ndim - 2) + (-1, 1))  # noqa: E731  [H] -> [1, 1, H, 1]
+
+    def per_head(a):
+        return jnp.reshape(a, (1,) * (out.ndim - 2) + (-1, 1))
+
     if "mean" in plan:
         out = jnp.where(per_head(plan["mean"]), jnp.mean(out, axis=-3, keepdims=True), out)
     if "head_scale" in plan:
@@ -304,7 +358,9 @@ def core(plan: Optional[dict]):
     """A `MultiHeadAttention` core applying one layer's plan, or None without attention edits."""
     if plan is None or not ({"keep", "pattern", "mean", "head_scale"} & set(plan)):
         return None
-    return lambda module, q, k, v, **kwargs: _core(attend_fn(module, plan), module, q, k, v, **kwargs)
+    return lambda module, q, k, v, **kwargs: _core(
+        attend_fn(module, plan), module, q, k, v, **kwargs
+    )
 
 
 def apply_residual(h: Array, plan: Optional[dict]) -> Array:

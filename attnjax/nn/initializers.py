@@ -4,6 +4,7 @@ Each is a function `init(key, shape, dtype) -> Array`: those `nnx.Linear` and
 `nnx.Embed` use by default, and the normal N(0, 0.02^2) of a learned position
 table `[max_len, D]` (GPT-2, BERT).
 """
+
 from __future__ import annotations
 
 from flax import nnx

@@ -22,6 +22,7 @@ The builders (`linear`, `norm`, `embedding`, `attention`, `fused_attention`, `ml
 `[..., F, (H + 2K) Dh]` (columns: the H query heads, then K key heads, then K
 value heads) into its query, key and value parts.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -72,8 +73,13 @@ def mlp(**layers: dict) -> dict:
     raise ValueError(f"an Mlp has layers fc1, fc2 or gate, up, down; got {tuple(layers)}")
 
 
-def block(*, attention: dict, mlp: Optional[dict] = None, attention_norm: Optional[dict] = None,
-          mlp_norm: Optional[dict] = None) -> dict:
+def block(
+    *,
+    attention: dict,
+    mlp: Optional[dict] = None,
+    attention_norm: Optional[dict] = None,
+    mlp_norm: Optional[dict] = None,
+) -> dict:
     """A `Block`'s tree: `attention(...)`, `mlp(...)` and the norms (`norm(...)`); None leaves a part out."""
     tree = {ATTENTION: attention, MLP: mlp, "attention_norm": attention_norm, "mlp_norm": mlp_norm}
     return {k: v for k, v in tree.items() if v is not None}
@@ -84,14 +90,28 @@ def embedding(table) -> dict:
     return {"embedding": table}
 
 
-def transformer(*, embed: dict, blocks: dict, position_table=None, type_embed: Optional[dict] = None,
-                embed_norm: Optional[dict] = None, final_norm: Optional[dict] = None,
-                head: Optional[dict] = None) -> dict:
+def transformer(
+    *,
+    embed: dict,
+    blocks: dict,
+    position_table=None,
+    type_embed: Optional[dict] = None,
+    embed_norm: Optional[dict] = None,
+    final_norm: Optional[dict] = None,
+    head: Optional[dict] = None,
+) -> dict:
     """A `Transformer`'s tree: `embedding(...)` (or an input `linear(...)`), the `block(...)` trees
     stacked `[L, ...]`, the learned position table `[max_len, D]`, token types, norms and head
     (`linear(...)`); None leaves a part out."""
-    tree = {"embed": embed, "position_table": position_table, "type_embed": type_embed, "embed_norm": embed_norm,
-            "blocks": blocks, "final_norm": final_norm, "head": head}
+    tree = {
+        "embed": embed,
+        "position_table": position_table,
+        "type_embed": type_embed,
+        "embed_norm": embed_norm,
+        "blocks": blocks,
+        "final_norm": final_norm,
+        "head": head,
+    }
     return {k: v for k, v in tree.items() if v is not None}
 
 
@@ -125,11 +145,17 @@ def split_qkv(fused: Array, num_heads: int, num_kv_heads: Optional[int] = None) 
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     width = fused.shape[-1]
     if width % (num_heads + 2 * num_kv_heads):
-        raise ValueError(f"a fused qkv parameter of shape {fused.shape} does not split into "
-                         f"H + 2K = {num_heads} + 2 * {num_kv_heads} heads")
+        raise ValueError(
+            f"a fused qkv parameter of shape {fused.shape} does not split into "
+            f"H + 2K = {num_heads} + 2 * {num_kv_heads} heads"
+        )
     head_dim = width // (num_heads + 2 * num_kv_heads)
     q_end, k_end = num_heads * head_dim, (num_heads + num_kv_heads) * head_dim
-    return {"query": fused[..., :q_end], "key": fused[..., q_end:k_end], "value": fused[..., k_end:]}
+    return {
+        "query": fused[..., :q_end],
+        "key": fused[..., q_end:k_end],
+        "value": fused[..., k_end:],
+    }
 
 
 def _attention_tree(params) -> Any:
@@ -145,11 +171,16 @@ def attention_params(params, num_heads: int, num_kv_heads: Optional[int] = None)
     None}, the fused W_qkv split by `split_qkv`.
     """
     tree = _attention_tree(params)
-    get = lambda layer, name: _value(layer[name]) if name in layer else None  # noqa: E731
+
+    def get(layer, name):
+        return _value(layer[name]) if name in layer else None
+
     if FUSED_QKV in tree:
         kernels = split_qkv(tree[FUSED_QKV]["kernel"], num_heads, num_kv_heads)
         bias = get(tree[FUSED_QKV], "bias")
-        biases = split_qkv(bias, num_heads, num_kv_heads) if bias is not None else dict.fromkeys(QKV)
+        biases = (
+            split_qkv(bias, num_heads, num_kv_heads) if bias is not None else dict.fromkeys(QKV)
+        )
         out = {n: {"kernel": kernels[n], "bias": biases[n]} for n in QKV}
     else:
         out = {n: {"kernel": get(tree[n], "kernel"), "bias": get(tree[n], "bias")} for n in QKV}
@@ -157,7 +188,9 @@ def attention_params(params, num_heads: int, num_kv_heads: Optional[int] = None)
     return out
 
 
-def attention_kernels(params, num_heads: int, num_kv_heads: Optional[int] = None) -> dict[str, Array]:
+def attention_kernels(
+    params, num_heads: int, num_kv_heads: Optional[int] = None
+) -> dict[str, Array]:
     """Per-head kernels: {'query': `[..., F, H, Dh]`, 'key', 'value': `[..., F, K, Dh]`,
     'out': `[..., H, Dh, F]`} (leading `[L]` for a `Transformer`), fused or not."""
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -169,7 +202,9 @@ def attention_kernels(params, num_heads: int, num_kv_heads: Optional[int] = None
     return out
 
 
-def grouped(tree, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None) -> dict[str, list[Array]]:
+def grouped(
+    tree, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None
+) -> dict[str, list[Array]]:
     """The leaves of `tree` (params or their gradients) by `GROUPS`; a fused W_qkv (kernel and
     bias) is split into its query, key and value parts, which needs `num_heads`."""
     groups = {g: [] for g in GROUPS}
@@ -179,8 +214,10 @@ def grouped(tree, num_heads: Optional[int] = None, num_kv_heads: Optional[int] =
             groups[group].append(leaf)
             continue
         if num_heads is None:
-            raise ValueError(f"a fused qkv parameter ({'/'.join(names(path))}, shape {jnp.shape(leaf)}) "
-                             "splits into query, key and value only with num_heads")
+            raise ValueError(
+                f"a fused qkv parameter ({'/'.join(names(path))}, shape {jnp.shape(leaf)}) "
+                "splits into query, key and value only with num_heads"
+            )
         for name, part in split_qkv(leaf, num_heads, num_kv_heads).items():
             groups[name].append(part)
     return groups

@@ -26,6 +26,7 @@ A chunk of C > 1 positions must fit without eviction (index + C <= n_sink + W,
 e.g. the prefill); after that one token at a time. Checked when the index is
 concrete; under a trace a chunk that does not fit gives NaN outputs.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -39,14 +40,21 @@ Array = jax.Array
 
 def check_sink_cache(sink_cache) -> tuple[int, int]:
     """`(n_sink, window)` as two ints, n_sink >= 0 and window >= 1, else `ValueError`."""
-    ok = isinstance(sink_cache, (tuple, list)) and len(sink_cache) == 2 and all(
-        isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in sink_cache)
+    ok = (
+        isinstance(sink_cache, (tuple, list))
+        and len(sink_cache) == 2
+        and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in sink_cache)
+    )
     if not ok or sink_cache[0] < 0 or sink_cache[1] < 1:
-        raise ValueError(f"sink_cache must be (n_sink, window) with ints n_sink >= 0, window >= 1, got {sink_cache!r}")
+        raise ValueError(
+            f"sink_cache must be (n_sink, window) with ints n_sink >= 0, window >= 1, got {sink_cache!r}"
+        )
     return int(sink_cache[0]), int(sink_cache[1])
 
 
-def cache_positions(index: Array, chunk: int, n_sink: int, window: int) -> tuple[Array, Array, Array, Array]:
+def cache_positions(
+    index: Array, chunk: int, n_sink: int, window: int
+) -> tuple[Array, Array, Array, Array]:
     """For a chunk of `chunk` tokens at absolute positions index..index+chunk-1:
 
     slots `[C]` they are written to, query positions `[C]`, key positions
@@ -70,8 +78,10 @@ def core(n_sink: int, window: int, attend=None):
 
     def run(module, q, k, v, *, mask, is_causal, decode, need_weights, dropout_rng):
         if module.config.attention_kind != "softmax" or mask is not None:
-            raise ValueError("the sink cache needs softmax attention and no mask "
-                             f"(attention_kind={module.config.attention_kind!r}, mask given: {mask is not None})")
+            raise ValueError(
+                "the sink cache needs softmax attention and no mask "
+                f"(attention_kind={module.config.attention_kind!r}, mask given: {mask is not None})"
+            )
         index, chunk = module.cache_index[...], q.shape[-3]
         slots, q_pos, k_pos, visible = cache_positions(index, chunk, n_sink, window)
         keys = module.cached_key[...].at[:, slots].set(k.astype(module.cached_key.dtype))
@@ -82,7 +92,9 @@ def core(n_sink: int, window: int, attend=None):
         k_rot = module._rotate(keys, keys, k_pos - jnp.arange(k_pos.shape[0], dtype=k_pos.dtype))[0]
         fn: Optional[object] = None if attend is None else attend(module)
         fn = module._attend if fn is None else fn
-        out, weights = fn(q_rot, k_rot, values, visible[None, None], False, need_weights, dropout_rng)
+        out, weights = fn(
+            q_rot, k_rot, values, visible[None, None], False, need_weights, dropout_rng
+        )
         module.cache_index[...] = index + chunk
         fits = (chunk == 1) | (index + chunk <= n_sink + window)
         return jnp.where(fits, out, jnp.nan), weights

@@ -12,6 +12,7 @@ entropy, max weight, sink mass, mean distance, ...) and the layer's output
 
 so no `[T, S]` array exists: the largest temporary is `[B, H, query block, key chunk]`.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,13 +27,23 @@ def core(sink_positions: Sequence[int] = (), chunk_size: int = 512):
     def run(module, q, k, v, *, mask, is_causal, decode, need_weights, dropout_rng):
         config = module.config
         if config.attention_kind != "softmax" or decode or dropout_rng is not None:
-            raise ValueError("attention statistics need softmax attention, a full (not decoding) forward pass and "
-                             f"no attention dropout (attention_kind={config.attention_kind!r}, decode={decode}, "
-                             f"dropout={'on' if dropout_rng is not None else 'off'})")
+            raise ValueError(
+                "attention statistics need softmax attention, a full (not decoding) forward pass and "
+                f"no attention dropout (attention_kind={config.attention_kind!r}, decode={decode}, "
+                f"dropout={'on' if dropout_rng is not None else 'off'})"
+            )
         q, k = module._rotate(q, k, 0)
         scale = 1.0 / (math.sqrt(module.head_dim) * config.temperature)
-        stats, out = attention_statistics(q, k, mask=mask, is_causal=is_causal, scale=scale,
-                                          sink_positions=sink_positions, chunk_size=chunk_size, value=v)
+        stats, out = attention_statistics(
+            q,
+            k,
+            mask=mask,
+            is_causal=is_causal,
+            scale=scale,
+            sink_positions=sink_positions,
+            chunk_size=chunk_size,
+            value=v,
+        )
         return out, stats
 
     return run

@@ -17,6 +17,7 @@ surface as NaN losses far from its cause. Hence:
       err, logits = jax.jit(lambda s, t: (check(t)[0], nnx.merge(g, s)(t)))(state, tokens)
       err.throw()   # JaxRuntimeError: token ids outside [0, V): min ..., max ...
 """
+
 from __future__ import annotations
 
 import jax
@@ -35,13 +36,21 @@ def check_tokens(tokens, vocab_size: int) -> None:
     """
     if isinstance(tokens, jax.core.Tracer):
         inside = jnp.all((tokens >= 0) & (tokens < vocab_size))
-        checkify.check(inside, f"token ids outside [0, {vocab_size}): min {{lo}}, max {{hi}}",
-                       lo=jnp.min(tokens), hi=jnp.max(tokens))
+        checkify.check(
+            inside,
+            f"token ids outside [0, {vocab_size}): min {{lo}}, max {{hi}}",
+            lo=jnp.min(tokens),
+            hi=jnp.max(tokens),
+        )
         return
     ids = np.asarray(tokens)
     bad = np.argwhere((ids < 0) | (ids >= vocab_size))
     if bad.size:
-        shown = ", ".join(f"{int(ids[tuple(i)])} at {tuple(int(j) for j in i)}" for i in bad[:_SHOWN])
+        shown = ", ".join(
+            f"{int(ids[tuple(i)])} at {tuple(int(j) for j in i)}" for i in bad[:_SHOWN]
+        )
         more = f" (and {len(bad) - _SHOWN} more)" if len(bad) > _SHOWN else ""
-        raise ValueError(f"token ids must be in [0, vocab_size={vocab_size}); inputs of shape {ids.shape} "
-                         f"have {len(bad)} outside: {shown}{more}")
+        raise ValueError(
+            f"token ids must be in [0, vocab_size={vocab_size}); inputs of shape {ids.shape} "
+            f"have {len(bad)} outside: {shown}{more}"
+        )

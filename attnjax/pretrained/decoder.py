@@ -19,6 +19,7 @@ Tensors (prefix `model.` on `*ForCausalLM` checkpoints), torch layout `[out, in]
 `self_attn.{q,k,v,o}_proj.{weight,bias}`, `post_attention_layernorm.weight`,
 `mlp.{gate,up,down}_proj.weight`, `norm.weight`, `lm_head.weight [V, D]`.
 """
+
 from __future__ import annotations
 
 import jax
@@ -41,14 +42,23 @@ def rope_options(hf: dict) -> dict:
     if kind not in ROPE_TYPES:
         raise ValueError(f"unsupported rope_scaling type {kind!r}; supported: {ROPE_TYPES}")
     if float(scaling.get("partial_rotary_factor", 1.0)) != 1.0:
-        raise ValueError(f"unsupported partial_rotary_factor {scaling['partial_rotary_factor']} (only 1.0)")
+        raise ValueError(
+            f"unsupported partial_rotary_factor {scaling['partial_rotary_factor']} (only 1.0)"
+        )
     if kind == "default":
         return {"rope_base": base, "rope_scaling": None}
     if kind == "linear":
         return {"rope_base": base, "rope_scaling": ("linear", float(scaling["factor"]))}
-    return {"rope_base": base, "rope_scaling": (
-        "llama3", float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"]),
-        float(scaling["original_max_position_embeddings"]))}
+    return {
+        "rope_base": base,
+        "rope_scaling": (
+            "llama3",
+            float(scaling["factor"]),
+            float(scaling["low_freq_factor"]),
+            float(scaling["high_freq_factor"]),
+            float(scaling["original_max_position_embeddings"]),
+        ),
+    }
 
 
 def _window(hf: dict):
@@ -62,8 +72,10 @@ def _window(hf: dict):
         return None
     kinds = set(hf.get("layer_types") or ())
     if kinds != {"sliding_attention"}:
-        raise ValueError(f"unsupported: qwen2 with a sliding window on some layers only (layer_types {sorted(kinds)}, "
-                         f"max_window_layers={hf.get('max_window_layers')}); supported: on every layer or none")
+        raise ValueError(
+            f"unsupported: qwen2 with a sliding window on some layers only (layer_types {sorted(kinds)}, "
+            f"max_window_layers={hf.get('max_window_layers')}); supported: on every layer or none"
+        )
     return int(window)
 
 
@@ -72,7 +84,9 @@ def _biases(hf: dict) -> dict:
         return {"use_bias": False, "qkv_bias": True}
     attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
     if attention != mlp:
-        raise ValueError(f"unsupported: attention_bias={attention} with mlp_bias={mlp}; supported: both alike")
+        raise ValueError(
+            f"unsupported: attention_bias={attention} with mlp_bias={mlp}; supported: both alike"
+        )
     return {"use_bias": attention, "qkv_bias": None}
 
 
@@ -81,38 +95,72 @@ def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.Trans
     features, num_heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
     head_dim = hf.get("head_dim") or features // num_heads
     if head_dim * num_heads != features:
-        raise ValueError(f"unsupported head_dim {head_dim} with hidden_size {features} and {num_heads} heads "
-                         "(supported: head_dim = hidden_size / num_attention_heads)")
+        raise ValueError(
+            f"unsupported head_dim {head_dim} with hidden_size {features} and {num_heads} heads "
+            "(supported: head_dim = hidden_size / num_attention_heads)"
+        )
     if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"unsupported hidden_act {hf['hidden_act']!r} (supported: 'silu', the SwiGLU MLP)")
+        raise ValueError(
+            f"unsupported hidden_act {hf['hidden_act']!r} (supported: 'silu', the SwiGLU MLP)"
+        )
     return nn.TransformerConfig.create(
-        num_layers=int(hf["num_hidden_layers"]), features=features, num_heads=num_heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or num_heads), rope="half", **rope_options(hf),
-        window=_window(hf), vocab_size=int(hf["vocab_size"]), max_len=int(hf["max_position_embeddings"]),
-        positions=None, norm="pre", norm_kind="rmsnorm", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        final_norm=True, mlp_features=int(hf["intermediate_size"]), mlp_activation="swiglu",
-        head="tied" if hf.get("tie_word_embeddings", False) else "linear", head_bias=False, causal=True,
-        dtype=dtype, param_dtype=param_dtype, **_biases(hf),
+        num_layers=int(hf["num_hidden_layers"]),
+        features=features,
+        num_heads=num_heads,
+        num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
+        rope="half",
+        **rope_options(hf),
+        window=_window(hf),
+        vocab_size=int(hf["vocab_size"]),
+        max_len=int(hf["max_position_embeddings"]),
+        positions=None,
+        norm="pre",
+        norm_kind="rmsnorm",
+        norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        final_norm=True,
+        mlp_features=int(hf["intermediate_size"]),
+        mlp_activation="swiglu",
+        head="tied" if hf.get("tie_word_embeddings", False) else "linear",
+        head_bias=False,
+        causal=True,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        **_biases(hf),
     )
 
 
 def _linear(get, name: str, shape: tuple, bias: bool) -> dict:
     """torch `[out, in]` (+ bias `[out]`) -> an `nnx.Linear`'s kernel `[in, out]`."""
-    return params.linear(get(f"{name}.weight", shape).T, get(f"{name}.bias", shape[:1]) if bias else None)
+    return params.linear(
+        get(f"{name}.weight", shape).T, get(f"{name}.bias", shape[:1]) if bias else None
+    )
 
 
 def _layer(get, prefix: str, config: nn.TransformerConfig) -> dict:
     block = config.block
-    d, f, kv = block.features, block.mlp_features, block.attention.kv_heads(block.num_heads) * block.head_dim
+    d, f, kv = (
+        block.features,
+        block.mlp_features,
+        block.attention.kv_heads(block.num_heads) * block.head_dim,
+    )
     qkv_bias = block.use_bias if block.attention.qkv_bias is None else block.attention.qkv_bias
-    proj = lambda name, shape, bias=block.use_bias: _linear(get, f"{prefix}.{name}", shape, bias)  # noqa: E731
+
+    def proj(name, shape, bias=block.use_bias):
+        return _linear(get, f"{prefix}.{name}", shape, bias)
+
     return params.block(
         attention=params.attention(
-            proj("self_attn.q_proj", (d, d), qkv_bias), proj("self_attn.k_proj", (kv, d), qkv_bias),
-            proj("self_attn.v_proj", (kv, d), qkv_bias), proj("self_attn.o_proj", (d, d))),
+            proj("self_attn.q_proj", (d, d), qkv_bias),
+            proj("self_attn.k_proj", (kv, d), qkv_bias),
+            proj("self_attn.v_proj", (kv, d), qkv_bias),
+            proj("self_attn.o_proj", (d, d)),
+        ),
         attention_norm=params.norm(get(f"{prefix}.input_layernorm.weight", (d,))),
-        mlp=params.mlp(gate=proj("mlp.gate_proj", (f, d)), up=proj("mlp.up_proj", (f, d)),
-                       down=proj("mlp.down_proj", (d, f))),
+        mlp=params.mlp(
+            gate=proj("mlp.gate_proj", (f, d)),
+            up=proj("mlp.up_proj", (f, d)),
+            down=proj("mlp.down_proj", (d, f)),
+        ),
         mlp_norm=params.norm(get(f"{prefix}.post_attention_layernorm.weight", (d,))),
     )
 
@@ -126,5 +174,7 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
         embed=params.embedding(get(f"{prefix}embed_tokens.weight", (vocab, d))),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
         final_norm=params.norm(get(f"{prefix}norm.weight", (d,))),
-        head=params.linear(get("lm_head.weight", (vocab, d)).T) if config.head == "linear" else None,
+        head=params.linear(get("lm_head.weight", (vocab, d)).T)
+        if config.head == "linear"
+        else None,
     )

@@ -14,6 +14,7 @@ Tensors (prefix `transformer.` on `GPT2LMHeadModel` checkpoints) use
 `h.{i}.mlp.c_proj.{weight [F, D]}`, `ln_f`, and `lm_head.weight [V, D]`
 when the head is not tied.
 """
+
 from __future__ import annotations
 
 import jax
@@ -24,9 +25,18 @@ from attnjax import nn
 from attnjax.nn import params
 
 MODEL_TYPES = ("gpt2",)
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 # Options of GPT-2 configs that change the model; their only supported values.
-FIXED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
+FIXED = {
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+}
 
 
 def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
@@ -36,15 +46,30 @@ def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.Trans
             raise ValueError(f"unsupported {name}={hf[name]!r} (supported: {value})")
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
-        raise ValueError(f"unsupported activation_function {activation!r}; supported: {tuple(ACTIVATIONS)}")
+        raise ValueError(
+            f"unsupported activation_function {activation!r}; supported: {tuple(ACTIVATIONS)}"
+        )
     features = int(hf["n_embd"])
     return nn.TransformerConfig.create(
-        num_layers=int(hf["n_layer"]), features=features, num_heads=int(hf["n_head"]), fused_qkv=True,
-        vocab_size=int(hf["vocab_size"]), max_len=int(hf["n_positions"]), positions="learned", norm="pre",
-        norm_kind="layernorm", norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), final_norm=True,
-        use_bias=True, mlp_features=int(hf.get("n_inner") or 4 * features), mlp_activation=ACTIVATIONS[activation],
-        head="tied" if hf.get("tie_word_embeddings", True) else "linear", head_bias=False, causal=True,
-        dtype=dtype, param_dtype=param_dtype,
+        num_layers=int(hf["n_layer"]),
+        features=features,
+        num_heads=int(hf["n_head"]),
+        fused_qkv=True,
+        vocab_size=int(hf["vocab_size"]),
+        max_len=int(hf["n_positions"]),
+        positions="learned",
+        norm="pre",
+        norm_kind="layernorm",
+        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+        final_norm=True,
+        use_bias=True,
+        mlp_features=int(hf.get("n_inner") or 4 * features),
+        mlp_activation=ACTIVATIONS[activation],
+        head="tied" if hf.get("tie_word_embeddings", True) else "linear",
+        head_bias=False,
+        causal=True,
+        dtype=dtype,
+        param_dtype=param_dtype,
     )
 
 
@@ -59,11 +84,15 @@ def _norm(get, name: str, d: int) -> dict:
 
 def _layer(get, prefix: str, d: int, f: int) -> dict:
     return params.block(
-        attention=params.fused_attention(_conv1d(get, f"{prefix}.attn.c_attn", (d, 3 * d)),
-                                         _conv1d(get, f"{prefix}.attn.c_proj", (d, d))),
+        attention=params.fused_attention(
+            _conv1d(get, f"{prefix}.attn.c_attn", (d, 3 * d)),
+            _conv1d(get, f"{prefix}.attn.c_proj", (d, d)),
+        ),
         attention_norm=_norm(get, f"{prefix}.ln_1", d),
-        mlp=params.mlp(fc1=_conv1d(get, f"{prefix}.mlp.c_fc", (d, f)),
-                       fc2=_conv1d(get, f"{prefix}.mlp.c_proj", (f, d))),
+        mlp=params.mlp(
+            fc1=_conv1d(get, f"{prefix}.mlp.c_fc", (d, f)),
+            fc2=_conv1d(get, f"{prefix}.mlp.c_proj", (f, d)),
+        ),
         mlp_norm=_norm(get, f"{prefix}.ln_2", d),
     )
 
@@ -78,5 +107,7 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
         position_table=get(f"{prefix}wpe.weight", (config.max_len, d)),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
         final_norm=_norm(get, f"{prefix}ln_f", d),
-        head=params.linear(get("lm_head.weight", (vocab, d)).T) if config.head == "linear" else None,
+        head=params.linear(get("lm_head.weight", (vocab, d)).T)
+        if config.head == "linear"
+        else None,
     )

@@ -19,6 +19,7 @@ error leaves nothing half-loaded: a FileNotFoundError names the missing file,
 a ValueError the unsupported option or the missing / mis-shaped tensor, and
 what is supported.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,10 @@ def read_config(path: str) -> dict:
         raise FileNotFoundError(f"checkpoint directory {path!r} does not exist")
     file = os.path.join(path, CONFIG)
     if not os.path.isfile(file):
-        raise FileNotFoundError(f"checkpoint directory {path!r} lacks {CONFIG} (a Hugging Face config); "
-                                f"it holds {sorted(os.listdir(path))}")
+        raise FileNotFoundError(
+            f"checkpoint directory {path!r} lacks {CONFIG} (a Hugging Face config); "
+            f"it holds {sorted(os.listdir(path))}"
+        )
     with open(file) as f:
         try:
             config = json.load(f)
@@ -56,39 +59,66 @@ def read_config(path: str) -> dict:
     return config
 
 
-def model_config(hf: dict, *, dtype=None, param_dtype=jnp.float32,
-                 model_types: Sequence[str] = MODEL_TYPES, source: str = CONFIG) -> nn.TransformerConfig:
+def model_config(
+    hf: dict,
+    *,
+    dtype=None,
+    param_dtype=jnp.float32,
+    model_types: Sequence[str] = MODEL_TYPES,
+    source: str = CONFIG,
+) -> nn.TransformerConfig:
     """A Hugging Face config (dict) -> the `TransformerConfig` of its family (errors name `source`)."""
     model_type = hf.get("model_type")
     if model_type not in model_types:
-        raise ValueError(f"{source}: unsupported architecture, model_type {model_type!r} "
-                         f"(architectures {hf.get('architectures')}); supported model_type: {tuple(model_types)}")
+        raise ValueError(
+            f"{source}: unsupported architecture, model_type {model_type!r} "
+            f"(architectures {hf.get('architectures')}); supported model_type: {tuple(model_types)}"
+        )
     try:
         return FAMILIES[model_type].config_from_hf(hf, dtype=dtype, param_dtype=param_dtype)
     except KeyError as error:
-        raise ValueError(f"{source}: model_type {model_type!r} needs the field {error.args[0]!r}") from None
+        raise ValueError(
+            f"{source}: model_type {model_type!r} needs the field {error.args[0]!r}"
+        ) from None
 
 
-def load_directory(path: str, *, dtype=None, param_dtype=jnp.float32, model_types: Sequence[str] = MODEL_TYPES,
-                   pad_id: Optional[int] = None) -> tuple[nn.Transformer, TextTokenizer]:
+def load_directory(
+    path: str,
+    *,
+    dtype=None,
+    param_dtype=jnp.float32,
+    model_types: Sequence[str] = MODEL_TYPES,
+    pad_id: Optional[int] = None,
+) -> tuple[nn.Transformer, TextTokenizer]:
     """`from_pretrained` for the families `model_types` (`load_bert` passes ('bert',))."""
     hf = read_config(path)
     files, source = checkpoint.weight_files(path)
     tokenizer_file = os.path.join(path, TOKENIZER)
     if not os.path.isfile(tokenizer_file):
-        raise FileNotFoundError(f"checkpoint directory {path!r} lacks {TOKENIZER} (a tokenizers-library file; "
-                                f"the only tokenizer format read); it holds {sorted(os.listdir(path))}")
-    config = model_config(hf, dtype=dtype, param_dtype=param_dtype, model_types=model_types,
-                          source=os.path.join(path, CONFIG))
+        raise FileNotFoundError(
+            f"checkpoint directory {path!r} lacks {TOKENIZER} (a tokenizers-library file; "
+            f"the only tokenizer format read); it holds {sorted(os.listdir(path))}"
+        )
+    config = model_config(
+        hf,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        model_types=model_types,
+        source=os.path.join(path, CONFIG),
+    )
     tensors = checkpoint.read_tensors(files)
-    tree = FAMILIES[hf["model_type"]].params_from_hf(checkpoint.tensor_getter(tensors, source), set(tensors), config)
+    tree = FAMILIES[hf["model_type"]].params_from_hf(
+        checkpoint.tensor_getter(tensors, source), set(tensors), config
+    )
     tokenizer = file_tokenizer(tokenizer_file, hf.get("pad_token_id") if pad_id is None else pad_id)
     model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
     checkpoint.assign(model, tree, param_dtype)
     return model, tokenizer
 
 
-def from_pretrained(path: str, *, dtype=None, param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+def from_pretrained(
+    path: str, *, dtype=None, param_dtype=jnp.float32
+) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a local Hugging Face checkpoint directory of a `MODEL_TYPES` family.
 
     Args:

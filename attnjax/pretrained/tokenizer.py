@@ -12,6 +12,7 @@ pads a list of texts to the longest and returns the validity mask.
   byte-level split, no prefix space, byte-level decoder; control tokens are
   special tokens.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,8 @@ class TextTokenizer:
         ids = np.full((len(encoded), length), self.pad_id, np.int32)
         valid = np.zeros((len(encoded), length), bool)
         for i, e in enumerate(encoded):
-            ids[i, :len(e)] = e
-            valid[i, :len(e)] = True
+            ids[i, : len(e)] = e
+            valid[i, : len(e)] = True
         return ids, valid
 
 
@@ -78,7 +79,9 @@ def file_tokenizer(path: str, pad_id=None) -> TextTokenizer:
     try:
         backend = Tokenizer.from_file(path)
     except Exception as error:  # the tokenizers library raises its own exception type
-        raise ValueError(f"{path} is not a tokenizer.json the tokenizers library reads: {error}") from None
+        raise ValueError(
+            f"{path} is not a tokenizer.json the tokenizers library reads: {error}"
+        ) from None
     backend.no_padding()
     backend.no_truncation()
     if not isinstance(pad_id, int):
@@ -95,18 +98,21 @@ def wordpiece_tokenizer(path: str) -> TextTokenizer:
 CONTROL_TOKEN = 3  # GGUF token_type of control tokens (<|im_start|>, <|endoftext|>, ...)
 
 
-def gguf_bpe_tokenizer(tokens: Sequence[str], merges: Sequence[str], token_types: Sequence[int],
-                       *, pad_id: int) -> TextTokenizer:
+def gguf_bpe_tokenizer(
+    tokens: Sequence[str], merges: Sequence[str], token_types: Sequence[int], *, pad_id: int
+) -> TextTokenizer:
     """GPT-2 byte-level BPE from GGUF metadata (`tokenizer.ggml.tokens`, `.merges`, `.token_type`)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {token: i for i, token in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     backend = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     backend.decoder = decoders.ByteLevel()
     special = [tokens[i] for i, kind in enumerate(token_types) if kind == CONTROL_TOKEN]
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])

@@ -1,4 +1,5 @@
 """python -m experiments.benchmark --config configs/benchmark.py [--workdir bench_out]"""
+
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -16,6 +17,8 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    config_flags.DEFINE_config_file("config", "configs/benchmark.py", "benchmark config file", lock_config=True)
+    config_flags.DEFINE_config_file(
+        "config", "configs/benchmark.py", "benchmark config file", lock_config=True
+    )
     flags.DEFINE_string("workdir", "bench_out", "output directory")
     app.run(main, flags_parser=flags_parser(default_config.get_config))

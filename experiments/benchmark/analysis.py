@@ -13,6 +13,7 @@ against `jit(f)` on the batched array (target `vmap_target`, 1.5), and a
 bundle of seven common metrics, vmapped in one jit, against the reference SVD
 (target `target`). Config: `configs/benchmark.py`, `analysis`.
 """
+
 from __future__ import annotations
 
 import jax
@@ -61,13 +62,39 @@ def vmap_cases(a: jax.Array) -> dict[str, tuple]:
     grouped = a.reshape(b // HEADS, HEADS, n, n)
     v0 = jnp.linspace(-1.0, 1.0, n, dtype=a.dtype)
     sink = jnp.arange(n) == 0
-    maps = {name: getattr(an, name) for name in (
-        "residual_ratio", "token_cosine_similarity", "stable_rank", "effective_rank", "numerical_rank",
-        "spectral_entropy", "participation_ratio", "condition_number", "rank_report", "is_row_stochastic",
-        "stationary_distribution", "slem", "spectral_gap", "dobrushin", "stationary_residual",
-        "rank_one_residual", "markov_report", "triangular_slem", "attention_entropy",
-        "mean_attention_distance", "pattern_features", "classify_pattern", "normalized_entropy",
-        "distance_to_first", "residual_norms", "composite_norm", "residual_norm", "logit_variance")}
+    maps = {
+        name: getattr(an, name)
+        for name in (
+            "residual_ratio",
+            "token_cosine_similarity",
+            "stable_rank",
+            "effective_rank",
+            "numerical_rank",
+            "spectral_entropy",
+            "participation_ratio",
+            "condition_number",
+            "rank_report",
+            "is_row_stochastic",
+            "stationary_distribution",
+            "slem",
+            "spectral_gap",
+            "dobrushin",
+            "stationary_residual",
+            "rank_one_residual",
+            "markov_report",
+            "triangular_slem",
+            "attention_entropy",
+            "mean_attention_distance",
+            "pattern_features",
+            "classify_pattern",
+            "normalized_entropy",
+            "distance_to_first",
+            "residual_norms",
+            "composite_norm",
+            "residual_norm",
+            "logit_variance",
+        )
+    }
     cases = {name: (fn, a) for name, fn in maps.items()}
     cases["power_iteration"] = (lambda x: an.power_iteration(x, v0, 32), a)
     cases["sink_mass"] = (lambda x: an.sink_mass(x, sink), a)
@@ -112,8 +139,17 @@ def run(cfg) -> list[dict]:
     ref, total = _interleaved(singular_values, all_metrics, a, rounds=cfg.rounds)
     rows = [
         {"section": SECTION, "name": ref_name, "shape": shape, "seconds": ref, "note": "reference"},
-        ratio_row(SECTION, "all metrics, one jit", shape, total, ref, ref_name, f"<= {cfg.target:g}",
-                  seconds=total, note="timed alternately with the reference"),
+        ratio_row(
+            SECTION,
+            "all metrics, one jit",
+            shape,
+            total,
+            ref,
+            ref_name,
+            f"<= {cfg.target:g}",
+            seconds=total,
+            note="timed alternately with the reference",
+        ),
     ]
     rows += vmap_rows(cfg, a, ref, ref_name)
     if not cfg.parts:
@@ -128,7 +164,9 @@ def run(cfg) -> list[dict]:
     }
     for name, fn in parts.items():
         seconds = median_time(jax.jit(fn), a, repeats=3)
-        rows.append(ratio_row(SECTION, name, shape, seconds, ref, ref_name, seconds=seconds, note="part"))
+        rows.append(
+            ratio_row(SECTION, name, shape, seconds, ref, ref_name, seconds=seconds, note="part")
+        )
     return rows
 
 
@@ -138,17 +176,40 @@ def vmap_rows(cfg, a: jax.Array, ref: float, ref_name: str) -> list[dict]:
     cases = vmap_cases(a)
     unknown = set(cfg.vmap_functions) - set(cases)
     if unknown:
-        raise ValueError(f"analysis.vmap_functions: unknown {sorted(unknown)}; valid: {sorted(cases)}")
+        raise ValueError(
+            f"analysis.vmap_functions: unknown {sorted(unknown)}; valid: {sorted(cases)}"
+        )
     for name, (fn, x) in cases.items():
         if cfg.vmap_functions and name not in cfg.vmap_functions:
             continue
         shape = f"{list(x.shape)} {x.dtype}"
         vmapped, batched = _interleaved(jax.vmap(fn), fn, x, rounds=cfg.vmap_rounds)
-        rows.append(ratio_row(SECTION, f"{name}: vmap / batched", shape, vmapped, batched, "same function, batched",
-                              f"<= {cfg.vmap_target:g}", seconds=vmapped, note="timed alternately"))
+        rows.append(
+            ratio_row(
+                SECTION,
+                f"{name}: vmap / batched",
+                shape,
+                vmapped,
+                batched,
+                "same function, batched",
+                f"<= {cfg.vmap_target:g}",
+                seconds=vmapped,
+                note="timed alternately",
+            )
+        )
     shape = f"[{cfg.batch}, {cfg.n}, {cfg.n}] float32"
     bundle, _ = _interleaved(jax.vmap(common_metrics), common_metrics, a, rounds=cfg.vmap_rounds)
-    rows.append(ratio_row(SECTION, "seven common metrics, vmapped, one jit", shape, bundle, ref, ref_name,
-                          f"<= {cfg.target:g}", seconds=bundle,
-                          note="entropy, stable/effective rank, stationary, slem, dobrushin, rank-one residual"))
+    rows.append(
+        ratio_row(
+            SECTION,
+            "seven common metrics, vmapped, one jit",
+            shape,
+            bundle,
+            ref,
+            ref_name,
+            f"<= {cfg.target:g}",
+            seconds=bundle,
+            note="entropy, stable/effective rank, stationary, slem, dobrushin, rank-one residual",
+        )
+    )
     return rows

@@ -21,13 +21,19 @@ Rows (config: `configs/benchmark.py`, `attention`):
 FLOPs of causal attention: 4 B H T^2 D / 2 forward (two matmuls, half the
 [T, T] square), 2.5x that backward (five matmuls), as FlashAttention counts.
 """
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
 import attnjax
-from experiments.benchmark.util import interleaved_median_times, median_time, not_measured, ratio_row
+from experiments.benchmark.util import (
+    interleaved_median_times,
+    median_time,
+    not_measured,
+    ratio_row,
+)
 
 SECTION = "attention"
 XLA = "jax.nn.dot_product_attention (xla)"
@@ -55,8 +61,15 @@ def causal_flops(batch, length, heads, dim, backward=False) -> float:
 
 def _timed(name, shape, seconds, flops, peak_tflops, **extra):
     tflops = flops / seconds / 1e12
-    return {"section": SECTION, "name": name, "shape": shape, "seconds": seconds, "tflops": tflops,
-            "pct_peak": 100 * tflops / peak_tflops, **extra}
+    return {
+        "section": SECTION,
+        "name": name,
+        "shape": shape,
+        "seconds": seconds,
+        "tflops": tflops,
+        "pct_peak": 100 * tflops / peak_tflops,
+        **extra,
+    }
 
 
 def _fwd_bwd(fn):
@@ -65,7 +78,9 @@ def _fwd_bwd(fn):
 
 def _fwd_bwd_squares(fn):
     """Gradients of sum(out**2) with respect to q, k, v: a cotangent that depends on the output."""
-    return jax.grad(lambda q, k, v: jnp.sum(jnp.square(fn(q, k, v).astype(jnp.float32))), argnums=(0, 1, 2))
+    return jax.grad(
+        lambda q, k, v: jnp.sum(jnp.square(fn(q, k, v).astype(jnp.float32))), argnums=(0, 1, 2)
+    )
 
 
 def _xla_causal(q, k, v):
@@ -80,31 +95,58 @@ def fwd_bwd_rows(batch, length, heads, dim, repeats, target, peak_tflops) -> lis
     """float32 causal forward+backward: attnjax against jax.nn (XLA), interleaved; the ratio row has `target`."""
     q, k, v = _inputs(batch, length, heads, dim, jnp.float32)
     shape = f"B={batch} T={length} H={heads} D={dim} f32 causal"
-    fns = {XLA: jax.jit(_fwd_bwd_squares(_xla_causal)), ATTNJAX: jax.jit(_fwd_bwd_squares(_attnjax_causal))}
-    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=repeats)
+    fns = {
+        XLA: jax.jit(_fwd_bwd_squares(_xla_causal)),
+        ATTNJAX: jax.jit(_fwd_bwd_squares(_attnjax_causal)),
+    }
+    times = interleaved_median_times(
+        {n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=repeats
+    )
     flops = causal_flops(batch, length, heads, dim, backward=True)
     ref = _timed(f"{XLA}, fwd+bwd", shape, times[XLA], flops, peak_tflops)
     mine = _timed(f"{ATTNJAX}, fwd+bwd", shape, times[ATTNJAX], flops, peak_tflops)
-    mine.update(ratio_row(SECTION, mine["name"], shape, times[ATTNJAX], times[XLA], ref["name"], f"<= {target:g}"))
+    mine.update(
+        ratio_row(
+            SECTION, mine["name"], shape, times[ATTNJAX], times[XLA], ref["name"], f"<= {target:g}"
+        )
+    )
     return [ref, mine]
 
 
 def small_shape_rows(cfg, peak_tflops: float) -> list[dict]:
     """Forward+backward at the studies' small shapes (one row pair per length in `small_lengths`)."""
-    return [row for length in cfg.small_lengths
-            for row in fwd_bwd_rows(cfg.small_batch, length, cfg.small_heads, cfg.small_head_dim,
-                                    cfg.small_repeats, cfg.small_target, peak_tflops)]
+    return [
+        row
+        for length in cfg.small_lengths
+        for row in fwd_bwd_rows(
+            cfg.small_batch,
+            length,
+            cfg.small_heads,
+            cfg.small_head_dim,
+            cfg.small_repeats,
+            cfg.small_target,
+            peak_tflops,
+        )
+    ]
 
 
 def matmul_peak_row(cfg) -> dict:
     """TFLOP/s of one square matmul: float32 (CPU, TPU) or bf16 (GPU)."""
     gpu = jax.default_backend() == "gpu"
-    n, dtype = (cfg.gpu_peak_matmul_size, jnp.bfloat16) if gpu else (cfg.peak_matmul_size, jnp.float32)
+    n, dtype = (
+        (cfg.gpu_peak_matmul_size, jnp.bfloat16) if gpu else (cfg.peak_matmul_size, jnp.float32)
+    )
     a, b = (jax.random.normal(k, (n, n), dtype) for k in jax.random.split(jax.random.key(1)))
     seconds = median_time(jax.jit(jnp.matmul), a, b, repeats=cfg.repeats)
     tflops = 2 * n**3 / seconds / 1e12
-    return {"section": SECTION, "name": "matmul peak", "shape": f"{n}x{n} @ {n}x{n} {jnp.dtype(dtype).name}",
-            "seconds": seconds, "tflops": tflops, "pct_peak": 100.0}
+    return {
+        "section": SECTION,
+        "name": "matmul peak",
+        "shape": f"{n}x{n} @ {n}x{n} {jnp.dtype(dtype).name}",
+        "seconds": seconds,
+        "tflops": tflops,
+        "pct_peak": 100.0,
+    }
 
 
 def exact_attention_rows(cfg, peak_tflops: float) -> list[dict]:
@@ -116,10 +158,15 @@ def exact_attention_rows(cfg, peak_tflops: float) -> list[dict]:
         XLA: jax.jit(_xla_causal),
         ATTNJAX: jax.jit(_attnjax_causal),
         "attnjax with return_weights=True": jax.jit(
-            lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True, return_weights=True)),
+            lambda q, k, v: attnjax.dot_product_attention(
+                q, k, v, is_causal=True, return_weights=True
+            )
+        ),
         "naive einsum softmax": jax.jit(_naive),
     }
-    times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=cfg.repeats)
+    times = interleaved_median_times(
+        {n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=cfg.repeats
+    )
     flops = causal_flops(b, t, h, d)
     rows = []
     for name, seconds in times.items():
@@ -135,25 +182,47 @@ def _gpu_length_rows(cfg, length: int, peak_tflops: float) -> list[dict]:
     b, h, d = cfg.gpu_batch, cfg.gpu_heads, cfg.gpu_head_dim
     q, k, v = _inputs(b, length, h, d, jnp.bfloat16)
     shape = f"B={b} T={length} H={h} D={d} bf16 causal"
-    cudnn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")  # noqa: E731
-    ours = lambda q, k, v: attnjax.dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+
+    def cudnn(q, k, v):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+
+    def ours(q, k, v):
+        return attnjax.dot_product_attention(q, k, v, is_causal=True)
+
     at_target = length == cfg.gpu_target_length
     rows = []
     for mode, wrap, backward in (("fwd", lambda f: f, False), ("fwd+bwd", _fwd_bwd, True)):
         fns = {CUDNN: jax.jit(wrap(cudnn)), ATTNJAX: jax.jit(wrap(ours))}
-        times = interleaved_median_times({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()},
-                                         repeats=cfg.gpu_repeats)
+        times = interleaved_median_times(
+            {n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=cfg.gpu_repeats
+        )
         flops = causal_flops(b, length, h, d, backward)
         ref = _timed(f"{CUDNN}, {mode}", shape, times[CUDNN], flops, peak_tflops)
         mine = _timed(f"{ATTNJAX}, {mode}", shape, times[ATTNJAX], flops, peak_tflops)
         check = at_target and not backward
         # Throughput ratio: cuDNN's time over ours.
-        throughput = ratio_row(SECTION, f"attnjax / cuDNN throughput, {mode}", shape, times[CUDNN],
-                               times[ATTNJAX], ref["name"], f">= {cfg.gpu_target_vs_cudnn:g}" if check else None)
+        throughput = ratio_row(
+            SECTION,
+            f"attnjax / cuDNN throughput, {mode}",
+            shape,
+            times[CUDNN],
+            times[ATTNJAX],
+            ref["name"],
+            f">= {cfg.gpu_target_vs_cudnn:g}" if check else None,
+        )
         rows += [ref, mine, throughput]
         if check:
-            rows.append(ratio_row(SECTION, f"attnjax fraction of matmul peak, {mode}", shape, mine["tflops"],
-                                  peak_tflops, "matmul peak", f">= {cfg.gpu_target_peak_fraction:g}"))
+            rows.append(
+                ratio_row(
+                    SECTION,
+                    f"attnjax fraction of matmul peak, {mode}",
+                    shape,
+                    mine["tflops"],
+                    peak_tflops,
+                    "matmul peak",
+                    f">= {cfg.gpu_target_peak_fraction:g}",
+                )
+            )
     return rows
 
 
@@ -161,10 +230,20 @@ def gpu_rows(cfg, peak_tflops: float) -> list[dict]:
     if jax.default_backend() != "gpu":
         shape = f"B={cfg.gpu_batch} T={cfg.gpu_target_length} H={cfg.gpu_heads} D={cfg.gpu_head_dim} bf16 causal"
         return [
-            not_measured(SECTION, "attnjax / cuDNN throughput, fwd", shape, "no GPU",
-                         f">= {cfg.gpu_target_vs_cudnn:g}"),
-            not_measured(SECTION, "attnjax fraction of matmul peak, fwd", shape, "no GPU",
-                         f">= {cfg.gpu_target_peak_fraction:g}"),
+            not_measured(
+                SECTION,
+                "attnjax / cuDNN throughput, fwd",
+                shape,
+                "no GPU",
+                f">= {cfg.gpu_target_vs_cudnn:g}",
+            ),
+            not_measured(
+                SECTION,
+                "attnjax fraction of matmul peak, fwd",
+                shape,
+                "no GPU",
+                f">= {cfg.gpu_target_peak_fraction:g}",
+            ),
         ]
     return [row for length in cfg.gpu_lengths for row in _gpu_length_rows(cfg, length, peak_tflops)]
 
@@ -172,6 +251,13 @@ def gpu_rows(cfg, peak_tflops: float) -> list[dict]:
 def run(cfg) -> list[dict]:
     """All rows of the section (see the module docstring)."""
     peak = matmul_peak_row(cfg)
-    large = fwd_bwd_rows(cfg.batch, cfg.length, cfg.heads, cfg.head_dim, cfg.repeats, cfg.target, peak["tflops"])
-    return ([peak] + exact_attention_rows(cfg, peak["tflops"]) + large + small_shape_rows(cfg, peak["tflops"])
-            + gpu_rows(cfg, peak["tflops"]))
+    large = fwd_bwd_rows(
+        cfg.batch, cfg.length, cfg.heads, cfg.head_dim, cfg.repeats, cfg.target, peak["tflops"]
+    )
+    return (
+        [peak]
+        + exact_attention_rows(cfg, peak["tflops"])
+        + large
+        + small_shape_rows(cfg, peak["tflops"])
+        + gpu_rows(cfg, peak["tflops"])
+    )

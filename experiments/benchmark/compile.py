@@ -7,6 +7,7 @@ faster training steps, compile time growing with depth up to that point).
 Rows: the compile seconds at each of `depths` (config: `configs/benchmark.py`,
 `compile`) and the ratio to the shallowest; target for the deepest: <= `target`.
 """
+
 from __future__ import annotations
 
 import jax
@@ -21,8 +22,14 @@ SECTION = "compile"
 
 def _loss_and_grad(cfg, depth: int):
     """value_and_grad of a next-token-style loss, and abstract params and tokens to compile it for."""
-    config = nn.TransformerConfig.create(num_layers=depth, features=cfg.features, num_heads=cfg.heads, vocab_size=64,
-                                         max_len=cfg.length, causal=True)
+    config = nn.TransformerConfig.create(
+        num_layers=depth,
+        features=cfg.features,
+        num_heads=cfg.heads,
+        vocab_size=64,
+        max_len=cfg.length,
+        causal=True,
+    )
     # Shapes only: building the parameters eagerly would cost more than compiling.
     graphdef, params = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.length), jnp.int32)
@@ -45,6 +52,16 @@ def run(cfg) -> list[dict]:
     rows = [{"section": SECTION, "name": first, "shape": shape, "seconds": seconds[depths[0]]}]
     for depth in depths[1:]:
         target = f"<= {cfg.target:g}" if depth == depths[-1] else None
-        rows.append(ratio_row(SECTION, f"compile Transformer L={depth}", shape, seconds[depth], seconds[depths[0]],
-                              first, target, seconds=seconds[depth]))
+        rows.append(
+            ratio_row(
+                SECTION,
+                f"compile Transformer L={depth}",
+                shape,
+                seconds[depth],
+                seconds[depths[0]],
+                first,
+                target,
+                seconds=seconds[depth],
+            )
+        )
     return rows

@@ -20,6 +20,7 @@ Config: `configs/benchmark.py`, `linear`. Batch 1, FAVOR+ features.
 
 On a GPU the sweep runs in bf16, elsewhere in float32.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,7 +34,11 @@ from attnjax import features, linear
 from experiments.benchmark.util import median_time, not_measured, ratio_row, temp_bytes
 
 SECTION = "linear"
-CHUNKED, RECURRENT, EXACT = "linear causal (chunked)", "linear causal (recurrent scan)", "exact causal softmax"
+CHUNKED, RECURRENT, EXACT = (
+    "linear causal (chunked)",
+    "linear causal (recurrent scan)",
+    "exact causal softmax",
+)
 
 # On a GPU the scan over chunks is bound by per-step launch latency, not
 # FLOPs: larger chunks mean 4x fewer sequential steps for cheap extra
@@ -46,7 +51,9 @@ GPU_CHUNK_SIZE = 256
 
 
 def _chunked_fwd(q, k, v, w, *, chunk_size=linear.DEFAULT_CHUNK_SIZE):
-    return linear.linear_attention(q, k, v, feature_map=features.favor_plus(w), is_causal=True, chunk_size=chunk_size)
+    return linear.linear_attention(
+        q, k, v, feature_map=features.favor_plus(w), is_causal=True, chunk_size=chunk_size
+    )
 
 
 def _exact_fwd(q, k, v, w):
@@ -64,13 +71,17 @@ def _recurrent_fwd(q, k, v, w):
     phi = features.favor_plus(w)
     state = linear.init_state(q.shape[:1], k.shape[-2], w.shape[0], v.shape[-1])
     step = functools.partial(linear.linear_attention_step, feature_map=phi)
-    _, out = jax.lax.scan(lambda s, x: step(s, *x), state, tuple(jnp.swapaxes(x, 0, 1) for x in (q, k, v)))
+    _, out = jax.lax.scan(
+        lambda s, x: step(s, *x), state, tuple(jnp.swapaxes(x, 0, 1) for x in (q, k, v))
+    )
     return jnp.swapaxes(out, 0, 1)
 
 
 def _fwd_bwd(fn: Callable) -> Callable:
     """Gradient of sum(out) with respect to q, k and v (forward + backward)."""
-    return jax.grad(lambda q, k, v, w: jnp.sum(fn(q, k, v, w).astype(jnp.float32)), argnums=(0, 1, 2))
+    return jax.grad(
+        lambda q, k, v, w: jnp.sum(fn(q, k, v, w).astype(jnp.float32)), argnums=(0, 1, 2)
+    )
 
 
 # --------------------------------------------------------------------------
@@ -79,7 +90,10 @@ def _fwd_bwd(fn: Callable) -> Callable:
 
 def _inputs(seq_len, heads, dim, num_features, dtype):
     keys = jax.random.split(jax.random.key(0), 4)
-    q, k, v = (jax.random.normal(key, (1, seq_len, heads, dim), jnp.float32).astype(dtype) for key in keys[:3])
+    q, k, v = (
+        jax.random.normal(key, (1, seq_len, heads, dim), jnp.float32).astype(dtype)
+        for key in keys[:3]
+    )
     w = features.orthogonal_random_matrix(keys[3], num_features, dim)
     return q, k, v, w
 
@@ -96,7 +110,13 @@ def _mb(n: Optional[int]) -> Optional[float]:
 def _measure(name, fn, args, shape, *, repeats, timed=True, **extra) -> dict:
     """Temp memory of `jax.jit(fn)` compiled once for `args`, and the median time of that executable."""
     compiled = jax.jit(fn).lower(*args).compile()
-    row = {"section": SECTION, "name": name, "shape": shape, "temp_mb": _mb(temp_bytes(compiled)), **extra}
+    row = {
+        "section": SECTION,
+        "name": name,
+        "shape": shape,
+        "temp_mb": _mb(temp_bytes(compiled)),
+        **extra,
+    }
     if timed:
         row["seconds"] = median_time(compiled, *args, repeats=repeats)
     else:
@@ -119,13 +139,23 @@ def sweep_rows(cfg, dtype) -> list[dict]:
         sweep = dict(length=length, repeats=cfg.repeats)
         print(f"[benchmark] linear sweep T={length}", flush=True)
         rows.append(_measure(f"{CHUNKED}, fwd", chunked, args, shape, series=CHUNKED, **sweep))
-        rows.append(_measure(f"{RECURRENT}, fwd", _recurrent_fwd, args, shape, series=RECURRENT, **sweep))
+        rows.append(
+            _measure(f"{RECURRENT}, fwd", _recurrent_fwd, args, shape, series=RECURRENT, **sweep)
+        )
         exact_shape = _shape(length, cfg.heads, cfg.head_dim, dtype=dtype)
         if gpu or _exact_gib(cfg, length) <= cfg.exact_max_gib:
-            rows.append(_measure(f"{EXACT}, fwd", _exact_fwd, args, exact_shape, series=EXACT, **sweep))
+            rows.append(
+                _measure(f"{EXACT}, fwd", _exact_fwd, args, exact_shape, series=EXACT, **sweep)
+            )
         else:
-            rows.append(not_measured(SECTION, f"{EXACT}, fwd", exact_shape,
-                                     f"logits {_exact_gib(cfg, length):.0f} GiB > exact_max_gib"))
+            rows.append(
+                not_measured(
+                    SECTION,
+                    f"{EXACT}, fwd",
+                    exact_shape,
+                    f"logits {_exact_gib(cfg, length):.0f} GiB > exact_max_gib",
+                )
+            )
     return rows
 
 
@@ -134,14 +164,24 @@ def crossover_row(rows: list[dict]) -> dict:
     times = {(r["series"], r["length"]): r["seconds"] for r in rows if r.get("seconds") is not None}
     lengths = sorted({length for series, length in times if series == EXACT})
     faster = [t for t in lengths if times[(CHUNKED, t)] < times[(EXACT, t)]]
-    row = {"section": SECTION, "name": "crossover: shortest T where linear beats exact, fwd",
-           "shape": _shape_of(rows), "crossover_length": faster[0] if faster else None}
+    row = {
+        "section": SECTION,
+        "name": "crossover: shortest T where linear beats exact, fwd",
+        "shape": _shape_of(rows),
+        "crossover_length": faster[0] if faster else None,
+    }
     if not faster:
-        row["note"] = f"exact faster at every measured T (up to {lengths[-1]})" if lengths else "no exact rows"
+        row["note"] = (
+            f"exact faster at every measured T (up to {lengths[-1]})"
+            if lengths
+            else "no exact rows"
+        )
     elif faster[0] == lengths[0]:
         row["note"] = f"T <= {faster[0]} (linear faster at every measured T)"
     else:
-        row["note"] = f"T = {faster[0]} (exact faster at T = {max(t for t in lengths if t < faster[0])})"
+        row["note"] = (
+            f"T = {faster[0]} (exact faster at T = {max(t for t in lengths if t < faster[0])})"
+        )
     return row
 
 
@@ -163,43 +203,123 @@ def target_rows(cfg, sweep: list[dict], dtype) -> list[dict]:
     for length in (short, long_):
         args = _inputs(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
         shape = _shape(length, cfg.heads, cfg.head_dim, cfg.num_features, dtype)
-        extra.append(_measure(f"{CHUNKED}, fwd+bwd", _fwd_bwd(_chunked_fwd), args, shape, repeats=cfg.repeats))
+        extra.append(
+            _measure(
+                f"{CHUNKED}, fwd+bwd", _fwd_bwd(_chunked_fwd), args, shape, repeats=cfg.repeats
+            )
+        )
         if length == short:
-            extra.append(_measure(f"{RECURRENT}, fwd+bwd", _fwd_bwd(_recurrent_fwd), args, shape,
-                                  repeats=cfg.repeats, timed=False))
+            extra.append(
+                _measure(
+                    f"{RECURRENT}, fwd+bwd",
+                    _fwd_bwd(_recurrent_fwd),
+                    args,
+                    shape,
+                    repeats=cfg.repeats,
+                    timed=False,
+                )
+            )
     fb_short, scan, fb_long = extra
     doubling = f"T {short} -> {long_}"
-    at = lambda row: f"{row['name']} @ T={short}"  # noqa: E731
+
+    def at(row):
+        return f"{row['name']} @ T={short}"
+
     growth = f"<= {cfg.target_growth:g}"
     return extra + [
-        ratio_row(SECTION, "speedup of linear over exact, fwd", fwd_short["shape"], exact["seconds"],
-                  fwd_short["seconds"], exact["name"], f">= {cfg.target_speedup:g}", note="exact s / linear s"),
-        ratio_row(SECTION, "linear fwd time growth", doubling, fwd_long["seconds"], fwd_short["seconds"],
-                  at(fwd_short), growth),
-        ratio_row(SECTION, "linear fwd temp growth", doubling, fwd_long["temp_mb"], fwd_short["temp_mb"],
-                  at(fwd_short), growth),
-        ratio_row(SECTION, "linear fwd+bwd time growth", doubling, fb_long["seconds"], fb_short["seconds"],
-                  at(fb_short), growth),
-        ratio_row(SECTION, "linear fwd+bwd temp growth", doubling, fb_long["temp_mb"], fb_short["temp_mb"],
-                  at(fb_short), growth),
-        ratio_row(SECTION, "linear fwd+bwd temp vs recurrence", fb_short["shape"], fb_short["temp_mb"],
-                  scan["temp_mb"], scan["name"], f"<= {cfg.target_vs_scan_memory:g}",
-                  note="chunked temp / recurrent temp"),
+        ratio_row(
+            SECTION,
+            "speedup of linear over exact, fwd",
+            fwd_short["shape"],
+            exact["seconds"],
+            fwd_short["seconds"],
+            exact["name"],
+            f">= {cfg.target_speedup:g}",
+            note="exact s / linear s",
+        ),
+        ratio_row(
+            SECTION,
+            "linear fwd time growth",
+            doubling,
+            fwd_long["seconds"],
+            fwd_short["seconds"],
+            at(fwd_short),
+            growth,
+        ),
+        ratio_row(
+            SECTION,
+            "linear fwd temp growth",
+            doubling,
+            fwd_long["temp_mb"],
+            fwd_short["temp_mb"],
+            at(fwd_short),
+            growth,
+        ),
+        ratio_row(
+            SECTION,
+            "linear fwd+bwd time growth",
+            doubling,
+            fb_long["seconds"],
+            fb_short["seconds"],
+            at(fb_short),
+            growth,
+        ),
+        ratio_row(
+            SECTION,
+            "linear fwd+bwd temp growth",
+            doubling,
+            fb_long["temp_mb"],
+            fb_short["temp_mb"],
+            at(fb_short),
+            growth,
+        ),
+        ratio_row(
+            SECTION,
+            "linear fwd+bwd temp vs recurrence",
+            fb_short["shape"],
+            fb_short["temp_mb"],
+            scan["temp_mb"],
+            scan["name"],
+            f"<= {cfg.target_vs_scan_memory:g}",
+            note="chunked temp / recurrent temp",
+        ),
     ]
 
 
 def gpu_rows(cfg) -> list[dict]:
-    shape = _shape(cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16)
+    shape = _shape(
+        cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16
+    )
     name, cudnn_name = "speedup of linear over cuDNN exact, fwd+bwd", "cuDNN exact causal, fwd+bwd"
     if jax.default_backend() != "gpu":
         return [not_measured(SECTION, name, shape, "no GPU", ">= 1")]
-    args = _inputs(cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16)
+    args = _inputs(
+        cfg.gpu_length, cfg.gpu_heads, cfg.gpu_head_dim, cfg.gpu_num_features, jnp.bfloat16
+    )
     cudnn = _measure(cudnn_name, _fwd_bwd(_cudnn_fwd), args, shape, repeats=cfg.repeats)
     chunked = functools.partial(_chunked_fwd, chunk_size=GPU_CHUNK_SIZE)
-    lin = _measure(f"{CHUNKED}, fwd+bwd", _fwd_bwd(chunked), args, shape, repeats=cfg.repeats,
-                   note=f"chunk_size={GPU_CHUNK_SIZE}")
-    return [cudnn, lin, ratio_row(SECTION, name, shape, cudnn["seconds"], lin["seconds"], cudnn_name, ">= 1",
-                                  note="cuDNN s / linear s")]
+    lin = _measure(
+        f"{CHUNKED}, fwd+bwd",
+        _fwd_bwd(chunked),
+        args,
+        shape,
+        repeats=cfg.repeats,
+        note=f"chunk_size={GPU_CHUNK_SIZE}",
+    )
+    return [
+        cudnn,
+        lin,
+        ratio_row(
+            SECTION,
+            name,
+            shape,
+            cudnn["seconds"],
+            lin["seconds"],
+            cudnn_name,
+            ">= 1",
+            note="cuDNN s / linear s",
+        ),
+    ]
 
 
 def run(cfg) -> list[dict]:
@@ -211,7 +331,9 @@ def run(cfg) -> list[dict]:
 
 def figure(rows: list[dict]):
     """Log-log forward time against T for the three forms (a Figure), or None without sweep rows."""
-    sweep = [r for r in rows if r.get("section") == SECTION and r.get("series") and r.get("seconds")]
+    sweep = [
+        r for r in rows if r.get("section") == SECTION and r.get("series") and r.get("seconds")
+    ]
     if not sweep:
         return None
     from attnjax import plotting

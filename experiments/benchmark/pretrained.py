@@ -34,6 +34,7 @@ counts; the input embedding lookup does not) per token, plus attention's
 matmul timed in the same section. A missing model wheel (or the
 `pretrained` extra) leaves that model's rows "not measured".
 """
+
 from __future__ import annotations
 
 import importlib
@@ -46,7 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.benchmark.util import interleaved_median_times, median_time, not_measured, ratio_row
+from experiments.benchmark.util import (
+    interleaved_median_times,
+    median_time,
+    not_measured,
+    ratio_row,
+)
 
 SECTION = "pretrained"
 ENCODER_LABEL, CAUSAL_LM_LABEL = "MiniLM-L6", "SmolLM2-135M"  # the bundled checkpoints
@@ -58,7 +64,11 @@ TORCH = "transformers (PyTorch)"
 def torch_missing() -> str | None:
     """Why the PyTorch reference cannot run, or None when it can (both packages import)."""
     for module in ("torch", "transformers"):
-        if module in sys.modules and sys.modules[module] is None or importlib.util.find_spec(module) is None:
+        if (
+            module in sys.modules
+            and sys.modules[module] is None
+            or importlib.util.find_spec(module) is None
+        ):
             return f"{module} not installed"
         try:
             importlib.import_module(module)
@@ -79,7 +89,7 @@ def label(path: str, bundled: str) -> str:
     if not path:
         return bundled
     name = os.path.basename(os.path.normpath(path))
-    return name[:-len(".gguf")] if name.endswith(".gguf") else name
+    return name[: -len(".gguf")] if name.endswith(".gguf") else name
 
 
 def torch_threads(requested: int = 0) -> int:
@@ -87,7 +97,9 @@ def torch_threads(requested: int = 0) -> int:
     uses."""
     if requested:
         return requested
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def _threads_note() -> str:
@@ -112,7 +124,9 @@ def reference(build, threads: int = 0):
 
 
 def matmul_peak_tflops(size: int, repeats: int) -> float:
-    a, b = (jax.random.normal(k, (size, size), jnp.float32) for k in jax.random.split(jax.random.key(1)))
+    a, b = (
+        jax.random.normal(k, (size, size), jnp.float32) for k in jax.random.split(jax.random.key(1))
+    )
     return 2 * size**3 / median_time(jax.jit(jnp.matmul), a, b, repeats=repeats) / 1e12
 
 
@@ -123,13 +137,26 @@ def forward_flops(model, batch: int, length: int) -> float:
     weights = sum(v.size for path, v in flat if path[-1] == "kernel")
     if config.head == "tied":
         weights += config.vocab_size * config.block.features
-    attention = 4 * length * length * config.block.features * config.num_layers * (0.5 if config.causal else 1.0)
+    attention = (
+        4
+        * length
+        * length
+        * config.block.features
+        * config.num_layers
+        * (0.5 if config.causal else 1.0)
+    )
     return batch * (2 * weights * length + attention)
 
 
 def _row(name, shape, seconds, tokens, flops=None, peak=None, **extra) -> dict:
-    row = {"section": SECTION, "name": name, "shape": shape, "seconds": seconds, "tokens_per_s": tokens / seconds,
-           **extra}
+    row = {
+        "section": SECTION,
+        "name": name,
+        "shape": shape,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        **extra,
+    }
     if flops is not None:
         row["tflops"] = flops / seconds / 1e12
         row["pct_peak"] = 100 * row["tflops"] / peak
@@ -150,10 +177,21 @@ def _compare(name, shape, ours, theirs, why, tokens, flops, peak, repeats, targe
     rows = [_row(f"{name}, {ATTNJAX}", shape, times[ATTNJAX], tokens, flops, peak)]
     if theirs is None:
         return rows + [not_measured(SECTION, f"{name}, {TORCH}", shape, why)]
-    rows.append(_row(f"{name}, {TORCH}", shape, times[TORCH], tokens, flops, peak,
-                     note=_threads_note()))
-    rows.append(ratio_row(SECTION, f"{name}, attnjax / PyTorch", shape, times[ATTNJAX], times[TORCH],
-                          rows[1]["name"], target=f"<= {target:g}", note="attnjax s / PyTorch s"))
+    rows.append(
+        _row(f"{name}, {TORCH}", shape, times[TORCH], tokens, flops, peak, note=_threads_note())
+    )
+    rows.append(
+        ratio_row(
+            SECTION,
+            f"{name}, attnjax / PyTorch",
+            shape,
+            times[ATTNJAX],
+            times[TORCH],
+            rows[1]["name"],
+            target=f"<= {target:g}",
+            note="attnjax s / PyTorch s",
+        )
+    )
     return rows
 
 
@@ -196,20 +234,35 @@ def encoder_rows(cfg, peak: float) -> list[dict]:
         return [not_measured(SECTION, f"{name}, {ATTNJAX}", shape, tokenizer)]
     vocab = model.config.vocab_size
     # Ids from 1000 up skip MiniLM's [PAD], [unused*] and special tokens (all of a small vocabulary's upper half).
-    ids = jax.random.randint(jax.random.key(0), (b, t), min(1000, vocab // 2), vocab, dtype=jnp.int32)
+    ids = jax.random.randint(
+        jax.random.key(0), (b, t), min(1000, vocab // 2), vocab, dtype=jnp.int32
+    )
     ours = _jitted_forward(model, ids)
 
     def build():
         import transformers
 
         # No pooler: attnjax's encoder returns the hidden states only, so both sides do the same work.
-        torch_model = transformers.BertModel.from_pretrained(cfg.encoder_path or bert.default_path(),
-                                                             add_pooling_layer=False).eval()
-        return _torch_call(torch_model, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)})
+        torch_model = transformers.BertModel.from_pretrained(
+            cfg.encoder_path or bert.default_path(), add_pooling_layer=False
+        ).eval()
+        return _torch_call(
+            torch_model, {"input_ids": ids, "attention_mask": np.ones((b, t), np.int64)}
+        )
 
     theirs, why = reference(build, cfg.torch_threads)
-    return _compare(name, shape, ours, theirs, why, b * t, forward_flops(model, b, t), peak, cfg.repeats,
-                    cfg.forward_target)
+    return _compare(
+        name,
+        shape,
+        ours,
+        theirs,
+        why,
+        b * t,
+        forward_flops(model, b, t),
+        peak,
+        cfg.repeats,
+        cfg.forward_target,
+    )
 
 
 def torch_llama(model):
@@ -233,8 +286,9 @@ def _torch_generator(torch_model, prompt, tokens: int):
 
     def call():
         with torch.inference_mode():
-            torch_model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
-                                 pad_token_id=0)
+            torch_model.generate(
+                ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0
+            )
 
     return call
 
@@ -254,8 +308,10 @@ def _load_causal_lm(path: str):
         return pretrained.load_llama(path or None)
     model, tokenizer = pretrained.from_pretrained(path)
     if not model.config.causal:
-        raise ValueError(f"pretrained.causal_lm_path {path!r} holds an encoder, not a causal LM; give a "
-                         f"llama-family GGUF file or checkpoint directory")
+        raise ValueError(
+            f"pretrained.causal_lm_path {path!r} holds an encoder, not a causal LM; give a "
+            f"llama-family GGUF file or checkpoint directory"
+        )
     return model, tokenizer
 
 
@@ -268,14 +324,26 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
     prefill_name, decode_name = f"{model_label} {PREFILL}", f"{model_label} {DECODE}"
     model, tokenizer = _load(lambda: _load_causal_lm(cfg.causal_lm_path))
     if model is None:
-        return [not_measured(SECTION, f"{prefill_name}, {ATTNJAX}", prefill_shape, tokenizer),
-                not_measured(SECTION, f"{decode_name}, {ATTNJAX}", decode_shape, tokenizer)]
+        return [
+            not_measured(SECTION, f"{prefill_name}, {ATTNJAX}", prefill_shape, tokenizer),
+            not_measured(SECTION, f"{decode_name}, {ATTNJAX}", decode_shape, tokenizer),
+        ]
     ids = jax.random.randint(jax.random.key(0), (1, t), 0, model.config.vocab_size, dtype=jnp.int32)
     ours = _jitted_forward(model, ids)
     torch_model, why = reference(lambda: torch_llama(model), cfg.torch_threads)
     theirs = None if torch_model is None else _torch_call(torch_model, {"input_ids": ids})
-    rows = _compare(prefill_name, prefill_shape, ours, theirs, why, t, forward_flops(model, 1, t), peak, cfg.repeats,
-                    cfg.forward_target)
+    rows = _compare(
+        prefill_name,
+        prefill_shape,
+        ours,
+        theirs,
+        why,
+        t,
+        forward_flops(model, 1, t),
+        peak,
+        cfg.repeats,
+        cfg.forward_target,
+    )
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
     if torch_model is not None:
@@ -286,15 +354,21 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         if torch_model is None:
             raise
         torch_model, why = None, f"PyTorch reference failed: {_reason(error)}"
-        times = interleaved_median_times({k: v for k, v in calls.items() if k[0] == ATTNJAX}, repeats=cfg.repeats)
+        times = interleaved_median_times(
+            {k: v for k, v in calls.items() if k[0] == ATTNJAX}, repeats=cfg.repeats
+        )
     notes = {ATTNJAX: "Transformer.generate", TORCH: "generate(do_sample=False)"}
     if torch_model is not None:
         notes[TORCH] += f", {_threads_note()}"
     decode_rows = {}
     for who in (ATTNJAX, TORCH) if torch_model is not None else (ATTNJAX,):
         decoding = times[(who, n)] - times[(who, 1)]
-        row = {"section": SECTION, "name": f"{decode_name}, {who}", "shape": decode_shape,
-               "note": f"{notes[who]}; {n - 1} tokens after the first"}
+        row = {
+            "section": SECTION,
+            "name": f"{decode_name}, {who}",
+            "shape": decode_shape,
+            "note": f"{notes[who]}; {n - 1} tokens after the first",
+        }
         if decoding > 0:
             row.update(seconds=decoding / (n - 1), tokens_per_s=(n - 1) / decoding)
         else:
@@ -305,12 +379,26 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         return rows + [not_measured(SECTION, f"{decode_name}, {TORCH}", decode_shape, why)]
     rows.append(decode_rows[TORCH])
     if "seconds" not in decode_rows[ATTNJAX] or "seconds" not in decode_rows[TORCH]:
-        return rows + [not_measured(SECTION, f"{decode_name}, attnjax / PyTorch", decode_shape,
-                                    "no time difference measurable")]
-    rows.append(ratio_row(SECTION, f"{decode_name}, attnjax / PyTorch", decode_shape,
-                          decode_rows[ATTNJAX].get("seconds"), decode_rows[TORCH].get("seconds"),
-                          decode_rows[TORCH]["name"], target=f"<= {cfg.decode_target:g}",
-                          note="attnjax s per token / PyTorch s per token"))
+        return rows + [
+            not_measured(
+                SECTION,
+                f"{decode_name}, attnjax / PyTorch",
+                decode_shape,
+                "no time difference measurable",
+            )
+        ]
+    rows.append(
+        ratio_row(
+            SECTION,
+            f"{decode_name}, attnjax / PyTorch",
+            decode_shape,
+            decode_rows[ATTNJAX].get("seconds"),
+            decode_rows[TORCH].get("seconds"),
+            decode_rows[TORCH]["name"],
+            target=f"<= {cfg.decode_target:g}",
+            note="attnjax s per token / PyTorch s per token",
+        )
+    )
     return rows
 
 

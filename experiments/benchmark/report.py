@@ -4,6 +4,7 @@
 the README's Performance table is `markdown_report(payload, only_headline=True)`
 of the committed CPU run, and a test checks that they agree.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -20,7 +21,9 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
         return "" if value is None else str(value)
 
     body = [[cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(columns)]
+    widths = [
+        max(len(c), *(len(r[i]) for r in body)) if body else len(c) for i, c in enumerate(columns)
+    ]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in body]
@@ -50,19 +53,47 @@ def _number(value) -> str:
 def headline(row: dict) -> bool:
     """Rows for a short summary: those with a target, the peak, the crossover, all of training and the
     train step, and the real models."""
-    return ("target" in row or "crossover_length" in row or row["section"] in ("training", "train_step", "pretrained")
-            or row["name"] == "matmul peak")
+    return (
+        "target" in row
+        or "crossover_length" in row
+        or row["section"] in ("training", "train_step", "pretrained")
+        or row["name"] == "matmul peak"
+    )
 
 
 def markdown_report(payload: dict, *, only_headline: bool = False) -> str:
     """Markdown of a benchmark payload: one line naming device, versions and date, then a table."""
     env = payload["environment"]
-    title = (f"Device: {env['device_kind']} ({env['backend']}, {env['device_count']} XLA devices, "
-             f"{env.get('cpu_count')} CPU cores); jax {env['jax']}, jaxlib {env['jaxlib']}, "
-             f"Python {env['python']}; {env['date']}.")
+    title = (
+        f"Device: {env['device_kind']} ({env['backend']}, {env['device_count']} XLA devices, "
+        f"{env.get('cpu_count')} CPU cores); jax {env['jax']}, jaxlib {env['jaxlib']}, "
+        f"Python {env['python']}; {env['date']}."
+    )
     rows = [r for r in payload["rows"] if headline(r)] if only_headline else payload["rows"]
     met = {True: "yes", False: "**no**", None: ""}
-    cells = [[r["section"], r["name"], r["shape"], _number(r.get("seconds")), _number(r.get("ratio")),
-              r.get("reference") or "", r.get("target") or "", met[r.get("ok")], _figures(r)] for r in rows]
-    header = ["section", "measurement", "shape", "seconds", "ratio", "reference", "target", "met", "figures"]
+    cells = [
+        [
+            r["section"],
+            r["name"],
+            r["shape"],
+            _number(r.get("seconds")),
+            _number(r.get("ratio")),
+            r.get("reference") or "",
+            r.get("target") or "",
+            met[r.get("ok")],
+            _figures(r),
+        ]
+        for r in rows
+    ]
+    header = [
+        "section",
+        "measurement",
+        "shape",
+        "seconds",
+        "ratio",
+        "reference",
+        "target",
+        "met",
+        "figures",
+    ]
     return "\n".join([title, ""] + markdown_table(header, cells)) + "\n"

@@ -14,6 +14,7 @@ Config: `configs/benchmark.py`, `streaming`. Batch 1, float32, causal.
   dense forward's temporaries and the size of one `[H, T, T]` float32 weight
   matrix, which grow 4x. Lowered and compiled only, never run.
 """
+
 from __future__ import annotations
 
 import jax
@@ -29,9 +30,16 @@ MIB = 2**20
 
 def _statistics_fn(cfg):
     def statistics(q, k):
-        return attention_statistics(q, k, is_causal=True, sink_positions=tuple(cfg.sink_positions),
-                                    window=cfg.window, chunk_size=cfg.chunk_size,
-                                    query_chunk_size=cfg.query_chunk_size)
+        return attention_statistics(
+            q,
+            k,
+            is_causal=True,
+            sink_positions=tuple(cfg.sink_positions),
+            window=cfg.window,
+            chunk_size=cfg.chunk_size,
+            query_chunk_size=cfg.query_chunk_size,
+        )
+
     return statistics
 
 
@@ -47,18 +55,36 @@ def time_rows(cfg) -> list[dict]:
     """Statistics pass against the forward pass at `cfg.length`, alternately timed."""
     keys = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(keys[0], (1, cfg.length, cfg.heads, cfg.head_dim), jnp.float32)
-    k, v = (jax.random.normal(key, (1, cfg.length, cfg.kv_heads, cfg.head_dim), jnp.float32) for key in keys[1:])
+    k, v = (
+        jax.random.normal(key, (1, cfg.length, cfg.kv_heads, cfg.head_dim), jnp.float32)
+        for key in keys[1:]
+    )
     statistics, forward = jax.jit(_statistics_fn(cfg)), jax.jit(_forward)
-    times = interleaved_median_times({"stats": lambda: statistics(q, k), "fwd": lambda: forward(q, k, v)},
-                                     repeats=cfg.repeats)
+    times = interleaved_median_times(
+        {"stats": lambda: statistics(q, k), "fwd": lambda: forward(q, k, v)}, repeats=cfg.repeats
+    )
     shape = _shape(cfg.length, cfg.heads, cfg.kv_heads, cfg.head_dim)
     reference = "attnjax.dot_product_attention, fwd"
     return [
-        {"section": SECTION, "name": reference, "shape": shape, "seconds": times["fwd"], "note": "reference"},
-        ratio_row(SECTION, "attention_statistics (chunked, online)", shape, times["stats"], times["fwd"], reference,
-                  f"<= {cfg.target:g}", seconds=times["stats"],
-                  note=f"key chunk {cfg.chunk_size}, query block {cfg.query_chunk_size}; timed alternately "
-                       "with the reference"),
+        {
+            "section": SECTION,
+            "name": reference,
+            "shape": shape,
+            "seconds": times["fwd"],
+            "note": "reference",
+        },
+        ratio_row(
+            SECTION,
+            "attention_statistics (chunked, online)",
+            shape,
+            times["stats"],
+            times["fwd"],
+            reference,
+            f"<= {cfg.target:g}",
+            seconds=times["stats"],
+            note=f"key chunk {cfg.chunk_size}, query block {cfg.query_chunk_size}; timed alternately "
+            "with the reference",
+        ),
     ]
 
 
@@ -78,12 +104,28 @@ def memory_rows(cfg) -> list[dict]:
         weights_mb = heads * length * length * 4 / MIB
         shape = _shape(length, heads, heads, dim)
         note = f"dense fwd temp {dense / MIB:.4g} MiB; one [H, T, T] float32 array {weights_mb:.4g} MiB"
-        rows.append({"section": SECTION, "name": "attention_statistics temp memory", "shape": shape,
-                     "temp_mb": stats / MIB, "note": note, "length": length, "dense_temp_mb": dense / MIB})
+        rows.append(
+            {
+                "section": SECTION,
+                "name": "attention_statistics temp memory",
+                "shape": shape,
+                "temp_mb": stats / MIB,
+                "note": note,
+                "length": length,
+                "dense_temp_mb": dense / MIB,
+            }
+        )
         if previous is not None:
-            growth = ratio_row(SECTION, f"temp memory growth T={previous[0]} -> {length}", shape, stats, previous[1],
-                               f"attention_statistics temp memory, T={previous[0]}", f"<= {cfg.memory_target:g}",
-                               note=f"dense fwd temp: {dense / previous[2]:.2f}x; [H, T, T] array: 4x")
+            growth = ratio_row(
+                SECTION,
+                f"temp memory growth T={previous[0]} -> {length}",
+                shape,
+                stats,
+                previous[1],
+                f"attention_statistics temp memory, T={previous[0]}",
+                f"<= {cfg.memory_target:g}",
+                note=f"dense fwd temp: {dense / previous[2]:.2f}x; [H, T, T] array: 4x",
+            )
             rows.append(growth)
         previous = (length, stats, dense)
     return rows

@@ -17,6 +17,7 @@ date; the config; every row), `benchmark.md` (the same as a table) and
 `plots/`. Both files are rewritten after each section, so an interrupted
 run keeps the sections it finished.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -35,8 +36,21 @@ from experiments.benchmark.training import cpu_device_count
 from experiments.benchmark.util import drop_targets
 from experiments.models import COMPUTE_DTYPES
 
-COLUMNS = ("section", "name", "shape", "seconds", "temp_mb", "reference", "ratio", "target", "ok", "tflops",
-           "pct_peak", "tokens_per_s", "note")
+COLUMNS = (
+    "section",
+    "name",
+    "shape",
+    "seconds",
+    "temp_mb",
+    "reference",
+    "ratio",
+    "target",
+    "ok",
+    "tflops",
+    "pct_peak",
+    "tokens_per_s",
+    "note",
+)
 
 
 def environment() -> dict:
@@ -60,15 +74,21 @@ def validate(config) -> None:
     valid = default_config.SECTIONS
     unknown = [s for s in config.sections if s not in valid]
     if unknown or not config.sections:
-        raise ValueError(f"sections must be a non-empty subset of {valid}, got {tuple(config.sections)}")
+        raise ValueError(
+            f"sections must be a non-empty subset of {valid}, got {tuple(config.sections)}"
+        )
     for name in ("short", "long"):
         if config.linear[name] not in config.linear.lengths:
-            raise ValueError(f"linear.{name}={config.linear[name]} must be one of "
-                             f"linear.lengths={tuple(config.linear.lengths)}")
+            raise ValueError(
+                f"linear.{name}={config.linear[name]} must be one of "
+                f"linear.lengths={tuple(config.linear.lengths)}"
+            )
     dtypes = tuple(config.training.dtypes)
     if not dtypes or dtypes[0] != "float32" or not set(dtypes) <= set(COMPUTE_DTYPES):
-        raise ValueError(f"training.dtypes must start with 'float32' (the reference) and be from {COMPUTE_DTYPES}, "
-                         f"got {dtypes}")
+        raise ValueError(
+            f"training.dtypes must start with 'float32' (the reference) and be from {COMPUTE_DTYPES}, "
+            f"got {dtypes}"
+        )
 
 
 def start_cpu_devices(config) -> None:
@@ -77,7 +97,10 @@ def start_cpu_devices(config) -> None:
     Only possible before JAX starts its CPU backend, and skipped when
     XLA_FLAGS already fixes the device count.
     """
-    if "training" not in config.sections or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    if (
+        "training" not in config.sections
+        or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+    ):
         return
     try:
         jax.config.update("jax_num_cpu_devices", cpu_device_count(config.training))
@@ -95,8 +118,10 @@ def run(config, workdir: str, progress=print) -> dict:
     validate(config)
     payload = {"environment": environment(), "config": config.to_dict(), "rows": []}
     env = payload["environment"]
-    progress(f"benchmark: {env['device_kind']} ({env['backend']}, {env['device_count']} devices), "
-             f"jax {env['jax']}, sections {tuple(config.sections)}")
+    progress(
+        f"benchmark: {env['device_kind']} ({env['backend']}, {env['device_count']} devices), "
+        f"jax {env['jax']}, sections {tuple(config.sections)}"
+    )
     plots = os.path.join(workdir, "plots")
     os.makedirs(plots, exist_ok=True)
     for name in config.sections:
@@ -115,5 +140,7 @@ def run(config, workdir: str, progress=print) -> dict:
         write_outputs(workdir, payload)
     failed = [r["name"] for r in payload["rows"] if r.get("ok") is False]
     met = sum(r.get("ok") is True for r in payload["rows"])
-    progress(f"wrote {workdir}/benchmark.json and benchmark.md; targets met: {met}, missed: {len(failed)} {failed}")
+    progress(
+        f"wrote {workdir}/benchmark.json and benchmark.md; targets met: {met}, missed: {len(failed)} {failed}"
+    )
     return payload

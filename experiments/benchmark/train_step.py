@@ -16,6 +16,7 @@ then `optax.adamw`. Rows, at each of `shapes` (L, D, H, B, T): the seconds
 per step of each, and attnjax's time over flax's (median of `repeats`
 interleaved pairs after warm-up), target <= `target`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,13 @@ class FlaxBlock(nnx.Module):
 
     def __init__(self, features: int, num_heads: int, *, rngs: nnx.Rngs):
         self.attention_norm = nnx.LayerNorm(features, rngs=rngs)
-        self.attention = nnx.MultiHeadAttention(num_heads=num_heads, in_features=features, qkv_features=features,
-                                                decode=False, rngs=rngs)
+        self.attention = nnx.MultiHeadAttention(
+            num_heads=num_heads,
+            in_features=features,
+            qkv_features=features,
+            decode=False,
+            rngs=rngs,
+        )
         self.mlp_norm = nnx.LayerNorm(features, rngs=rngs)
         self.fc1 = nnx.Linear(features, 4 * features, rngs=rngs)
         self.fc2 = nnx.Linear(4 * features, features, rngs=rngs)
@@ -52,11 +58,23 @@ class FlaxBlock(nnx.Module):
 class FlaxTransformer(nnx.Module):
     """Token embedding + learned positions -> L `FlaxBlock`s (a Python loop) -> LayerNorm -> linear head."""
 
-    def __init__(self, num_layers: int, features: int, num_heads: int, vocab_size: int, max_len: int, *,
-                 rngs: nnx.Rngs):
+    def __init__(
+        self,
+        num_layers: int,
+        features: int,
+        num_heads: int,
+        vocab_size: int,
+        max_len: int,
+        *,
+        rngs: nnx.Rngs,
+    ):
         self.embed = nnx.Embed(vocab_size, features, rngs=rngs)
-        self.positions = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (max_len, features)))
-        self.blocks = nnx.List([FlaxBlock(features, num_heads, rngs=rngs) for _ in range(num_layers)])
+        self.positions = nnx.Param(
+            nnx.initializers.normal(stddev=0.02)(rngs.params(), (max_len, features))
+        )
+        self.blocks = nnx.List(
+            [FlaxBlock(features, num_heads, rngs=rngs) for _ in range(num_layers)]
+        )
         self.final_norm = nnx.LayerNorm(features, rngs=rngs)
         self.head = nnx.Linear(features, vocab_size, rngs=rngs)
 
@@ -69,8 +87,14 @@ class FlaxTransformer(nnx.Module):
 
 
 def attnjax_model(num_layers, features, num_heads, vocab_size, max_len, *, rngs):
-    config = nn.TransformerConfig.create(num_layers=num_layers, features=features, num_heads=num_heads,
-                                         vocab_size=vocab_size, max_len=max_len, causal=True)
+    config = nn.TransformerConfig.create(
+        num_layers=num_layers,
+        features=features,
+        num_heads=num_heads,
+        vocab_size=vocab_size,
+        max_len=max_len,
+        causal=True,
+    )
     return nn.Transformer(config, rngs=rngs)
 
 
@@ -100,13 +124,17 @@ def _stepper(step, params, opt_state, tokens, targets):
     holder = {"params": params, "opt_state": opt_state}
 
     def call():
-        holder["params"], holder["opt_state"], value = step(holder["params"], holder["opt_state"], tokens, targets)
+        holder["params"], holder["opt_state"], value = step(
+            holder["params"], holder["opt_state"], tokens, targets
+        )
         return value
 
     return call
 
 
-def shape_rows(cfg, num_layers: int, features: int, num_heads: int, batch: int, length: int) -> list[dict]:
+def shape_rows(
+    cfg, num_layers: int, features: int, num_heads: int, batch: int, length: int
+) -> list[dict]:
     """Rows of one shape: each model's seconds per step and tokens/s, and the ratio row."""
     shape = f"L={num_layers} D={features} H={num_heads} B={batch} T={length} V={cfg.vocab_size} f32"
     tokens = jax.random.randint(jax.random.key(1), (batch, length + 1), 0, cfg.vocab_size)
@@ -114,19 +142,41 @@ def shape_rows(cfg, num_layers: int, features: int, num_heads: int, batch: int, 
     optimizer = optax.adamw(cfg.learning_rate, weight_decay=cfg.weight_decay)
     calls, sizes = {}, {}
     for name, build in ((FLAX, FlaxTransformer), (ATTNJAX, attnjax_model)):
-        model = build(num_layers, features, num_heads, cfg.vocab_size, length, rngs=nnx.Rngs(cfg.seed))
+        model = build(
+            num_layers, features, num_heads, cfg.vocab_size, length, rngs=nnx.Rngs(cfg.seed)
+        )
         step, params, opt_state = make_step(model, optimizer)
         sizes[name] = num_params(params)
         calls[name] = _stepper(step, params, opt_state, inputs, targets)
     if sizes[ATTNJAX] != sizes[FLAX]:
-        raise ValueError(f"the two models differ at {shape}: {sizes[ATTNJAX]} parameters in attnjax, "
-                         f"{sizes[FLAX]} in flax")
+        raise ValueError(
+            f"the two models differ at {shape}: {sizes[ATTNJAX]} parameters in attnjax, "
+            f"{sizes[FLAX]} in flax"
+        )
     times = interleaved_median_times(calls, repeats=cfg.repeats, warmup=2)
-    rows = [{"section": SECTION, "name": f"AdamW step, {name}", "shape": shape, "seconds": seconds,
-             "tokens_per_s": batch * length / seconds, "note": f"{sizes[name]} parameters"}
-            for name, seconds in times.items()]
-    rows.append(ratio_row(SECTION, "attnjax / flax, AdamW step", shape, times[ATTNJAX], times[FLAX], rows[0]["name"],
-                          f"<= {cfg.target:g}", note="median of interleaved pairs, same process"))
+    rows = [
+        {
+            "section": SECTION,
+            "name": f"AdamW step, {name}",
+            "shape": shape,
+            "seconds": seconds,
+            "tokens_per_s": batch * length / seconds,
+            "note": f"{sizes[name]} parameters",
+        }
+        for name, seconds in times.items()
+    ]
+    rows.append(
+        ratio_row(
+            SECTION,
+            "attnjax / flax, AdamW step",
+            shape,
+            times[ATTNJAX],
+            times[FLAX],
+            rows[0]["name"],
+            f"<= {cfg.target:g}",
+            note="median of interleaved pairs, same process",
+        )
+    )
     return rows
 
 

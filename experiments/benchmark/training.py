@@ -22,6 +22,7 @@ that config as `run` and `seeds_run`), built by `experiments.models.make_trainer
 On a CPU, `python -m experiments.benchmark` starts JAX with one XLA device per core
 (`cpu_devices`), so a program can spread its independent seeds over the cores.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,8 +47,14 @@ def make_trainer(run, architecture: str, depth: int, dtype: str = "float32"):
     and train blocks; the model computes in `dtype`."""
     run = run.copy_and_resolve_references()
     run.model.dtype = dtype
-    trainer = models.make_trainer(run.model, run.train, models.make_task(run.task), architecture=architecture,
-                                  depth=depth, causal=bool(run.causal))
+    trainer = models.make_trainer(
+        run.model,
+        run.train,
+        models.make_task(run.task),
+        architecture=architecture,
+        depth=depth,
+        causal=bool(run.causal),
+    )
     return trainer, run
 
 
@@ -63,8 +70,9 @@ def _tokens(trainer, seeds: int, steps: int) -> int:
 
 def _keys(config, num_seeds: int):
     root = jax.random.key(config.seed)
-    return jax.random.split(jax.random.fold_in(root, 0), num_seeds), jax.random.split(jax.random.fold_in(root, 1),
-                                                                                      num_seeds)
+    return jax.random.split(jax.random.fold_in(root, 0), num_seeds), jax.random.split(
+        jax.random.fold_in(root, 1), num_seeds
+    )
 
 
 def step_rows(cfg) -> list[dict]:
@@ -81,18 +89,34 @@ def step_rows(cfg) -> list[dict]:
             return metrics["loss"]
 
         calls[dtype] = call
-        shapes[dtype] = (f"{cfg.architecture} L={cfg.depth} D={config.model.features} S={config.num_seeds} "
-                         f"B={trainer.batch_size} T={trainer.task.seq_len} devices={runner.mesh.size}")
+        shapes[dtype] = (
+            f"{cfg.architecture} L={cfg.depth} D={config.model.features} S={config.num_seeds} "
+            f"B={trainer.batch_size} T={trainer.task.seq_len} devices={runner.mesh.size}"
+        )
     tokens = _tokens(trainer, config.num_seeds, cfg.steps_per_call)
     times = interleaved_median_times(calls, repeats=cfg.repeats)
     rows = []
     for dtype, seconds in times.items():
         name = f"train step, {'float32' if dtype == 'float32' else 'bf16 compute, float32 params'}"
-        row = {"section": SECTION, "name": name, "shape": shapes[dtype], "seconds": seconds / cfg.steps_per_call,
-               "tokens_per_s": tokens / seconds}
+        row = {
+            "section": SECTION,
+            "name": name,
+            "shape": shapes[dtype],
+            "seconds": seconds / cfg.steps_per_call,
+            "tokens_per_s": tokens / seconds,
+        }
         if dtype != "float32":
-            row.update(ratio_row(SECTION, name, shapes[dtype], seconds, times["float32"], rows[0]["name"],
-                                 note="bf16 s / float32 s"))
+            row.update(
+                ratio_row(
+                    SECTION,
+                    name,
+                    shapes[dtype],
+                    seconds,
+                    times["float32"],
+                    rows[0]["name"],
+                    note="bf16 s / float32 s",
+                )
+            )
         rows.append(row)
     return rows
 
@@ -108,8 +132,10 @@ def _run_seconds(runner, init_keys, data_keys, steps: int, steps_per_call: int) 
 
 
 def _sequential_seconds(runner, init_keys, data_keys, steps, steps_per_call) -> float:
-    return sum(_run_seconds(runner, init_keys[i:i + 1], data_keys[i:i + 1], steps, steps_per_call)
-               for i in range(init_keys.shape[0]))
+    return sum(
+        _run_seconds(runner, init_keys[i : i + 1], data_keys[i : i + 1], steps, steps_per_call)
+        for i in range(init_keys.shape[0])
+    )
 
 
 def seeds_rows(cfg) -> list[dict]:
@@ -128,8 +154,9 @@ def seeds_rows(cfg) -> list[dict]:
     for name, (mesh, sequential) in variants.items():
         runner = runner_for(trainer, mesh)
         run = _sequential_seconds if sequential else _run_seconds
-        measure[name] = (lambda run=run, runner=runner:
-                         run(runner, init_keys, data_keys, cfg.steps, cfg.steps_per_call))
+        measure[name] = lambda run=run, runner=runner: run(
+            runner, init_keys, data_keys, cfg.steps, cfg.steps_per_call
+        )
         measure[name]()  # compile
     times = {name: [] for name in measure}
     for _ in range(cfg.seeds_repeats):
@@ -137,21 +164,53 @@ def seeds_rows(cfg) -> list[dict]:
             times[name].append(fn())
     seconds = {name: statistics.median(t) for name, t in times.items()}
     tokens = _tokens(trainer, seeds, cfg.steps)
-    base = (f"{cfg.seeds_architecture} L={cfg.seeds_depth} D={config.model.features} S={seeds} B={batch} "
-            f"T={trainer.task.seq_len} steps={cfg.steps}")
-    label = lambda name: f"{seeds} seeds: {name}"  # noqa: E731
-    shape = lambda name: f"{base} devices={variants[name][0].size}"  # noqa: E731
-    rows = [{"section": SECTION, "name": label(name), "shape": shape(name), "seconds": value,
-             "tokens_per_s": tokens / value} for name, value in seconds.items()]
+    base = (
+        f"{cfg.seeds_architecture} L={cfg.seeds_depth} D={config.model.features} S={seeds} B={batch} "
+        f"T={trainer.task.seq_len} steps={cfg.steps}"
+    )
+
+    def label(name):
+        return f"{seeds} seeds: {name}"
+
+    def shape(name):
+        return f"{base} devices={variants[name][0].size}"
+
+    rows = [
+        {
+            "section": SECTION,
+            "name": label(name),
+            "shape": shape(name),
+            "seconds": value,
+            "tokens_per_s": tokens / value,
+        }
+        for name, value in seconds.items()
+    ]
     # Throughput ratios: a sequential variant's seconds over the one program's.
     for name in (n for n in seconds if n.startswith("one program")):
         target = f">= {cfg.target_seeds:g}" if name == SHARDED else None
-        rows.append(ratio_row(SECTION, f"{label(name)} / {SEQUENTIAL}, throughput", shape(name), seconds[SEQUENTIAL],
-                              seconds[name], label(SEQUENTIAL), target))
+        rows.append(
+            ratio_row(
+                SECTION,
+                f"{label(name)} / {SEQUENTIAL}, throughput",
+                shape(name),
+                seconds[SEQUENTIAL],
+                seconds[name],
+                label(SEQUENTIAL),
+                target,
+            )
+        )
     if BATCH_SHARDED in seconds:
-        rows.append(ratio_row(SECTION, f"{label(SHARDED)} / {BATCH_SHARDED}, throughput", shape(SHARDED),
-                              seconds[BATCH_SHARDED], seconds[SHARDED], label(BATCH_SHARDED),
-                              note="both use every device"))
+        rows.append(
+            ratio_row(
+                SECTION,
+                f"{label(SHARDED)} / {BATCH_SHARDED}, throughput",
+                shape(SHARDED),
+                seconds[BATCH_SHARDED],
+                seconds[SHARDED],
+                label(BATCH_SHARDED),
+                note="both use every device",
+            )
+        )
     return rows
 
 

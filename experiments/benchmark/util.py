@@ -3,6 +3,7 @@
 Every figure a section reports is a ratio against a reference measured in the
 same run: absolute times on shared machines are noisy, ratios less so.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,8 +29,9 @@ def median_time(fn: Callable[..., Any], *args, repeats: int = 5, warmup: int = 1
     return statistics.median(times)
 
 
-def interleaved_median_times(fns: dict[str, Callable[[], Any]], *, repeats: int = 7,
-                             warmup: int = 1) -> dict[str, float]:
+def interleaved_median_times(
+    fns: dict[str, Callable[[], Any]], *, repeats: int = 7, warmup: int = 1
+) -> dict[str, float]:
     """Median wall time of each zero-argument callable, timed in alternation.
 
     Alternating the candidates (a, b, a, b, ...) exposes them to the same
@@ -82,17 +84,34 @@ def meets(ratio: Optional[float], target: Optional[str]) -> Optional[bool]:
     return ratio >= float(bound) if op == ">=" else ratio <= float(bound)
 
 
-def ratio_row(section: str, name: str, shape: str, value, ref_value, reference: str,
-              target: Optional[str] = None, **extra) -> dict:
+def ratio_row(
+    section: str,
+    name: str,
+    shape: str,
+    value,
+    ref_value,
+    reference: str,
+    target: Optional[str] = None,
+    **extra,
+) -> dict:
     """A row comparing `value` with `ref_value` measured in the same run: ratio = value / ref_value."""
     ratio = None if value is None or not ref_value else value / ref_value
-    row = {"section": section, "name": name, "shape": shape, "reference": reference, "ratio": ratio, **extra}
+    row = {
+        "section": section,
+        "name": name,
+        "shape": shape,
+        "reference": reference,
+        "ratio": ratio,
+        **extra,
+    }
     if target is not None:
         row.update(target=target, ok=meets(ratio, target))
     return row
 
 
-def not_measured(section: str, name: str, shape: str, why: str, target: Optional[str] = None) -> dict:
+def not_measured(
+    section: str, name: str, shape: str, why: str, target: Optional[str] = None
+) -> dict:
     """A placeholder row for a measurement this machine cannot make (e.g. no GPU)."""
     row = {"section": section, "name": name, "shape": shape, "note": f"not measured ({why})"}
     if target is not None:

@@ -6,8 +6,16 @@ and the causal role of the first token.
 text segments, `checks.py` gives each prediction its verdict, `figures.py`
 draws the plots and `report.py` renders `templates/report.md.j2`.
 """
+
 from attnjax.study import Study
 from experiments.long_context import checks, figures, report, study, summary
 
-STUDY = Study(name="long_context", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
-              predictions=checks.predictions, figures=figures.figures, report=report.markdown)
+STUDY = Study(
+    name="long_context",
+    specs=study.specs,
+    run_one=study.run_one,
+    summarize=summary.summarize,
+    predictions=checks.predictions,
+    figures=figures.figures,
+    report=report.markdown,
+)

@@ -1,4 +1,5 @@
 """python -m experiments.long_context --config configs/long_context.py --workdir runs/lc"""
+
 from experiments.cli import study_main
 from experiments.long_context import STUDY
 

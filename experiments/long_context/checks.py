@@ -33,6 +33,7 @@ Sanity: rows of a shorter input equal the prefix rows of the longest forward
 attention for p < W; the attention is in a non-degenerate regime (model-mean
 normalised entropy in `ENTROPY_RANGE`).
 """
+
 from __future__ import annotations
 
 import math
@@ -74,33 +75,80 @@ def predictions(summary: dict) -> list[dict]:
     """Every check's verdict (predictions, then sanity) from the summary."""
     st, sm, ab = summary["statistics"], summary["stream"], summary["ablation"]
     t0, t1 = st["lengths"][0], st["lengths"][-1]
-    out = [_lower(f"sink mass on token 0 grows from T={t0} to T={t1}", BARBERO,
-                  "model-mean sink mass(T_max) - sink mass(T_min) > 0", st["sink_growth"], 0.0,
-                  f"{st['layers_growing']} of {st['num_layers']} layers grow; setting differs (see report)",
-                  strict=True)]
+    out = [
+        _lower(
+            f"sink mass on token 0 grows from T={t0} to T={t1}",
+            BARBERO,
+            "model-mean sink mass(T_max) - sink mass(T_min) > 0",
+            st["sink_growth"],
+            0.0,
+            f"{st['layers_growing']} of {st['num_layers']} layers grow; setting differs (see report)",
+            strict=True,
+        )
+    ]
     for w, win in sm["windows"].items():
-        out.append(_lower(f"window-only attention blows up past the window (W={w})", XIAO,
-                          f"ppl(window {w}) / ppl(full) at p >= W >= {BLOWUP_RATIO:g}",
-                          win["beyond_ratio"][f"window_{w}"], BLOWUP_RATIO))
+        out.append(
+            _lower(
+                f"window-only attention blows up past the window (W={w})",
+                XIAO,
+                f"ppl(window {w}) / ppl(full) at p >= W >= {BLOWUP_RATIO:g}",
+                win["beyond_ratio"][f"window_{w}"],
+                BLOWUP_RATIO,
+            )
+        )
         key = f"sink{N_SINK_RECOVERY}_window_{w}"
         if key in win["sampled_ratio"]:
-            out.append(_upper(f"{N_SINK_RECOVERY} sinks + window recover re-computation (W={w})", XIAO,
-                              f"ppl({N_SINK_RECOVERY} sinks + window {w}) / ppl(recompute) <= {RECOVERY_RATIO:g}",
-                              win["sampled_ratio"][key], RECOVERY_RATIO,
-                              f"at {len(sm['positions'])} sampled positions per segment"))
-    out.append(_lower("removing attention to token 0 in all layers hurts", f"{XIAO}; {BARBERO}",
-                      f"ppl(token 0 removed, all layers) / ppl >= {ABLATION_RATIO:g}", ab["all_ratio"],
-                      ABLATION_RATIO))
+            out.append(
+                _upper(
+                    f"{N_SINK_RECOVERY} sinks + window recover re-computation (W={w})",
+                    XIAO,
+                    f"ppl({N_SINK_RECOVERY} sinks + window {w}) / ppl(recompute) <= {RECOVERY_RATIO:g}",
+                    win["sampled_ratio"][key],
+                    RECOVERY_RATIO,
+                    f"at {len(sm['positions'])} sampled positions per segment",
+                )
+            )
+    out.append(
+        _lower(
+            "removing attention to token 0 in all layers hurts",
+            f"{XIAO}; {BARBERO}",
+            f"ppl(token 0 removed, all layers) / ppl >= {ABLATION_RATIO:g}",
+            ab["all_ratio"],
+            ABLATION_RATIO,
+        )
+    )
     gap = st["prefix_gap"]
-    out.append(prediction("a T-token input's statistics are the longest forward's first T rows", "causality",
-                          f"max |difference| <= {PREFIX_TOLERANCE:g}", gap,
-                          None if gap is None else gap <= PREFIX_TOLERANCE, "segment 0", kind="sanity"))
+    out.append(
+        prediction(
+            "a T-token input's statistics are the longest forward's first T rows",
+            "causality",
+            f"max |difference| <= {PREFIX_TOLERANCE:g}",
+            gap,
+            None if gap is None else gap <= PREFIX_TOLERANCE,
+            "segment 0",
+            kind="sanity",
+        )
+    )
     early = max(win["early_gap"] for win in sm["windows"].values())
-    out.append(prediction("window masks equal full attention before the window fills", "identity",
-                          f"max |nll difference| at p < W <= {EARLY_TOLERANCE:g}", early,
-                          early <= EARLY_TOLERANCE, kind="sanity"))
+    out.append(
+        prediction(
+            "window masks equal full attention before the window fills",
+            "identity",
+            f"max |nll difference| at p < W <= {EARLY_TOLERANCE:g}",
+            early,
+            early <= EARLY_TOLERANCE,
+            kind="sanity",
+        )
+    )
     ent = st["model_mean"]["normalized_entropy"][-1]["mean"]
-    out.append(prediction("attention is neither one-hot nor uniform", "regime",
-                          f"model-mean normalised entropy at T={t1} in {ENTROPY_RANGE}", ent,
-                          ENTROPY_RANGE[0] < ent < ENTROPY_RANGE[1], kind="sanity"))
+    out.append(
+        prediction(
+            "attention is neither one-hot nor uniform",
+            "regime",
+            f"model-mean normalised entropy at T={t1} in {ENTROPY_RANGE}",
+            ent,
+            ENTROPY_RANGE[0] < ent < ENTROPY_RANGE[1],
+            kind="sanity",
+        )
+    )
     return out

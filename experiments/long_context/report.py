@@ -1,4 +1,5 @@
 """The long-context study's report: `templates/report.md.j2` over the summary."""
+
 from __future__ import annotations
 
 from experiments.report_util import render
@@ -9,8 +10,11 @@ README_RESULTS = "experiments/results/long_context"
 def context(summary: dict) -> dict:
     """The template's context: the summary, its predictions and sanity checks apart."""
     records = summary["predictions"]
-    return {**summary, "predictions": [p for p in records if p.get("kind") != "sanity"],
-            "sanity": [p for p in records if p.get("kind") == "sanity"]}
+    return {
+        **summary,
+        "predictions": [p for p in records if p.get("kind") != "sanity"],
+        "sanity": [p for p in records if p.get("kind") == "sanity"],
+    }
 
 
 def markdown(summary: dict) -> str:
@@ -21,4 +25,6 @@ def markdown(summary: dict) -> str:
 def readme_section(summary: dict, timing: dict, results: str = README_RESULTS) -> str:
     """The README's long-context results section, from the committed summary and `timing.json`
     (`{"default": ..., "smoke": ..., "note": ...}`)."""
-    return render("long_context", "readme.md.j2", results=results, timing=timing, **context(summary))
+    return render(
+        "long_context", "readme.md.j2", results=results, timing=timing, **context(summary)
+    )

@@ -15,6 +15,7 @@ forward and the comparison with full attention is paired position by
 position; the sliding window with re-computation is exact (the W previous
 tokens re-encoded at positions 0..W-1, for each sampled position).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,7 +50,9 @@ class RunSpec:
 
 def _ints(name: str, values, minimum: int, *, increasing: bool = False) -> None:
     values = tuple(values)
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values):
+    if not values or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values
+    ):
         raise ValueError(f"{name} must be a non-empty sequence of ints >= {minimum}, got {values}")
     if increasing and list(values) != sorted(set(values)):
         raise ValueError(f"{name} must be distinct and increasing, got {values}")
@@ -60,7 +63,9 @@ def specs(config) -> list[RunSpec]:
     if config.model.path and not os.path.exists(config.model.path):
         raise ValueError(f"model.path {config.model.path!r} does not exist")
     if not config.model.path and config.model.name != "smollm2":
-        raise ValueError(f"model.name must be 'smollm2' (or give model.path), got {config.model.name!r}")
+        raise ValueError(
+            f"model.name must be 'smollm2' (or give model.path), got {config.model.name!r}"
+        )
     _ints("text.num_segments", (config.text.num_segments,), 2)  # an interval needs two segments
     _ints("text.segment_stride", (config.text.segment_stride,), 1)
     _ints("seed", (config.seed,), 0)
@@ -70,7 +75,9 @@ def specs(config) -> list[RunSpec]:
     _ints("stream.sinks", s.sinks, 1, increasing=True)
     _ints("stream.length", (s.length,), 2)
     if max(s.windows) >= s.length - 1:
-        raise ValueError(f"stream.windows ({tuple(s.windows)}) must be < stream.length - 1 ({s.length - 1})")
+        raise ValueError(
+            f"stream.windows ({tuple(s.windows)}) must be < stream.length - 1 ({s.length - 1})"
+        )
     _ints("stream.recompute_positions", (s.recompute_positions,), 1)
     _ints("stream.bin", (s.bin,), 1)
     _ints("ablation.length", (config.ablation.length,), 3)
@@ -107,7 +114,9 @@ def load(config):
 def tokens_of(config, index: int, length: int) -> jax.Array:
     """Tokens `[1, length]` of text segment `index`."""
     _, tokens = load(config)
-    return jnp.asarray(segment(tokens, index, length, stride=config.text.segment_stride, seed=config.seed)[None])
+    return jnp.asarray(
+        segment(tokens, index, length, stride=config.text.segment_stride, seed=config.seed)[None]
+    )
 
 
 @nnx.jit
@@ -139,21 +148,25 @@ def stream_variants(config) -> list[tuple[str, object, int]]:
     """`(name, window, n_sink)` of every masked variant: full, then per window: window-only and each sink count."""
     out = [("full", None, 0)]
     for w in config.stream.windows:
-        out += [(f"window_{w}", w, 0)] + [(f"sink{n}_window_{w}", w, n) for n in config.stream.sinks]
+        out += [(f"window_{w}", w, 0)] + [
+            (f"sink{n}_window_{w}", w, n) for n in config.stream.sinks
+        ]
     return out
 
 
 def recompute_positions(config) -> np.ndarray:
     """The query positions p of the re-computation baseline: evenly spaced in [max(windows), T - 2]."""
     s = config.stream
-    return np.unique(np.linspace(max(s.windows), s.length - 2, s.recompute_positions).round().astype(int))
+    return np.unique(
+        np.linspace(max(s.windows), s.length - 2, s.recompute_positions).round().astype(int)
+    )
 
 
 def recompute_nll(model, tokens: jax.Array, window: int, positions: np.ndarray) -> np.ndarray:
     """Sliding window with re-computation: for each p, the tokens p-W+1..p re-encoded at positions 0..W-1,
     `-log p(x_{p+1})` from the last logit; `[len(positions)]` for tokens `[1, T]`."""
     x = tokens[0]
-    contexts = jnp.stack([x[p - window + 1:p + 1] for p in positions])
+    contexts = jnp.stack([x[p - window + 1 : p + 1] for p in positions])
     targets = jnp.stack([x[p + 1] for p in positions])
     logits = _masked_forward(model, contexts, None)
     logp = jax.nn.log_softmax(logits[:, -1].astype(jnp.float32), axis=-1)
@@ -166,8 +179,10 @@ def recompute_nll(model, tokens: jax.Array, window: int, positions: np.ndarray) 
 
 def _row_means(stats, length: int) -> dict:
     """Per layer and head `[L][H]`: each statistic's mean over query rows 1..length-1 (row 0 sees only itself)."""
-    return {m: np.asarray(getattr(stats, m)[:, 0, :, 1:length].astype(jnp.float32).mean(-1)).tolist()
-            for m in STATISTICS}
+    return {
+        m: np.asarray(getattr(stats, m)[:, 0, :, 1:length].astype(jnp.float32).mean(-1)).tolist()
+        for m in STATISTICS
+    }
 
 
 def statistics_run(config, spec: RunSpec) -> list[dict]:
@@ -178,14 +193,33 @@ def statistics_run(config, spec: RunSpec) -> list[dict]:
     tokens = tokens_of(config, spec.segment, lengths[-1])
     inter = _statistics_forward(model, tokens)
     stats, hidden = inter["statistics"], inter["hidden"][:, 0].astype(jnp.float32)
-    rows = [{"metric": m, "length": t, "values": v} for t in lengths for m, v in _row_means(stats, t).items()]
-    rows += [{"metric": "residual", "tokens": "all", "values": np.asarray(residual_ratio(hidden)).tolist()},
-             {"metric": "residual", "tokens": "without_first",
-              "values": np.asarray(residual_ratio(hidden[:, 1:])).tolist()}]
+    rows = [
+        {"metric": m, "length": t, "values": v}
+        for t in lengths
+        for m, v in _row_means(stats, t).items()
+    ]
+    rows += [
+        {
+            "metric": "residual",
+            "tokens": "all",
+            "values": np.asarray(residual_ratio(hidden)).tolist(),
+        },
+        {
+            "metric": "residual",
+            "tokens": "without_first",
+            "values": np.asarray(residual_ratio(hidden[:, 1:])).tolist(),
+        },
+    ]
     if spec.segment == 0:
-        short = _statistics_forward(model, tokens[:, :lengths[0]])
-        gap = max(float(jnp.max(jnp.abs(getattr(short["statistics"], m) - getattr(stats, m)[..., :lengths[0]])))
-                  for m in ("sink_mass", "normalized_entropy"))
+        short = _statistics_forward(model, tokens[:, : lengths[0]])
+        gap = max(
+            float(
+                jnp.max(
+                    jnp.abs(getattr(short["statistics"], m) - getattr(stats, m)[..., : lengths[0]])
+                )
+            )
+            for m in ("sink_mass", "normalized_entropy")
+        )
         rows.append({"metric": "prefix_gap", "length": lengths[0], "value": gap})
     return rows
 
@@ -200,10 +234,25 @@ def stream_run(config, spec: RunSpec) -> list[dict]:
     for name, window, n_sink in stream_variants(config):
         mask = jnp.asarray(band_mask(s.length, window, n_sink))[None, None]
         nll = np.asarray(token_nll(_masked_forward(model, tokens, mask), tokens)[0])
-        rows.append({"metric": "nll", "variant": name, "window": window, "n_sink": n_sink, "values": nll.tolist()})
+        rows.append(
+            {
+                "metric": "nll",
+                "variant": name,
+                "window": window,
+                "n_sink": n_sink,
+                "values": nll.tolist(),
+            }
+        )
     for w in s.windows:
-        rows.append({"metric": "nll_recompute", "variant": f"recompute_{w}", "window": w, "n_sink": 0,
-                     "values": recompute_nll(model, tokens, w, positions).tolist()})
+        rows.append(
+            {
+                "metric": "nll_recompute",
+                "variant": f"recompute_{w}",
+                "window": w,
+                "n_sink": 0,
+                "values": recompute_nll(model, tokens, w, positions).tolist(),
+            }
+        )
     return rows
 
 
@@ -228,14 +277,32 @@ def ablation_run(config, spec: RunSpec) -> list[dict]:
     """Mean nll without an edit, with token 0 removed in each layer alone, and in all layers."""
     model, _ = load(config)
     tokens = tokens_of(config, spec.segment, config.ablation.length)
-    rows = [{"metric": "nll", "removed": "none", "layer": -1, "value": ablation_nll(model, tokens, "none")}]
+    rows = [
+        {
+            "metric": "nll",
+            "removed": "none",
+            "layer": -1,
+            "value": ablation_nll(model, tokens, "none"),
+        }
+    ]
     for layer in config.ablation.layers or range(model.config.num_layers):
-        rows.append({"metric": "nll", "removed": "layer", "layer": layer, "value": ablation_nll(model, tokens, layer)})
-    rows.append({"metric": "nll", "removed": "all", "layer": -1, "value": ablation_nll(model, tokens, None)})
+        rows.append(
+            {
+                "metric": "nll",
+                "removed": "layer",
+                "layer": layer,
+                "value": ablation_nll(model, tokens, layer),
+            }
+        )
+    rows.append(
+        {"metric": "nll", "removed": "all", "layer": -1, "value": ablation_nll(model, tokens, None)}
+    )
     return rows
 
 
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
     """Measure one part on one segment (see the module docstring); progress on `run.log`."""
     run.log(f"      {spec.part} on segment {spec.segment}")
-    return {"statistics": statistics_run, "stream": stream_run, "ablation": ablation_run}[spec.part](config, spec)
+    return {"statistics": statistics_run, "stream": stream_run, "ablation": ablation_run}[
+        spec.part
+    ](config, spec)

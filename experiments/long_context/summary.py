@@ -16,6 +16,7 @@ over the n segments (Student t; s the sample standard deviation).
 * `ablation`: perplexity ratio to the unedited model per edited layer and for
   all layers.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,22 +46,47 @@ def _statistics_summary(rows, config) -> dict:
     lengths, segs = list(config.statistics.lengths), _segments(rows, "statistics")
 
     def arrays(metric, t):  # [segments, L, H]
-        return np.asarray([select(rows, part="statistics", segment=s, metric=metric, length=t)[0]["values"]
-                           for s in segs], np.float64)
+        return np.asarray(
+            [
+                select(rows, part="statistics", segment=s, metric=metric, length=t)[0]["values"]
+                for s in segs
+            ],
+            np.float64,
+        )
 
     model_mean = {m: [interval(arrays(m, t).mean((1, 2))) for t in lengths] for m in STATISTICS}
-    per_layer = {m: [[interval(a) for a in arrays(m, t).mean(2).T] for t in lengths] for m in STATISTICS}
+    per_layer = {
+        m: [[interval(a) for a in arrays(m, t).mean(2).T] for t in lengths] for m in STATISTICS
+    }
     sink = [arrays("sink_mass", t) for t in (lengths[0], lengths[-1])]
-    growth_layers = (sink[1].mean(2) - sink[0].mean(2))  # [segments, L]
-    residual = {tok: [interval(col) for col in np.asarray(
-        [select(rows, part="statistics", segment=s, metric="residual", tokens=tok)[0]["values"] for s in segs]).T]
-        for tok in ("all", "without_first")}
+    growth_layers = sink[1].mean(2) - sink[0].mean(2)  # [segments, L]
+    residual = {
+        tok: [
+            interval(col)
+            for col in np.asarray(
+                [
+                    select(rows, part="statistics", segment=s, metric="residual", tokens=tok)[0][
+                        "values"
+                    ]
+                    for s in segs
+                ]
+            ).T
+        ]
+        for tok in ("all", "without_first")
+    }
     gaps = [r["value"] for r in select(rows, part="statistics", metric="prefix_gap")]
     shape = arrays("sink_mass", lengths[0]).shape
-    return {"lengths": lengths, "num_layers": shape[1], "num_heads": shape[2], "model_mean": model_mean,
-            "per_layer": per_layer, "sink_growth": interval(sink[1].mean((1, 2)) - sink[0].mean((1, 2))),
-            "layers_growing": int(np.sum(growth_layers.mean(0) > 0)), "residual": residual,
-            "prefix_gap": max(gaps) if gaps else None}
+    return {
+        "lengths": lengths,
+        "num_layers": shape[1],
+        "num_heads": shape[2],
+        "model_mean": model_mean,
+        "per_layer": per_layer,
+        "sink_growth": interval(sink[1].mean((1, 2)) - sink[0].mean((1, 2))),
+        "layers_growing": int(np.sum(growth_layers.mean(0) > 0)),
+        "residual": residual,
+        "prefix_gap": max(gaps) if gaps else None,
+    }
 
 
 def _ppl(nll) -> float:
@@ -70,26 +96,47 @@ def _ppl(nll) -> float:
 def _stream_summary(rows, config) -> dict:
     s, segs = config.stream, _segments(rows, "stream")
     nll = {}  # variant -> [segments][positions]
-    for r in select(rows, part="stream", metric="nll") + select(rows, part="stream", metric="nll_recompute"):
+    for r in select(rows, part="stream", metric="nll") + select(
+        rows, part="stream", metric="nll_recompute"
+    ):
         nll.setdefault(r["variant"], {})[r["segment"]] = np.asarray(r["values"], np.float64)
     positions = np.asarray(select(rows, part="stream", metric="positions")[0]["values"])
     variants = [v for v in nll if not v.startswith("recompute")]
     edges = list(range(0, s.length - 1, s.bin)) + [s.length - 1]
-    bins = {v: [interval([_ppl(nll[v][g][a:b]) for g in segs]) for a, b in zip(edges[:-1], edges[1:])]
-            for v in variants}
+    bins = {
+        v: [interval([_ppl(nll[v][g][a:b]) for g in segs]) for a, b in zip(edges[:-1], edges[1:])]
+        for v in variants
+    }
     windows = {}
     for w in s.windows:
         mine = [v for v in variants if v.endswith(f"window_{w}")]
-        beyond = {v: interval([_ppl(nll[v][g][w:]) / _ppl(nll["full"][g][w:]) for g in segs]) for v in mine}
-        sampled = {v: interval([_ppl(nll[v][g][positions]) / _ppl(nll[f"recompute_{w}"][g]) for g in segs])
-                   for v in ["full"] + mine}
+        beyond = {
+            v: interval([_ppl(nll[v][g][w:]) / _ppl(nll["full"][g][w:]) for g in segs])
+            for v in mine
+        }
+        sampled = {
+            v: interval([_ppl(nll[v][g][positions]) / _ppl(nll[f"recompute_{w}"][g]) for g in segs])
+            for v in ["full"] + mine
+        }
         ppl = {v: interval([_ppl(nll[v][g][positions]) for g in segs]) for v in ["full", *mine]}
         ppl[f"recompute_{w}"] = interval([_ppl(nll[f"recompute_{w}"][g]) for g in segs])
-        early = max(float(np.max(np.abs(nll[v][g][:w] - nll["full"][g][:w]))) for v in mine for g in segs)
-        windows[str(w)] = {"beyond_ratio": beyond, "sampled_ratio": sampled, "sampled_ppl": ppl, "early_gap": early}
-    return {"variants": variants, "bin_starts": edges[:-1], "ppl_bins": bins, "windows": windows,
-            "positions": positions.tolist(),
-            "full_ppl": interval([_ppl(nll["full"][g]) for g in segs])}
+        early = max(
+            float(np.max(np.abs(nll[v][g][:w] - nll["full"][g][:w]))) for v in mine for g in segs
+        )
+        windows[str(w)] = {
+            "beyond_ratio": beyond,
+            "sampled_ratio": sampled,
+            "sampled_ppl": ppl,
+            "early_gap": early,
+        }
+    return {
+        "variants": variants,
+        "bin_starts": edges[:-1],
+        "ppl_bins": bins,
+        "windows": windows,
+        "positions": positions.tolist(),
+        "full_ppl": interval([_ppl(nll["full"][g]) for g in segs]),
+    }
 
 
 def _ablation_summary(rows) -> dict:
@@ -100,13 +147,21 @@ def _ablation_summary(rows) -> dict:
 
     base = [value(g, removed="none") for g in segs]
     layers = sorted({r["layer"] for r in select(rows, part="ablation", removed="layer")})
-    return {"base_ppl": interval(base), "layers": layers,
-            "layer_ratio": [interval([value(g, removed="layer", layer=ly) / b for g, b in zip(segs, base)])
-                            for ly in layers],
-            "all_ratio": interval([value(g, removed="all") / b for g, b in zip(segs, base)])}
+    return {
+        "base_ppl": interval(base),
+        "layers": layers,
+        "layer_ratio": [
+            interval([value(g, removed="layer", layer=ly) / b for g, b in zip(segs, base)])
+            for ly in layers
+        ],
+        "all_ratio": interval([value(g, removed="all") / b for g, b in zip(segs, base)]),
+    }
 
 
 def summarize(rows: list[dict], config) -> dict:
     """The summary of every run's rows (see the module docstring)."""
-    return {"statistics": _statistics_summary(rows, config), "stream": _stream_summary(rows, config),
-            "ablation": _ablation_summary(rows)}
+    return {
+        "statistics": _statistics_summary(rows, config),
+        "stream": _stream_summary(rows, config),
+        "ablation": _ablation_summary(rows),
+    }

@@ -3,6 +3,7 @@
 The text depends only on the Python version (the same on every machine with
 that version) and needs no download.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,11 +13,48 @@ import warnings
 import numpy as np
 
 DEFAULT_MODULES = (
-    "argparse", "asyncio", "collections", "configparser", "contextlib", "csv", "dataclasses", "datetime",
-    "decimal", "difflib", "doctest", "email.message", "enum", "fractions", "functools", "heapq", "http.client",
-    "inspect", "json", "logging", "multiprocessing", "os", "pathlib", "pickle", "random", "re", "shutil",
-    "socket", "sqlite3", "ssl", "statistics", "string", "subprocess", "tarfile", "textwrap", "threading",
-    "typing", "unittest", "urllib.parse", "weakref", "xml.etree.ElementTree", "zipfile",
+    "argparse",
+    "asyncio",
+    "collections",
+    "configparser",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "doctest",
+    "email.message",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "http.client",
+    "inspect",
+    "json",
+    "logging",
+    "multiprocessing",
+    "os",
+    "pathlib",
+    "pickle",
+    "random",
+    "re",
+    "shutil",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "weakref",
+    "xml.etree.ElementTree",
+    "zipfile",
 )
 
 
@@ -42,10 +80,14 @@ def long_text(modules=DEFAULT_MODULES) -> str:
     return "\n\n".join(parts)
 
 
-def segment(tokens: np.ndarray, index: int, length: int, *, stride: int, seed: int = 0) -> np.ndarray:
+def segment(
+    tokens: np.ndarray, index: int, length: int, *, stride: int, seed: int = 0
+) -> np.ndarray:
     """Tokens `[length]` of segment `index`: from token `(seed + index) * stride`; raises if the text is short."""
     start = (seed + index) * stride
     if start + length > len(tokens):
-        raise ValueError(f"segment {index} needs tokens [{start}, {start + length}) but the text has "
-                         f"{len(tokens)} tokens; use fewer or shorter segments, or more modules")
-    return np.asarray(tokens[start:start + length])
+        raise ValueError(
+            f"segment {index} needs tokens [{start}, {start + length}) but the text has "
+            f"{len(tokens)} tokens; use fewer or shorter segments, or more modules"
+        )
+    return np.asarray(tokens[start : start + length])

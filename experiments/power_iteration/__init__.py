@@ -6,8 +6,16 @@ dict of numbers, `checks.py` gives each prediction its verdict, `figures.py`
 draws the plots, and `report.py` renders `templates/report.md.j2` over
 `context.py`'s numbers.
 """
+
 from attnjax.study import Study
 from experiments.power_iteration import checks, figures, report, study, summary
 
-STUDY = Study(name="power_iteration", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
-              predictions=checks.predictions, figures=figures.figures, report=report.markdown)
+STUDY = Study(
+    name="power_iteration",
+    specs=study.specs,
+    run_one=study.run_one,
+    summarize=summary.summarize,
+    predictions=checks.predictions,
+    figures=figures.figures,
+    report=report.markdown,
+)

@@ -1,4 +1,5 @@
 """python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi"""
+
 from experiments.cli import study_main
 from experiments.power_iteration import STUDY
 

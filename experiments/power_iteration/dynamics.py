@@ -16,6 +16,7 @@ keeps every token on the sphere. The SA velocity is a tangent projection of
 a convex combination of unit vectors, so ||v_i|| <= 1 and dt = 0.1 moves a
 token by at most 0.1 per step; USA's velocity grows like exp(beta) / n.
 """
+
 from __future__ import annotations
 
 import functools
@@ -79,14 +80,17 @@ def unit_tokens(key, num_tokens: int, dim: int, dtype) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("variant", "num_measures", "measure_every"))
-def sphere_dynamics(x0: jax.Array, beta, dt, radius, *, variant: str, num_measures: int,
-                    measure_every: int) -> dict[str, jax.Array]:
+def sphere_dynamics(
+    x0: jax.Array, beta, dt, radius, *, variant: str, num_measures: int, measure_every: int
+) -> dict[str, jax.Array]:
     """Integrate from unit `x0 [n, d]`; the cluster count (radius `radius`, see `count_clusters`) and
     the smallest <x_i, x_j> every `measure_every` steps: `[num_measures + 1]` each (t = 0 first)."""
 
     def measure(x):
-        return {"clusters": count_clusters(x, radius),
-                "min_cosine": jnp.min(jnp.matmul(x, x.T, precision=HIGHEST))}
+        return {
+            "clusters": count_clusters(x, radius),
+            "min_cosine": jnp.min(jnp.matmul(x, x.T, precision=HIGHEST)),
+        }
 
     def block(x, _):
         x = lax.fori_loop(0, measure_every, lambda _, y: sphere_step(y, beta, dt, variant), x)

@@ -1,4 +1,5 @@
 """The power-iteration study's figures (`attnjax.plotting`, its one style), from the summary."""
+
 from __future__ import annotations
 
 import math
@@ -25,15 +26,20 @@ def _fixed_figure(fixed):
             k = np.arange(len(d))
             (line,) = ax.semilogy(k, np.where(d > 0, d, np.nan), linewidth=1)
             k1 = m["fit_end"]
-            ax.semilogy(k[:k1 + 1], d[k1] * m["slem"] ** (k[:k1 + 1] - k1), "--", color=line.get_color(),
-                        linewidth=0.8)
+            ax.semilogy(
+                k[: k1 + 1],
+                d[k1] * m["slem"] ** (k[: k1 + 1] - k1),
+                "--",
+                color=line.get_color(),
+                linewidth=0.8,
+            )
         ax.axhline(run["floor"], color="grey", linewidth=0.8, linestyle=":")
         ax.set_title(f"tau = {run['temperature']:g}")
         ax.set_xlabel("k")
         ax.grid(True, alpha=0.3)
     for ax in axes[::cols]:
         ax.set_ylabel("max_i TV(e_i A^k, pi)")
-    for ax in axes[len(fixed):]:
+    for ax in axes[len(fixed) :]:
         ax.set_visible(False)
     fig.suptitle("A^k -> 1 pi^T: measured (solid) vs |lambda_2|^k (dashed); dotted: rounding floor")
     return fig
@@ -50,14 +56,29 @@ def _products_figure(summary):
                 p = run["phases"][phase]
                 layers = np.arange(1, len(p["mean"]["delta"]) + 1)
                 delta = np.asarray(p["mean"]["delta"], dtype=np.float64)
-                (line,) = ax.semilogy(layers, np.where(delta > 0, delta, np.nan), marker="o", markersize=3,
-                                      label=f"delta(P_l), {PHASE_LABELS[phase]}")
+                (line,) = ax.semilogy(
+                    layers,
+                    np.where(delta > 0, delta, np.nan),
+                    marker="o",
+                    markersize=3,
+                    label=f"delta(P_l), {PHASE_LABELS[phase]}",
+                )
                 bound = np.asarray(p["mean"]["bound"], dtype=np.float64)
-                ax.semilogy(layers, np.where(bound > 0, bound, np.nan), "--", color=line.get_color(),
-                            label=f"prod tau, {PHASE_LABELS[phase]}")
+                ax.semilogy(
+                    layers,
+                    np.where(bound > 0, bound, np.nan),
+                    "--",
+                    color=line.get_color(),
+                    label=f"prod tau, {PHASE_LABELS[phase]}",
+                )
                 lam = np.asarray(p["mean"]["slem_bound"], dtype=np.float64)
-                ax.semilogy(layers, np.where(lam > 0, lam, np.nan), ":", color=line.get_color(),
-                            label=f"prod |lambda_2|, {PHASE_LABELS[phase]}")
+                ax.semilogy(
+                    layers,
+                    np.where(lam > 0, lam, np.nan),
+                    ":",
+                    color=line.get_color(),
+                    label=f"prod |lambda_2|, {PHASE_LABELS[phase]}",
+                )
         ax.set_title(f"{arch} (head-averaged attention)")
         ax.set_xlabel("layer l")
         ax.grid(True, alpha=0.3)
@@ -79,7 +100,9 @@ def _clusters_figure(summary):
     axes[0].set_ylabel("number of clusters (mean over seeds)")
     axes[0].grid(True, alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Tokens on S^{c['dim'] - 1}, {c['variant']} dynamics (Geshkovski et al. 2023), n = {c['num_tokens']}")
+    fig.suptitle(
+        f"Tokens on S^{c['dim'] - 1}, {c['variant']} dynamics (Geshkovski et al. 2023), n = {c['num_tokens']}"
+    )
     return fig
 
 

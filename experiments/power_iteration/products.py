@@ -6,6 +6,7 @@ delta(P_l) := tau(P_l) <= prod_{i<=l} tau(A_i); |lambda_2(A)| <= tau(A) for
 each matrix, and prod_i |lambda_2(A_i)| is the rate a homogeneous chain would
 have, which bounds nothing for a product of different matrices.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.analysis import attention_entropy, dobrushin, path_product, slem, stationary_distribution
+from attnjax.analysis import (
+    attention_entropy,
+    dobrushin,
+    path_product,
+    slem,
+    stationary_distribution,
+)
 
 
 def product_metrics(mats: jax.Array) -> dict[str, jax.Array]:
@@ -52,7 +59,9 @@ def product_metrics(mats: jax.Array) -> dict[str, jax.Array]:
         "entropy": jnp.mean(attention_entropy(mats, normalize=True), axis=-1),
         "tv_to_pi": 0.5 * jnp.sum(jnp.abs(row - pi), axis=-1),
         "pi_first": pi[..., 0],
-        "absorbing": jnp.sum(jnp.diagonal(mats, axis1=-2, axis2=-1) >= 1, axis=-1).astype(mats.dtype),
+        "absorbing": jnp.sum(jnp.diagonal(mats, axis1=-2, axis2=-1) >= 1, axis=-1).astype(
+            mats.dtype
+        ),
     }
 
 
@@ -77,6 +86,8 @@ def worst_cases(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     axes = tuple(range(m["delta"].ndim - 1))
     monotone = np.diff(m["delta"], axis=-1)
     gap = np.where(m["absorbing"] == 1, 1 - m["pi_first"], 0.0)
-    return {"bound_excess": np.max(m["delta"] - m["bound"], axis=axes),
-            "monotone_excess": np.max(monotone, axis=axes) if monotone.shape[-1] else np.zeros((0,)),
-            "pi_first_gap": np.max(gap, axis=axes)}
+    return {
+        "bound_excess": np.max(m["delta"] - m["bound"], axis=axes),
+        "monotone_excess": np.max(monotone, axis=axes) if monotone.shape[-1] else np.zeros((0,)),
+        "pi_first_gap": np.max(gap, axis=axes),
+    }

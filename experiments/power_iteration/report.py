@@ -1,5 +1,6 @@
 """The power-iteration study's report and README section: `templates/report.md.j2` and
 `templates/readme.md.j2` over `context`."""
+
 from __future__ import annotations
 
 from experiments.power_iteration import context

@@ -61,6 +61,7 @@ Rows: (a) `{"matrix", "metric", "value"}` per matrix (`slem`, the fitted
 chance accuracy, divergence); (c) `{"seed", "metric", "values": [measures + 1]}`
 (`clusters`, `min_cosine` every `clusters.measure_every` steps).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -159,14 +160,22 @@ def _check_betas(betas) -> None:
 
 def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
     p = config.products
-    return models.make_trainer(p.model, p.train, task, architecture=spec.architecture, depth=p.num_layers,
-                               causal=spec.trained)
+    return models.make_trainer(
+        p.model,
+        p.train,
+        task,
+        architecture=spec.architecture,
+        depth=p.num_layers,
+        causal=spec.trained,
+    )
 
 
 def _grid(config) -> list[RunSpec]:
     grid = [RunSpec("fixed", temperature=float(t)) for t in config.fixed.temperatures]
     for arch in config.products.architectures:
-        grid += [RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)]
+        grid += [
+            RunSpec("products", architecture=arch, trained=trained) for trained in (False, True)
+        ]
     return grid + [RunSpec("clusters", beta=float(b)) for b in config.clusters.betas]
 
 
@@ -199,7 +208,9 @@ def specs(config) -> list[RunSpec]:
     checks.integer("clusters.measure_every", c.measure_every, 1)
     checks.integer("clusters.steps", c.steps, c.measure_every)
     if c.steps % c.measure_every:
-        raise ValueError(f"clusters.steps ({c.steps}) must be a multiple of clusters.measure_every ({c.measure_every})")
+        raise ValueError(
+            f"clusters.steps ({c.steps}) must be a multiple of clusters.measure_every ({c.measure_every})"
+        )
     checks.integer("clusters.num_seeds", c.num_seeds, 1)
     _check_number("clusters.radius", c.radius, 0.0, 2.0)
     _check_number("clusters.probe_time", c.probe_time, 0.0, c.steps * c.dt + 1e-9)
@@ -251,12 +262,16 @@ def distance_to_limit(a: jax.Array, pi: jax.Array, steps: int) -> jax.Array:
     return jnp.concatenate([tv(eye)[None], distances])
 
 
-@functools.partial(jax.jit, static_argnames=("seq_len", "head_dim", "temperature", "steps", "dtype"))
+@functools.partial(
+    jax.jit, static_argnames=("seq_len", "head_dim", "temperature", "steps", "dtype")
+)
 def fixed_matrices(keys, *, seq_len: int, head_dim: int, temperature: float, steps: int, dtype):
     """For keys `[M]`: |λ₂| `[M]`, d(k) `[M, steps + 1]`, the v <- A v rate `[M]` and π `[M, T]`."""
     a = jax.vmap(lambda key: random_attention(key, seq_len, head_dim, temperature, dtype))(keys)
     pi = stationary_distribution(a)
-    v0 = jax.vmap(lambda key: jax.random.normal(jax.random.fold_in(key, 1), (seq_len,), dtype))(keys)
+    v0 = jax.vmap(lambda key: jax.random.normal(jax.random.fold_in(key, 1), (seq_len,), dtype))(
+        keys
+    )
     return {
         "slem": slem(a, pi=pi),
         "distance": jax.vmap(distance_to_limit, in_axes=(0, 0, None))(a, pi, steps),
@@ -283,15 +298,28 @@ def fit_rate(distance, floor: float) -> dict:
         return {"rate": math.nan, "fit_start": 0, "fit_end": k1, "floor_reached": bool(below.size)}
     ks = np.arange(k1 // 2, k1 + 1)
     slope = np.polyfit(ks, np.log(d[ks]), 1)[0]
-    return {"rate": float(np.exp(slope)), "fit_start": int(ks[0]), "fit_end": k1, "floor_reached": bool(below.size)}
+    return {
+        "rate": float(np.exp(slope)),
+        "fit_start": int(ks[0]),
+        "fit_end": k1,
+        "floor_reached": bool(below.size),
+    }
 
 
 def fixed_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     f = config.fixed
-    keys = jax.random.split(_key(config, "fixed"), f.num_matrices)  # the same Q, K at every temperature
+    keys = jax.random.split(
+        _key(config, "fixed"), f.num_matrices
+    )  # the same Q, K at every temperature
     with precision_context(config):
-        out = fixed_matrices(keys, seq_len=f.seq_len, head_dim=f.head_dim, temperature=spec.temperature,
-                             steps=f.steps, dtype=dtype_of(config))
+        out = fixed_matrices(
+            keys,
+            seq_len=f.seq_len,
+            head_dim=f.head_dim,
+            temperature=spec.temperature,
+            steps=f.steps,
+            dtype=dtype_of(config),
+        )
         out = jax.tree.map(np.asarray, out)
     rows = []
     for i in range(f.num_matrices):
@@ -342,7 +370,9 @@ def _measure_products(config, forward, state, inputs, phase: str) -> list[dict]:
     folded = jnp.moveaxis(attention, 0, 1).reshape((layers, seeds * batch) + attention.shape[3:])
     with precision_context(config):
         metrics = attention_products(folded, dtype_of(config))
-        metrics = jax.tree.map(lambda v: np.asarray(v).reshape((seeds, batch) + v.shape[1:]), metrics)
+        metrics = jax.tree.map(
+            lambda v: np.asarray(v).reshape((seeds, batch) + v.shape[1:]), metrics
+        )
     return _product_rows(metrics, phase)
 
 
@@ -353,22 +383,39 @@ def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     trainer = make_trainer(config, spec, task)
     runner = training.SeedsRunner(trainer)
     root = _key(config, "products")
-    init_keys = jax.random.split(jax.random.fold_in(root, 0), p.num_seeds)  # the same parameters in both settings
+    init_keys = jax.random.split(
+        jax.random.fold_in(root, 0), p.num_seeds
+    )  # the same parameters in both settings
     data_keys = jax.random.split(jax.random.fold_in(root, 1), p.num_seeds)
     eval_keys = jax.random.split(jax.random.fold_in(root, 2), p.num_seeds)
     inputs = task.batch(jax.random.fold_in(root, 3), p.measure_batch_size).inputs
     forward = _forward_fn(trainer)
     state = runner.init(init_keys)
-    rows = _measure_products(config, forward, state, inputs, "init" if spec.trained else "untrained")
+    rows = _measure_products(
+        config, forward, state, inputs, "init" if spec.trained else "untrained"
+    )
     if spec.trained:
-        state = training.fit(runner, state, data_keys, total_steps=p.train.steps, log_every=p.train.log_every,
-                             progress=run.log)
+        state = training.fit(
+            runner,
+            state,
+            data_keys,
+            total_steps=p.train.steps,
+            log_every=p.train.log_every,
+            progress=run.log,
+        )
         rows += _measure_products(config, forward, state, inputs, "trained")
         evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, p.train.eval_batches))
-        final = {"eval_accuracy": evaluation["eval_accuracy"], "eval_loss": evaluation["eval_loss"],
-                 "chance_accuracy": np.full(p.num_seeds, task.chance_accuracy), "diverged": np.asarray(state.diverged)}
-        rows += [{"phase": "trained", "seed": seed, "metric": name, "value": np.asarray(values)[seed]}
-                 for name, values in final.items() for seed in range(p.num_seeds)]
+        final = {
+            "eval_accuracy": evaluation["eval_accuracy"],
+            "eval_loss": evaluation["eval_loss"],
+            "chance_accuracy": np.full(p.num_seeds, task.chance_accuracy),
+            "diverged": np.asarray(state.diverged),
+        }
+        rows += [
+            {"phase": "trained", "seed": seed, "metric": name, "value": np.asarray(values)[seed]}
+            for name, values in final.items()
+            for seed in range(p.num_seeds)
+        ]
     return rows
 
 
@@ -382,12 +429,21 @@ def clusters_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     keys = jax.random.split(_key(config, "clusters"), c.num_seeds)  # the same x(0) at every beta
     with precision_context(config):
         x0 = jax.vmap(lambda key: dynamics.unit_tokens(key, c.num_tokens, c.dim, dtype))(keys)
-        integrate = functools.partial(dynamics.sphere_dynamics, variant=c.variant,
-                                      num_measures=c.steps // c.measure_every, measure_every=c.measure_every)
+        integrate = functools.partial(
+            dynamics.sphere_dynamics,
+            variant=c.variant,
+            num_measures=c.steps // c.measure_every,
+            measure_every=c.measure_every,
+        )
         scalars = [jnp.asarray(v, dtype) for v in (spec.beta, c.dt, c.radius)]
-        out = jax.tree.map(np.asarray, jax.vmap(integrate, in_axes=(0, None, None, None))(x0, *scalars))
-    return [{"seed": s, "metric": name, "values": values[s]}
-            for name, values in out.items() for s in range(c.num_seeds)]
+        out = jax.tree.map(
+            np.asarray, jax.vmap(integrate, in_axes=(0, None, None, None))(x0, *scalars)
+        )
+    return [
+        {"seed": s, "metric": name, "values": values[s]}
+        for name, values in out.items()
+        for s in range(c.num_seeds)
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -398,4 +454,3 @@ RUNNERS = {"fixed": fixed_run, "products": products_run, "clusters": clusters_ru
 
 def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
     return RUNNERS[spec.part](config, spec, run)
-

@@ -13,6 +13,7 @@
 The readers below (`config_of`, `phases`, `product_tolerance`) are the one
 definition of what the checks, the report and the figures share.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,11 @@ from experiments.power_iteration.study import dtype_of, rounding_floor
 
 # Times at which the report tabulates the cluster count.
 CLUSTER_GRID = (0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000)
-PHASE_LABELS = {"untrained": "untrained, bidirectional", "init": "causal, at initialisation",
-                "trained": "causal, trained"}
+PHASE_LABELS = {
+    "untrained": "untrained, bidirectional",
+    "init": "causal, at initialisation",
+    "trained": "causal, trained",
+}
 # Steps past the last fitted one shown in the fixed-matrix figure.
 PLOT_MARGIN = 5
 
@@ -62,19 +66,41 @@ def _fixed_summary(config, rows) -> dict:
     matrices = []
     for i in range(config.fixed.num_matrices):
         m = {k: v[0] for k, v in by_metric(rows, matrix=i).items() if k != "distance"}
-        slem, rate, vector_rate = float(m["slem"]), float(m["rate"]), float(m["vector_rate"])  # "nan" -> nan
+        slem, rate, vector_rate = (
+            float(m["slem"]),
+            float(m["rate"]),
+            float(m["vector_rate"]),
+        )  # "nan" -> nan
         rel = rate / slem - 1 if slem > 0 else math.nan
-        matrices.append({
-            "matrix": i, "slem": slem, "rate": rate, "rel_error": rel,
-            "passed": bool(math.isfinite(rel) and abs(rel) <= tolerance),
-            "fit_start": m["fit_start"], "fit_end": m["fit_end"], "floor_reached": m["floor_reached"],
-            "vector_rate": vector_rate, "vector_rel_error": vector_rate / slem - 1 if slem > 0 else math.nan,
-        })
+        matrices.append(
+            {
+                "matrix": i,
+                "slem": slem,
+                "rate": rate,
+                "rel_error": rel,
+                "passed": bool(math.isfinite(rel) and abs(rel) <= tolerance),
+                "fit_start": m["fit_start"],
+                "fit_end": m["fit_end"],
+                "floor_reached": m["floor_reached"],
+                "vector_rate": vector_rate,
+                "vector_rel_error": vector_rate / slem - 1 if slem > 0 else math.nan,
+            }
+        )
     errors = [abs(m["rel_error"]) if math.isfinite(m["rel_error"]) else math.inf for m in matrices]
     end = max(m["fit_end"] for m in matrices) + PLOT_MARGIN
-    curves = [np.asarray(d, dtype=np.float64)[:end + 1] for d in by_metric(rows, metric="distance")["distance"]]
-    return {"run": rows[0]["run"], "temperature": rows[0]["temperature"], "dtype": np.dtype(dtype_of(config)).name,
-            "floor": rounding_floor(config), "matrices": matrices, "worst_rel_error": max(errors), "distance": curves}
+    curves = [
+        np.asarray(d, dtype=np.float64)[: end + 1]
+        for d in by_metric(rows, metric="distance")["distance"]
+    ]
+    return {
+        "run": rows[0]["run"],
+        "temperature": rows[0]["temperature"],
+        "dtype": np.dtype(dtype_of(config)).name,
+        "floor": rounding_floor(config),
+        "matrices": matrices,
+        "worst_rel_error": max(errors),
+        "distance": curves,
+    }
 
 
 # The head-averaged chain's metrics that the summary also keeps per seed (`[seeds][L]`).
@@ -100,9 +126,13 @@ def _phase_summary(rows, phase: str) -> dict:
 
 def _products_summary(config, rows) -> dict:
     spec = {k: rows[0][k] for k in ("part", "temperature", "architecture", "trained")}
-    out = {"run": rows[0]["run"], "spec": spec, "seq_len": models.make_task(config.products.task).seq_len,
-           "dtype": np.dtype(dtype_of(config)).name,
-           "phases": {p: _phase_summary(rows, p) for p in distinct(rows, "phase")}}
+    out = {
+        "run": rows[0]["run"],
+        "spec": spec,
+        "seq_len": models.make_task(config.products.task).seq_len,
+        "dtype": np.dtype(dtype_of(config)).name,
+        "phases": {p: _phase_summary(rows, p) for p in distinct(rows, "phase")},
+    }
     final = by_metric([r for r in rows if "chain" not in r], phase="trained")
     if final:
         out.update(final, chance_accuracy=final["chance_accuracy"][0])
@@ -122,15 +152,22 @@ def _clusters_summary(config, rows) -> dict:
     c = config.clusters
     counts = np.asarray(by_metric(rows)["clusters"], dtype=np.float64)  # [seeds, measures + 1]
     times = np.arange(counts.shape[1]) * c.measure_every * c.dt
-    grid = sorted({int(np.argmin(np.abs(times - t))) for t in CLUSTER_GRID if t <= times[-1]} | {len(times) - 1})
+    grid = sorted(
+        {int(np.argmin(np.abs(times - t))) for t in CLUSTER_GRID if t <= times[-1]}
+        | {len(times) - 1}
+    )
     probe = int(np.argmin(np.abs(times - c.probe_time)))
     return {
-        "run": rows[0]["run"], "beta": rows[0]["beta"], "times": times[grid].tolist(),
+        "run": rows[0]["run"],
+        "beta": rows[0]["beta"],
+        "times": times[grid].tolist(),
         "clusters_mean": counts[:, grid].mean(axis=0).tolist(),
         "clusters_min": counts[:, grid].min(axis=0).tolist(),
         "clusters_max": counts[:, grid].max(axis=0).tolist(),
-        "probe_time": float(times[probe]), "probe_clusters": counts[:, probe].tolist(),
-        "final_clusters": counts[:, -1].tolist(), "horizon": float(times[-1]),
+        "probe_time": float(times[probe]),
+        "probe_clusters": counts[:, probe].tolist(),
+        "final_clusters": counts[:, -1].tolist(),
+        "horizon": float(times[-1]),
         "time_to_one": [time_to_one(row, times) for row in counts],
         "clusters_curve": counts.mean(axis=0),  # [measures + 1]
     }

@@ -5,8 +5,16 @@
 prediction its verdict, `figures.py` draws the plots, and `report.py` renders
 `templates/` (the report and the README section) over `context.py`'s numbers.
 """
+
 from attnjax.study import Study
 from experiments.pretrained import checks, figures, report, study, summary
 
-STUDY = Study(name="pretrained", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
-              predictions=checks.predictions, figures=figures.figures, report=report.markdown)
+STUDY = Study(
+    name="pretrained",
+    specs=study.specs,
+    run_one=study.run_one,
+    summarize=summary.summarize,
+    predictions=checks.predictions,
+    figures=figures.figures,
+    report=report.markdown,
+)

@@ -1,4 +1,5 @@
 """python -m experiments.pretrained --config configs/pretrained.py[:smoke|:causal|:causal_smoke] --workdir runs/pt"""
+
 from experiments.cli import study_main
 from experiments.pretrained import STUDY
 

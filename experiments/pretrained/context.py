@@ -6,6 +6,7 @@ where the text prints them so; the wording, the headings and the tables'
 layout are the templates'. Wording that depends on a result is chosen in the
 template from a check's verdict (`verdicts[name]`) or a named boolean here.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,8 +35,16 @@ from experiments.pretrained.summary import (
 from experiments.report_util import fmt
 
 # The thresholds the text quotes.
-THRESHOLDS = {name: getattr(checks, name) for name in (
-    "COLLAPSE_FACTOR", "LONG_PATH_FACTOR", "BOTTOM_LAYERS", "FIRST_TOLERANCE", "MIN_LOG_RATIOS")}
+THRESHOLDS = {
+    name: getattr(checks, name)
+    for name in (
+        "COLLAPSE_FACTOR",
+        "LONG_PATH_FACTOR",
+        "BOTTOM_LAYERS",
+        "FIRST_TOLERANCE",
+        "MIN_LOG_RATIOS",
+    )
+}
 # A variant whose relative residual falls below this fraction of r_0 is discussed in the text.
 RELATIVE_FALL = 0.5
 # A first-token norm this many times the median token's is a massive activation (Sun et al. 2024).
@@ -51,8 +60,11 @@ def _fmt_all(values) -> list[str]:
 def sequence(values) -> dict:
     """A sequence as the text prints it: its first `PHRASE_LAYERS` values, and the last when there are more."""
     v = array(values)
-    return {"head": _fmt_all(v[:PHRASE_LAYERS]), "last": fmt(float(v[-1])) if len(v) > PHRASE_LAYERS else None,
-            "length": len(v)}
+    return {
+        "head": _fmt_all(v[:PHRASE_LAYERS]),
+        "last": fmt(float(v[-1])) if len(v) > PHRASE_LAYERS else None,
+        "length": len(v),
+    }
 
 
 # --------------------------------------------------------------------------
@@ -72,15 +84,37 @@ def _collapse(summary) -> list:
         median, _, interval = checks.exponential_check(resolved_rates(v))
         lam2, tau = checks.map_rates(v)
         overflow = checks.overflow_layer(v)
-        place = None if median is None else ("below" if median < lam2 else "above" if median > tau else "between")
-        entropy = head_mean(v["entropy"])[:overflow] if overflow else None  # attention of layers 1..overflow
-        out.append({"overflow": overflow, "place": place, "before": fmt(float(r[overflow - 1])) if overflow else None,
-                    "entropy": fmt(float(entropy.min())) if overflow else None,
-                    "label": VARIANT_LABELS[name], "norms": v["norms"], "r": sequence(r), "last": fmt(float(r[-1])),
-                    "collapses": f"{label} collapses", "doubly": f"{label}: doubly exponential decay",
-                    "exponential": f"{label}: exponential collapse", "worst": fmt(worst), "ratios": len(ratios),
-                    "rate": fmt(geometric_rate(geometric)), "median": fmt(median), "interval": _fmt_all(interval),
-                    "sentences": len(resolved_rates(v)), "lam2": fmt(lam2), "tau": fmt(tau)})
+        place = (
+            None
+            if median is None
+            else ("below" if median < lam2 else "above" if median > tau else "between")
+        )
+        entropy = (
+            head_mean(v["entropy"])[:overflow] if overflow else None
+        )  # attention of layers 1..overflow
+        out.append(
+            {
+                "overflow": overflow,
+                "place": place,
+                "before": fmt(float(r[overflow - 1])) if overflow else None,
+                "entropy": fmt(float(entropy.min())) if overflow else None,
+                "label": VARIANT_LABELS[name],
+                "norms": v["norms"],
+                "r": sequence(r),
+                "last": fmt(float(r[-1])),
+                "collapses": f"{label} collapses",
+                "doubly": f"{label}: doubly exponential decay",
+                "exponential": f"{label}: exponential collapse",
+                "worst": fmt(worst),
+                "ratios": len(ratios),
+                "rate": fmt(geometric_rate(geometric)),
+                "median": fmt(median),
+                "interval": _fmt_all(interval),
+                "sentences": len(resolved_rates(v)),
+                "lam2": fmt(lam2),
+                "tau": fmt(tau),
+            }
+        )
     return out
 
 
@@ -97,15 +131,28 @@ def _surgery(summary) -> dict:
             _, _, layer = checks.slows_check(v["no_skip"]["residual"], pure)
             mlp = array(v["no_skip"]["residual"])
             if layer is not None:
-                out["no_skip"] = {"layer": layer, "mlp": fmt(float(mlp[layer])), "pure": fmt(float(pure[layer])),
-                                  "last": fmt(float(mlp[-1])), "collapses": checks.collapse_check(mlp)[1]}
+                out["no_skip"] = {
+                    "layer": layer,
+                    "mlp": fmt(float(mlp[layer])),
+                    "pure": fmt(float(pure[layer])),
+                    "last": fmt(float(mlp[-1])),
+                    "collapses": checks.collapse_check(mlp)[1],
+                }
     if "full" in v:
         full = v["full"]
-        ends = lambda m: _fmt_all(array(full[m])[[0, -1]])  # noqa: E731
+
+        def ends(m):
+            return _fmt_all(array(full[m])[[0, -1]])
+
         content = array(full["residual_content"])
-        out["full"] = {"r": ends("residual"), "content": ends("residual_content"), "cosine": ends("cosine"),
-                       "content_cosine": ends("cosine_content"), "low": fmt(float(content.min())),
-                       "low_layer": int(np.argmin(content))}
+        out["full"] = {
+            "r": ends("residual"),
+            "content": ends("residual_content"),
+            "cosine": ends("cosine"),
+            "content_cosine": ends("cosine_content"),
+            "low": fmt(float(content.min())),
+            "low_layer": int(np.argmin(content)),
+        }
     return out
 
 
@@ -116,15 +163,25 @@ def _absolute(summary) -> dict:
         r, res, shared = array(v["residual"]), array(v["residual_abs"]), array(v["shared_norm"])
         if not np.isfinite(res).all() or r[-1] >= RELATIVE_FALL * r[0]:
             continue
-        falls.append({"variant": VARIANT_LABELS[name], "factor": fmt(float(r[0] / max(r[-1], 1e-300))),
-                      "absolute_rises": bool(res[-1] >= res[0]), "absolute": _fmt_all(res[[0, -1]]),
-                      "shared": _fmt_all(shared[[0, -1]])})
+        falls.append(
+            {
+                "variant": VARIANT_LABELS[name],
+                "factor": fmt(float(r[0] / max(r[-1], 1e-300))),
+                "absolute_rises": bool(res[-1] >= res[0]),
+                "absolute": _fmt_all(res[[0, -1]]),
+                "shared": _fmt_all(shared[[0, -1]]),
+            }
+        )
     full = summary["variants"].get("full")
     first = None
     if full is not None:
         ratio = array(full["first_norm_ratio"])
         layer = int(np.argmax(ratio))
-        first = {"ratio": fmt(float(ratio[layer])), "layer": layer, "massive": bool(ratio[layer] >= MASSIVE_RATIO)}
+        first = {
+            "ratio": fmt(float(ratio[layer])),
+            "layer": layer,
+            "massive": bool(ratio[layer] >= MASSIVE_RATIO),
+        }
     return {"falls": falls, "first_norm": first}
 
 
@@ -132,8 +189,10 @@ def _paths(summary) -> dict | None:
     paths = summary["paths"]
     if not paths:
         return None
-    return {"medians": list(zip(paths["lengths"], _fmt_all(path_medians(paths)))),
-            "input": fmt(paths["input_residual"])}
+    return {
+        "medians": list(zip(paths["lengths"], _fmt_all(path_medians(paths)))),
+        "input": fmt(paths["input_residual"]),
+    }
 
 
 def _sinks(summary) -> dict | None:
@@ -142,19 +201,31 @@ def _sinks(summary) -> dict | None:
         return None
     mass, perron = head_mean(sink(full)), head_mean(sink(full, "perron_sink"))
     top = int(np.argmax(mass))
-    out = {"mean": fmt(float(mass.mean())), "uniform": fmt(uniform_sink(full)), "top": top + 1,
-           "top_mass": fmt(float(mass[top])), "perron": fmt(float(perron.mean()))}
+    out = {
+        "mean": fmt(float(mass.mean())),
+        "uniform": fmt(uniform_sink(full)),
+        "top": top + 1,
+        "top_mass": fmt(float(mass[top])),
+        "perron": fmt(float(perron.mean())),
+    }
     if summary["model"]["causal"]:
-        fraction, _ = checks.majority_check(mass[checks.BOTTOM_LAYERS:], checks.SINK_SHARE)
-        out.update(fraction=fmt(fraction), bottom=_fmt_all(mass[:checks.BOTTOM_LAYERS]))
+        fraction, _ = checks.majority_check(mass[checks.BOTTOM_LAYERS :], checks.SINK_SHARE)
+        out.update(fraction=fmt(fraction), bottom=_fmt_all(mass[: checks.BOTTOM_LAYERS]))
     else:
         middle = checks.middle_layers(len(mass))
-        out["split"] = [(cat, fmt(float(head_mean(sink(full, "attention_sink", cat)).mean())),
-                         fmt(float(head_mean(sink(full, "attention_sink", cat))[middle].mean())))
-                        for cat in summary["sink_categories"][1:]]
+        out["split"] = [
+            (
+                cat,
+                fmt(float(head_mean(sink(full, "attention_sink", cat)).mean())),
+                fmt(float(head_mean(sink(full, "attention_sink", cat))[middle].mean())),
+            )
+            for cat in summary["sink_categories"][1:]
+        ]
         out["middle"] = [a + 1 for a in middle]
-        out["largest"] = max(summary["sink_categories"][1:],
-                             key=lambda c: float(head_mean(sink(full, "attention_sink", c)).mean()))
+        out["largest"] = max(
+            summary["sink_categories"][1:],
+            key=lambda c: float(head_mean(sink(full, "attention_sink", c)).mean()),
+        )
         sep = head_mean(sink(full, "attention_sink", "[SEP]"))
         out["sep_top"], out["sep_top_mass"] = int(np.argmax(sep)) + 1, fmt(float(sep.max()))
     return out
@@ -166,9 +237,14 @@ def _sink_class_rows(summary) -> dict | None:
     if full is None or summary["model"]["causal"]:
         return None
     cats = summary["sink_categories"]
-    rows = [[str(a + 1)] + [fmt(float(head_mean(sink(full, "attention_sink", c))[a])) for c in cats[1:] + cats[:1]]
-            for a in range(len(full["entropy"]))]
-    header = ["layer"] + [f"{c} (uniform {fmt(float(array(full['uniform_sink'][c])))})" for c in cats[1:]]
+    rows = [
+        [str(a + 1)]
+        + [fmt(float(head_mean(sink(full, "attention_sink", c))[a])) for c in cats[1:] + cats[:1]]
+        for a in range(len(full["entropy"]))
+    ]
+    header = ["layer"] + [
+        f"{c} (uniform {fmt(float(array(full['uniform_sink'][c])))})" for c in cats[1:]
+    ]
     return {"rows": rows, "header": header + [f"all three (uniform {fmt(uniform_sink(full))})"]}
 
 
@@ -183,16 +259,38 @@ def _massive(summary) -> dict | None:
         pairs = m["dims"][layer]
         total = sum(n for _, n in pairs) or 1
         dims = ", ".join(f"{d} ({n / total:.2f})" for d, n in pairs[:3])
-        rows.append(["0 (embeddings)" if layer == 0 else str(layer)] + _fmt_all(
-            [m["ratio"][layer], m["value"][layer], m["spread"][layer], m["count"][layer], m["first"][layer],
-             m["delimiter"][layer], m["other"][layer]]) + [dims])
+        rows.append(
+            ["0 (embeddings)" if layer == 0 else str(layer)]
+            + _fmt_all(
+                [
+                    m["ratio"][layer],
+                    m["value"][layer],
+                    m["spread"][layer],
+                    m["count"][layer],
+                    m["first"][layer],
+                    m["delimiter"][layer],
+                    m["other"][layer],
+                ]
+            )
+            + [dims]
+        )
     _, _, layers = activations.massive_exist_check(m["ratio"], m["value"])
     top = int(np.argmax(m["ratio"][1:])) + 1
     _, _, dims = activations.massive_dims_check(m["dims"], layers)
-    shares = {k: fmt(float(np.mean(m[k][layers]))) if layers else None for k in ("first", "delimiter")}
-    return {"rows": rows, "layers": layers, "top": top, "top_ratio": fmt(float(m["ratio"][top])),
-            "dims": dims, **shares, "spread": fmt(float(np.median(m["spread"][layers]))) if layers else None,
-            "top_value": fmt(float(m["value"][top])), "bounded": summary["model"]["norm"] == "post"}
+    shares = {
+        k: fmt(float(np.mean(m[k][layers]))) if layers else None for k in ("first", "delimiter")
+    }
+    return {
+        "rows": rows,
+        "layers": layers,
+        "top": top,
+        "top_ratio": fmt(float(m["ratio"][top])),
+        "dims": dims,
+        **shares,
+        "spread": fmt(float(np.median(m["spread"][layers]))) if layers else None,
+        "top_value": fmt(float(m["value"][top])),
+        "bounded": summary["model"]["norm"] == "post",
+    }
 
 
 def _causal(summary) -> dict | None:
@@ -201,11 +299,15 @@ def _causal(summary) -> dict | None:
         return None
     full = v["full"]
     distance = array(full["path_first_max"])
-    out = {"diagonal": fmt(float(head_mean(full["diagonal_mean"]).mean())),
-           "slem": fmt(float(head_mean(full["slem"]).mean())), "distance": sequence(distance),
-           "first": checks.layer_or_none(first_below(distance, checks.FIRST_TOLERANCE)),
-           "full": fmt(float(array(full["residual"])[-1])), "content": fmt(float(array(full["residual_content"])[-1])),
-           "slem_error": fmt(float(full["slem_diagonal_error"]))}
+    out = {
+        "diagonal": fmt(float(head_mean(full["diagonal_mean"]).mean())),
+        "slem": fmt(float(head_mean(full["slem"]).mean())),
+        "distance": sequence(distance),
+        "first": checks.layer_or_none(first_below(distance, checks.FIRST_TOLERANCE)),
+        "full": fmt(float(array(full["residual"])[-1])),
+        "content": fmt(float(array(full["residual_content"])[-1])),
+        "slem_error": fmt(float(full["slem_diagonal_error"])),
+    }
     return out
 
 
@@ -218,19 +320,42 @@ def _layer_rows(summary) -> dict:
     v, causal = summary["variants"][name], summary["model"]["causal"]
     rows = []
     for layer in range(len(v["entropy"]) + 1):
-        hidden = [fmt(float(array(v[m])[layer])) for m in ("residual", "residual_content", "residual_abs",
-                                                            "shared_norm", "cosine", "cosine_content",
-                                                            "effective_rank")]
+        hidden = [
+            fmt(float(array(v[m])[layer]))
+            for m in (
+                "residual",
+                "residual_content",
+                "residual_abs",
+                "shared_norm",
+                "cosine",
+                "cosine_content",
+                "effective_rank",
+            )
+        ]
         if layer == 0:
             rows.append(["0 (embeddings)"] + [""] * 7 + hidden + ([""] * 2 if causal else []))
             continue
         a = layer - 1
         lam2 = float(head_mean(v["slem"])[a])
-        cells = [fmt(float(head_mean(v["entropy"])[a])), fmt(lam2), fmt(1 - lam2), fmt(float(head_mean(v["tau"])[a]))]
-        cells += [fmt(float(head_mean(sink(v))[a])), fmt(float(head_mean(sink(v, "perron_sink"))[a])),
-                  fmt(float(array(v["redundancy"])[a]))]
-        extra = [fmt(float(head_mean(v["diagonal_mean"])[a])), fmt(float(array(v["path_first_max"])[a]))] \
-            if causal else []
+        cells = [
+            fmt(float(head_mean(v["entropy"])[a])),
+            fmt(lam2),
+            fmt(1 - lam2),
+            fmt(float(head_mean(v["tau"])[a])),
+        ]
+        cells += [
+            fmt(float(head_mean(sink(v))[a])),
+            fmt(float(head_mean(sink(v, "perron_sink"))[a])),
+            fmt(float(array(v["redundancy"])[a])),
+        ]
+        extra = (
+            [
+                fmt(float(head_mean(v["diagonal_mean"])[a])),
+                fmt(float(array(v["path_first_max"])[a])),
+            ]
+            if causal
+            else []
+        )
         rows.append([str(layer)] + cells + hidden + extra)
     return {"variant": VARIANT_LABELS[name], "uniform": fmt(uniform_sink(v)), "rows": rows}
 
@@ -242,9 +367,16 @@ def _head_rows(summary) -> list | None:
     rows = []
     for a, row in enumerate(np.asarray(v["pattern"], dtype=int)):
         counts = {PATTERN_NAMES[c]: int(np.sum(row == c)) for c in np.unique(row)}
-        rows.append([str(a + 1), ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])),
-                     str(int(np.argmax(sink(v)[a]))), fmt(float(np.max(sink(v)[a]))),
-                     str(int(np.argmin(array(v["entropy"])[a]))), fmt(float(np.min(array(v["entropy"])[a])))])
+        rows.append(
+            [
+                str(a + 1),
+                ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])),
+                str(int(np.argmax(sink(v)[a]))),
+                fmt(float(np.max(sink(v)[a]))),
+                str(int(np.argmin(array(v["entropy"])[a]))),
+                fmt(float(np.min(array(v["entropy"])[a]))),
+            ]
+        )
     return rows
 
 
@@ -256,7 +388,10 @@ def _surgery_rows(summary) -> list:
     for layer in range(len(v[names[0]]["residual"])):
         cells = []
         for n in names:
-            parts = [array(v[n][m])[layer] for m in ("residual", "residual_content", "cosine_content", "residual_abs")]
+            parts = [
+                array(v[n][m])[layer]
+                for m in ("residual", "residual_content", "cosine_content", "residual_abs")
+            ]
             if layer > 0:
                 parts += [head_mean(v[n]["entropy"])[layer - 1], head_mean(v[n]["tau"])[layer - 1]]
             cells.append(" / ".join(_fmt_all(parts)))
@@ -296,19 +431,37 @@ def verdicts(summary) -> dict:
 def report(summary: dict) -> dict:
     """The context of `report.md.j2`."""
     return {
-        "summary": summary, "model": summary["model"], "corpus": summary["corpus"], "title": model_label(summary),
-        "mask": mask(summary), "groups": list(zip(summary["corpus"]["counts"], summary["corpus"]["lengths"])),
-        "sink_label": sink_label(summary), "predictions": only_predictions(summary), "verdicts": verdicts(summary),
+        "summary": summary,
+        "model": summary["model"],
+        "corpus": summary["corpus"],
+        "title": model_label(summary),
+        "mask": mask(summary),
+        "groups": list(zip(summary["corpus"]["counts"], summary["corpus"]["lengths"])),
+        "sink_label": sink_label(summary),
+        "predictions": only_predictions(summary),
+        "verdicts": verdicts(summary),
         "sanity": [p for p in summary["predictions"] if p["kind"] == "sanity"],
-        **THRESHOLDS, "collapse": _collapse(summary), "surgery_findings": _surgery(summary),
-        "absolute": _absolute(summary), "paths": _paths(summary), "content_label": content_label(summary),
-        "sink_classes": _sink_class_rows(summary), "massive": _massive(summary),
-        "sinks": _sinks(summary), "causal": _causal(summary), "layers": _layer_rows(summary),
-        "heads": _head_rows(summary), "surgery": {"variants": [VARIANT_LABELS[n] for n in variant_names(summary)],
-                                                  "norms": [(VARIANT_LABELS[n], summary["variants"][n]["norms"])
-                                                            for n in variant_names(summary)],
-                                                  "rows": _surgery_rows(summary)},
-        "path_rows": _path_rows(summary), "plots": summary["plots"],
+        **THRESHOLDS,
+        "collapse": _collapse(summary),
+        "surgery_findings": _surgery(summary),
+        "absolute": _absolute(summary),
+        "paths": _paths(summary),
+        "content_label": content_label(summary),
+        "sink_classes": _sink_class_rows(summary),
+        "massive": _massive(summary),
+        "sinks": _sinks(summary),
+        "causal": _causal(summary),
+        "layers": _layer_rows(summary),
+        "heads": _head_rows(summary),
+        "surgery": {
+            "variants": [VARIANT_LABELS[n] for n in variant_names(summary)],
+            "norms": [
+                (VARIANT_LABELS[n], summary["variants"][n]["norms"]) for n in variant_names(summary)
+            ],
+            "rows": _surgery_rows(summary),
+        },
+        "path_rows": _path_rows(summary),
+        "plots": summary["plots"],
     }
 
 
@@ -317,19 +470,33 @@ def headline(summary: dict) -> dict:
     v, model = summary["variants"], summary["model"]
     full = v["full"]
     medians, lengths = path_medians(summary["paths"]), summary["paths"]["lengths"]
-    end = lambda m: fmt(float(array(full[m])[-1]))  # noqa: E731
+
+    def end(m):
+        return fmt(float(array(full[m])[-1]))
+
     m = _massive(summary)
     return {
-        "title": model_label(summary), "mask": mask(summary), "model": model, "predictions": only_predictions(summary),
+        "title": model_label(summary),
+        "mask": mask(summary),
+        "model": model,
+        "predictions": only_predictions(summary),
         "sanity": [p for p in summary["predictions"] if p["kind"] == "sanity"],
-        "verdicts": verdicts(summary), "sentences": sum(summary["corpus"]["counts"]), "collapse": _collapse(summary),
+        "verdicts": verdicts(summary),
+        "sentences": sum(summary["corpus"]["counts"]),
+        "collapse": _collapse(summary),
         "no_mlp": fmt(float(array(v["no_mlp"]["residual"])[-1])),
         "no_skip": fmt(float(array(v["no_skip"]["residual"])[-1])),
-        "full": end("residual"), "content": end("residual_content"), "cosine": end("cosine"),
-        "content_cosine": end("cosine_content"), "content_label": content_label(summary),
-        "paths": _fmt_all(medians[[0, -1]]), "lengths": [lengths[0], lengths[-1]],
-        "sink": fmt(float(head_mean(sink(full)).mean())), "sink_label": sink_label(summary),
-        "uniform": fmt(uniform_sink(full)), "sinks": _sinks(summary),
+        "full": end("residual"),
+        "content": end("residual_content"),
+        "cosine": end("cosine"),
+        "content_cosine": end("cosine_content"),
+        "content_label": content_label(summary),
+        "paths": _fmt_all(medians[[0, -1]]),
+        "lengths": [lengths[0], lengths[-1]],
+        "sink": fmt(float(head_mean(sink(full)).mean())),
+        "sink_label": sink_label(summary),
+        "uniform": fmt(uniform_sink(full)),
+        "sinks": _sinks(summary),
         "first": checks.layer_or_none(first_below(full["path_first_max"], checks.FIRST_TOLERANCE)),
         "massive": m,
     }
@@ -337,5 +504,9 @@ def headline(summary: dict) -> dict:
 
 def readme(results: dict, times: dict | None = None) -> dict:
     """The context of `readme.md.j2`: `results` `{results directory: summary}`, `times` `{directory: wall time}`."""
-    return {"runs": [{"dir": d, "time": (times or {}).get(d), **headline(s)} for d, s in results.items()],
-            "FIRST_TOLERANCE": checks.FIRST_TOLERANCE}
+    return {
+        "runs": [
+            {"dir": d, "time": (times or {}).get(d), **headline(s)} for d, s in results.items()
+        ],
+        "FIRST_TOLERANCE": checks.FIRST_TOLERANCE,
+    }

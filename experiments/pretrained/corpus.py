@@ -3,6 +3,7 @@
 Sentences are grouped by their exact token count and each group is one
 unpadded batch, so every metric sees real tokens only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,8 +54,10 @@ def model_name(config) -> str:
     if hf_config is None:
         return config.model.name
     architecture = (hf_config.get("architectures") or [hf_config.get("model_type")])[0]
-    return (f"{os.path.basename(os.path.normpath(config.model.path))} ({architecture}, "
-            f"{hf_config.get('num_hidden_layers', hf_config.get('n_layer'))} layers)")
+    return (
+        f"{os.path.basename(os.path.normpath(config.model.path))} ({architecture}, "
+        f"{hf_config.get('num_hidden_layers', hf_config.get('n_layer'))} layers)"
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -102,11 +105,18 @@ def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]
     for n in order:
         chosen = by_length.get(n, [])[:per_length]
         if chosen:
-            groups.append(Group(np.asarray([ids for _, ids in chosen], np.int32),
-                                [tokenizer.tokens(s) for s, _ in chosen], [s for s, _ in chosen]))
+            groups.append(
+                Group(
+                    np.asarray([ids for _, ids in chosen], np.int32),
+                    [tokenizer.tokens(s) for s, _ in chosen],
+                    [s for s, _ in chosen],
+                )
+            )
     if not groups:
-        raise ValueError(f"no sentence of the corpus has a token count in corpus.lengths={tuple(lengths)}; "
-                         f"counts present: {sorted(by_length)[:40]}")
+        raise ValueError(
+            f"no sentence of the corpus has a token count in corpus.lengths={tuple(lengths)}; "
+            f"counts present: {sorted(by_length)[:40]}"
+        )
     return groups
 
 
@@ -129,7 +139,9 @@ def delimiter_masks(tokens: list) -> np.ndarray:
 def check_content_span(kind: str, tokens: list) -> None:
     """Every sentence of a BERT group is [CLS] ... [SEP], so `CONTENT_SPAN` drops exactly those two."""
     if kind == "bert" and any(t[0] != "[CLS]" or t[-1] != "[SEP]" for t in tokens):
-        raise ValueError("every BERT sentence must be [CLS] ... [SEP] for the sink-excluded residual")
+        raise ValueError(
+            "every BERT sentence must be [CLS] ... [SEP] for the sink-excluded residual"
+        )
 
 
 def sink_masks(kind: str, tokens: list) -> np.ndarray:

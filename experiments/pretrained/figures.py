@@ -1,4 +1,5 @@
 """The pretrained study's figures (`attnjax.plotting`, its one style), from the summary."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,20 +22,35 @@ def _surgery_figures(summary) -> dict:
     v = summary["variants"]
     names = variant_names(summary)
     out = {}
-    for metric, label in (("residual", "||X - 1 x_bar^T||_F / ||X||_F"), ("residual_abs", "||X - 1 x_bar^T||_F")):
-        fig = plotting.metric_vs_depth({VARIANT_LABELS[n]: array(v[n][metric]) for n in names}, ylabel=label,
-                                       start=0, title=f"{model_label(summary)}: surgery")
+    for metric, label in (
+        ("residual", "||X - 1 x_bar^T||_F / ||X||_F"),
+        ("residual_abs", "||X - 1 x_bar^T||_F"),
+    ):
+        fig = plotting.metric_vs_depth(
+            {VARIANT_LABELS[n]: array(v[n][metric]) for n in names},
+            ylabel=label,
+            start=0,
+            title=f"{model_label(summary)}: surgery",
+        )
         out[f"surgery_{metric}"] = fig
     return out
 
 
 def _attention_figure(summary):
     v = summary["variants"]["full"]
-    lines = {"entropy / log(keys)": head_mean(v["entropy"]), "abs(lambda_2)": head_mean(v["slem"]),
-             "tau": head_mean(v["tau"]), "sink mass": head_mean(sink(v)),
-             "Perron sink mass": head_mean(sink(v, "perron_sink"))}
-    fig = plotting.metric_vs_depth(lines, ylabel="mean over heads and sentences", log=False,
-                                   title="Attention of the full model per layer")
+    lines = {
+        "entropy / log(keys)": head_mean(v["entropy"]),
+        "abs(lambda_2)": head_mean(v["slem"]),
+        "tau": head_mean(v["tau"]),
+        "sink mass": head_mean(sink(v)),
+        "Perron sink mass": head_mean(sink(v, "perron_sink")),
+    }
+    fig = plotting.metric_vs_depth(
+        lines,
+        ylabel="mean over heads and sentences",
+        log=False,
+        title="Attention of the full model per layer",
+    )
     ax = fig.axes[0]
     ax.axhline(uniform_sink(v), color="grey", linestyle=":", label="uniform sink mass")
     ax.legend(fontsize=8)
@@ -68,9 +84,17 @@ def _examples_figure(summary):
         maps[e["head"]] = array(e["values"])
     layer = examples[0]["layer"] + 1
     title = f"layer {layer}: " + "; ".join(f"head {e['head']} ({e['reason']})" for e in examples)
-    tokens = [t.replace("\u0120", "_") for t in examples[0]["tokens"]]  # the byte-level BPE space marker
-    return plotting.attention_heatmaps(maps, tokens=tokens, heads=[e["head"] for e in examples], ncols=len(examples),
-                                       title=title, annotate=False)
+    tokens = [
+        t.replace("\u0120", "_") for t in examples[0]["tokens"]
+    ]  # the byte-level BPE space marker
+    return plotting.attention_heatmaps(
+        maps,
+        tokens=tokens,
+        heads=[e["head"] for e in examples],
+        ncols=len(examples),
+        title=title,
+        annotate=False,
+    )
 
 
 def _paths_figure(paths):
@@ -94,22 +118,32 @@ def _products_figure(summary):
     v, causal = summary["variants"], summary["model"]["causal"]
     metric = "path_first_max" if causal else "path_tau"
     label = "max_i TV(row i of P_l, e_1)" if causal else "tau(P_l)"
-    return plotting.metric_vs_depth({VARIANT_LABELS[n]: array(v[n][metric]) for n in variant_names(summary)},
-                                    ylabel=label, title="P_l = A_l ... A_1 (head-averaged attention)")
+    return plotting.metric_vs_depth(
+        {VARIANT_LABELS[n]: array(v[n][metric]) for n in variant_names(summary)},
+        ylabel=label,
+        title="P_l = A_l ... A_1 (head-averaged attention)",
+    )
 
 
 def _massive_figure(summary):
     m = massive(summary["variants"]["full"])
-    return plotting.metric_vs_depth({"largest |a| / median |a|": m["ratio"], "largest |a|": m["value"]},
-                                    ylabel="mean over sentences", start=0,
-                                    title=f"{model_label(summary)}: massive activations (Sun et al. 2024)")
+    return plotting.metric_vs_depth(
+        {"largest |a| / median |a|": m["ratio"], "largest |a|": m["value"]},
+        ylabel="mean over sentences",
+        start=0,
+        title=f"{model_label(summary)}: massive activations (Sun et al. 2024)",
+    )
 
 
 def _sink_class_figure(summary):
     v = summary["variants"]["full"]
     lines = {c: head_mean(sink(v, category=c)) for c in summary["sink_categories"][1:]}
-    return plotting.metric_vs_depth(lines, ylabel="attention (mean over heads and sentences)", log=False,
-                                    title=f"{model_label(summary)}: attention by sink class")
+    return plotting.metric_vs_depth(
+        lines,
+        ylabel="attention (mean over heads and sentences)",
+        log=False,
+        title=f"{model_label(summary)}: attention by sink class",
+    )
 
 
 def figures(summary: dict) -> dict:

@@ -7,6 +7,7 @@ its key/value head under grouped-query attention), X_0 the embeddings and A
 the full model's attention on real text; norms and biases are left out, as
 in the paper. Its relative residual is averaged over sentences.
 """
+
 from __future__ import annotations
 
 import jax
@@ -23,17 +24,20 @@ from experiments.pretrained.corpus import corpus_sentences, forward, length_grou
 HIGHEST = lax.Precision.HIGHEST
 
 
-
 def value_output_maps(model: nn.Transformer) -> tuple[jax.Array, jax.Array]:
     """W_V `[L, K, D, Dh]` and W_O `[L, H, Dh, D]` per head, from the stacked block parameters
     (separate or fused W_qkv, through `attnjax.nn.params`)."""
     block = model.config.block
-    kernels = nn.params.attention_kernels(nnx.state(model, nnx.Param), block.num_heads, block.attention.num_kv_heads)
+    kernels = nn.params.attention_kernels(
+        nnx.state(model, nnx.Param), block.num_heads, block.attention.num_kv_heads
+    )
     value = jnp.swapaxes(kernels["value"], 1, 2)  # [L, D, K, Dh] -> [L, K, D, Dh]
     return value.astype(jnp.float32), kernels["out"].astype(jnp.float32)
 
 
-def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int):
+def sample_paths(
+    seed: int, *, num_layers: int, num_heads: int, length: int, num_paths: int, max_length: int
+):
     """`num_paths` paths of `length` layers (in order, without repeats) and one head each.
 
     Drawn by `numpy.random.default_rng((seed, length))`. Returns layers,
@@ -42,7 +46,9 @@ def sample_paths(seed: int, *, num_layers: int, num_heads: int, length: int, num
     `path_residuals`.
     """
     if not 1 <= length <= num_layers:
-        raise ValueError(f"paths.lengths: a path of {length} layers needs 1 <= k <= L = {num_layers}")
+        raise ValueError(
+            f"paths.lengths: a path of {length} layers needs 1 <= k <= L = {num_layers}"
+        )
     rng = np.random.default_rng((seed, length))
     layers = np.zeros((num_paths, max_length), np.int32)
     heads = np.zeros((num_paths, max_length), np.int32)
@@ -87,21 +93,41 @@ def paths_run(config, spec, run: RunDir) -> list[dict]:
     model, tokenizer = load(config)
     p, c = config.paths, model.config
     lengths = tuple(int(k) for k in p.lengths)
-    sampled = {k: sample_paths(config.seed, num_layers=c.num_layers, num_heads=c.block.num_heads, length=k,
-                               num_paths=p.num_paths, max_length=max(lengths)) for k in lengths}
+    sampled = {
+        k: sample_paths(
+            config.seed,
+            num_layers=c.num_layers,
+            num_heads=c.block.num_heads,
+            length=k,
+            num_paths=p.num_paths,
+            max_length=max(lengths),
+        )
+        for k in lengths
+    }
     value, out = value_output_maps(model)
-    groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
-                           config.corpus.sentences_per_length)
+    groups = length_groups(
+        tokenizer,
+        corpus_sentences(config),
+        tuple(config.corpus.lengths),
+        config.corpus.sentences_per_length,
+    )
     sums = {k: np.zeros(p.num_paths) for k in lengths}
     input_sum, count = 0.0, 0
     for group in groups:
-        ids = jnp.asarray(group.ids[:p.num_sentences])
+        ids = jnp.asarray(group.ids[: p.num_sentences])
         run.log(f"      paths: {len(ids)} sentences of {ids.shape[1]} tokens")
         hidden, attention = forward(model, ids)
         for k in lengths:
-            residuals = path_residuals(attention, hidden[0], value, out, *map(jnp.asarray, sampled[k]))
+            residuals = path_residuals(
+                attention, hidden[0], value, out, *map(jnp.asarray, sampled[k])
+            )
             sums[k] += np.asarray(jnp.sum(residuals, axis=1), np.float64)
         input_sum += float(jnp.sum(residual_ratio(hidden[0])))
         count += len(ids)
-    rows = [{"metric": "input_residual", "value": input_sum / count}, {"metric": "path_sentences", "value": count}]
-    return rows + [{"metric": "path_residual", "length": k, "values": sums[k] / count} for k in lengths]
+    rows = [
+        {"metric": "input_residual", "value": input_sum / count},
+        {"metric": "path_sentences", "value": count},
+    ]
+    return rows + [
+        {"metric": "path_residual", "length": k, "values": sums[k] / count} for k in lengths
+    ]

@@ -1,4 +1,5 @@
 """The pretrained study's report and README section: `templates/*.md.j2` over `context`."""
+
 from __future__ import annotations
 
 from experiments.pretrained import context

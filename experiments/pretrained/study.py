@@ -53,6 +53,7 @@ Everything is float32. Rows: `{"metric", "values"}` (means over sentences,
 "layer", "head", "reason", "tokens", "values"}` the heatmaps; and
 `{"metric": "path_residual", "length", "values": [num_paths]}`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -107,12 +108,19 @@ from experiments.pretrained.paths import paths_run
 
 HIGHEST = lax.Precision.HIGHEST
 # Surgery variants: the BlockConfig fields they change (every layer).
-VARIANTS = {"full": {}, "no_skip": {"skip": False}, "no_mlp": {"mlp": False},
-            "attention_only": {"skip": False, "mlp": False},
-            "no_norm": {"skip": False, "mlp": False, "norm": None, "final_norm": False}}
+VARIANTS = {
+    "full": {},
+    "no_skip": {"skip": False},
+    "no_mlp": {"mlp": False},
+    "attention_only": {"skip": False, "mlp": False},
+    "no_norm": {"skip": False, "mlp": False, "norm": None, "final_norm": False},
+}
 # Heatmaps of the last layer: (reason, metric, pick the largest?).
-EXAMPLE_HEADS = (("highest sink mass", "attention_sink", True), ("lowest entropy", "entropy", False),
-                 ("highest entropy", "entropy", True))
+EXAMPLE_HEADS = (
+    ("highest sink mass", "attention_sink", True),
+    ("lowest entropy", "entropy", False),
+    ("highest entropy", "entropy", True),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +165,10 @@ def specs(config) -> list[RunSpec]:
     _check_path("model.path", config.model.path, "path")
     hf_config = checkpoint_config(config)
     if hf_config is not None and hf_config.get("model_type") not in MODEL_TYPES:
-        raise ValueError(f"model.path: {config.model.path!r} holds model_type {hf_config.get('model_type')!r}; "
-                         f"supported: {MODEL_TYPES}")
+        raise ValueError(
+            f"model.path: {config.model.path!r} holds model_type {hf_config.get('model_type')!r}; "
+            f"supported: {MODEL_TYPES}"
+        )
     _check_path("text_file", config.text_file, "file")
     c = config.corpus
     if not config.text_file and (isinstance(c.modules, str) or not tuple(c.modules)):
@@ -192,12 +202,17 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     if not changes:
         return model
     block_fields = {f.name for f in dataclasses.fields(nn.BlockConfig)}
-    block = dataclasses.replace(model.config.block, **{k: v for k, v in changes.items() if k in block_fields})
-    config = dataclasses.replace(model.config, block=block,
-                                 **{k: v for k, v in changes.items() if k not in block_fields})
+    block = dataclasses.replace(
+        model.config.block, **{k: v for k, v in changes.items() if k in block_fields}
+    )
+    config = dataclasses.replace(
+        model.config, block=block, **{k: v for k, v in changes.items() if k not in block_fields}
+    )
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     pretrained = dict(nnx.to_flat_state(nnx.state(model)))
-    subset = nnx.from_flat_state({path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)})
+    subset = nnx.from_flat_state(
+        {path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)}
+    )
     return nnx.merge(graphdef, subset)
 
 
@@ -264,21 +279,30 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     head_mean = jnp.swapaxes(jnp.mean(a, axis=2), 0, 1)  # [B, L, n, n], still row-stochastic
     products = path_product(head_mean)
     first = distance_to_first(products)  # [B, L, n]
-    patterns = jax.nn.one_hot(classify_pattern(a), len(PATTERN_NAMES), dtype=a.dtype)  # [L, B, H, 6]
+    patterns = jax.nn.one_hot(
+        classify_pattern(a), len(PATTERN_NAMES), dtype=a.dtype
+    )  # [L, B, H, 6]
     heads = a.shape[2]
     redundancy = head_redundancy(a)  # [L, B, H, H], ones on the diagonal
     pairs = (jnp.sum(redundancy, axis=(-2, -1)) - heads) / max(heads * (heads - 1), 1)  # [L, B]
-    over_b = lambda x: jnp.sum(x, axis=-2)  # noqa: E731  (B is the axis before H)
+
+    def over_b(x):
+        return jnp.sum(x, axis=-2)
+
     return {
         "entropy": over_b(_query_mean(normalized_entropy(a, visible), weight)),
-        "slem": over_b(lam2), "tau": over_b(tau),
-        "attention_sink": over_b(attn_sink), "perron_sink": over_b(perron_sink),
+        "slem": over_b(lam2),
+        "tau": over_b(tau),
+        "attention_sink": over_b(attn_sink),
+        "perron_sink": over_b(perron_sink),
         "uniform_sink": jnp.sum(_query_mean(uniform_sink_mass(visible, s), weight), axis=-1),
         "diagonal_mean": over_b(_query_mean(diagonal, weight)),
-        "redundancy": jnp.sum(pairs, axis=1), "patterns": jnp.sum(patterns, axis=1),
+        "redundancy": jnp.sum(pairs, axis=1),
+        "patterns": jnp.sum(patterns, axis=1),
         "path_tau": jnp.sum(dobrushin(products), axis=0),
         "path_first_max": jnp.sum(jnp.max(first, axis=-1), axis=0),
-        "slem_over_tau": jnp.max(lam2 - tau), "slem_diagonal_error": jnp.max(error),
+        "slem_over_tau": jnp.max(lam2 - tau),
+        "slem_diagonal_error": jnp.max(error),
     }
 
 
@@ -296,7 +320,7 @@ MASSIVE_VALUE, MASSIVE_FACTOR = 100.0, 1000.0
 
 def _content_metrics(hidden: jax.Array, start: int, stop: int) -> tuple[jax.Array, jax.Array]:
     """Relative residual and mean token cosine `[L + 1, B]` of tokens start..n - stop - 1 (the sinks left out)."""
-    content = hidden[..., start:hidden.shape[-2] - stop, :]
+    content = hidden[..., start : hidden.shape[-2] - stop, :]
     return residual_ratio(content), token_cosine_similarity(content)
 
 
@@ -316,11 +340,17 @@ def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
     median = jnp.median(a, axis=-1)
     token, dim = where // size, where % size
     count = jnp.sum((a >= MASSIVE_VALUE) & (a >= MASSIVE_FACTOR * median[..., None]), axis=-1)
-    on_delimiter = jnp.take_along_axis(jnp.broadcast_to(delimiters, a.shape[:2] + delimiters.shape[-1:]),
-                                       token[..., None], axis=-1)[..., 0]
-    return {"ratio": top / jnp.maximum(median, jnp.finfo(a.dtype).tiny), "value": top, "count": count.astype(a.dtype),
-            "first": (token == 0).astype(a.dtype), "delimiter": (on_delimiter & (token > 0)).astype(a.dtype),
-            "dims": jax.nn.one_hot(dim, size, dtype=a.dtype)}
+    on_delimiter = jnp.take_along_axis(
+        jnp.broadcast_to(delimiters, a.shape[:2] + delimiters.shape[-1:]), token[..., None], axis=-1
+    )[..., 0]
+    return {
+        "ratio": top / jnp.maximum(median, jnp.finfo(a.dtype).tiny),
+        "value": top,
+        "count": count.astype(a.dtype),
+        "first": (token == 0).astype(a.dtype),
+        "delimiter": (on_delimiter & (token > 0)).astype(a.dtype),
+        "dims": jax.nn.one_hot(dim, size, dtype=a.dtype),
+    }
 
 
 @functools.partial(jax.jit, static_argnames=("span",))
@@ -346,22 +376,38 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     content_residual, content_cosine = _content_metrics(hidden, *span)
     massive = massive_activations(hidden, delimiters)
     log_residual = jnp.log(jnp.maximum(ranks.residual_ratio, jnp.finfo(hidden.dtype).tiny))
-    total = lambda x: jnp.sum(x, axis=1)  # noqa: E731
-    return {"residual": total(ranks.residual_ratio), "residual_abs": total(residual), "shared_norm": total(shared),
-            "cosine": total(ranks.token_cosine_similarity), "effective_rank": total(ranks.effective_rank),
-            "first_norm_ratio": total(first_ratio), "log_residual": total(log_residual),
-            "residual_content": total(content_residual), "cosine_content": total(content_cosine),
-            **{f"massive_{k}": total(v) for k, v in massive.items()},
-            "massive_value_sq": total(jnp.square(massive["value"])),
-            "sentence_log_residual": jnp.swapaxes(log_residual, 0, 1)}
+
+    def total(x):
+        return jnp.sum(x, axis=1)
+
+    return {
+        "residual": total(ranks.residual_ratio),
+        "residual_abs": total(residual),
+        "shared_norm": total(shared),
+        "cosine": total(ranks.token_cosine_similarity),
+        "effective_rank": total(ranks.effective_rank),
+        "first_norm_ratio": total(first_ratio),
+        "log_residual": total(log_residual),
+        "residual_content": total(content_residual),
+        "cosine_content": total(content_cosine),
+        **{f"massive_{k}": total(v) for k, v in massive.items()},
+        "massive_value_sq": total(jnp.square(massive["value"])),
+        "sentence_log_residual": jnp.swapaxes(log_residual, 0, 1),
+    }
 
 
 def _accumulate(total: dict, part: dict) -> dict:
     part = {k: np.asarray(v, np.float64) for k, v in part.items()}
     if not total:
         return part
-    merge = lambda k, v: np.maximum(total[k], v) if k in WORST else (  # noqa: E731
-        np.concatenate([total[k], v]) if k in PER_SENTENCE else total[k] + v)
+
+    def merge(k, v):
+        return (
+            np.maximum(total[k], v)
+            if k in WORST
+            else (np.concatenate([total[k], v]) if k in PER_SENTENCE else total[k] + v)
+        )
+
     return {k: merge(k, v) for k, v in part.items()}
 
 
@@ -369,13 +415,23 @@ def _example_rows(kind: str, group: Group, attention: np.ndarray, means: dict) -
     """Heatmap rows: `EXAMPLE_HEADS` of the last layer on the group's first sentence (distinct heads, so
     as many as the model has heads)."""
     layer, rows, chosen = attention.shape[0] - 1, [], set()
-    for reason, metric, largest in EXAMPLE_HEADS[:attention.shape[1]]:
-        values = np.asarray(means[metric][0] if metric == "attention_sink" else means[metric])[layer]
+    for reason, metric, largest in EXAMPLE_HEADS[: attention.shape[1]]:
+        values = np.asarray(means[metric][0] if metric == "attention_sink" else means[metric])[
+            layer
+        ]
         order = np.argsort(-values if largest else values, kind="stable")
         head = int(next(h for h in order if h not in chosen))
         chosen.add(head)
-        rows.append({"metric": "example", "layer": layer, "head": head, "reason": reason,
-                     "tokens": list(group.tokens[0]), "values": attention[layer, head]})
+        rows.append(
+            {
+                "metric": "example",
+                "layer": layer,
+                "head": head,
+                "reason": reason,
+                "tokens": list(group.tokens[0]),
+                "values": attention[layer, head],
+            }
+        )
     return rows
 
 
@@ -383,37 +439,78 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     base, tokenizer = load(config)
     model = surgery(base, spec.variant)
     kind, causal = family(config), base.config.causal
-    groups = length_groups(tokenizer, corpus_sentences(config), tuple(config.corpus.lengths),
-                           config.corpus.sentences_per_length)
+    groups = length_groups(
+        tokenizer,
+        corpus_sentences(config),
+        tuple(config.corpus.lengths),
+        config.corpus.sentences_per_length,
+    )
     totals, example = {}, None
     for group in groups:
         run.log(f"      {spec.variant}: {len(group.ids)} sentences of {group.ids.shape[1]} tokens")
         check_content_span(kind, group.tokens)
         hidden, attention = forward(model, jnp.asarray(group.ids))
-        sums = {**attention_sums(attention, jnp.asarray(sink_masks(kind, group.tokens)), causal=causal),
-                **hidden_sums(hidden, jnp.asarray(delimiter_masks(group.tokens)), span=CONTENT_SPAN[kind])}
+        sums = {
+            **attention_sums(attention, jnp.asarray(sink_masks(kind, group.tokens)), causal=causal),
+            **hidden_sums(
+                hidden, jnp.asarray(delimiter_masks(group.tokens)), span=CONTENT_SPAN[kind]
+            ),
+        }
         totals = _accumulate(totals, jax.device_get(sums))
         if example is None:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)
-    means = {k: v if k in WORST + PER_SENTENCE + ("massive_dims",) else v / count for k, v in totals.items()}
+    means = {
+        k: v if k in WORST + PER_SENTENCE + ("massive_dims",) else v / count
+        for k, v in totals.items()
+    }
     c = base.config.block
-    rows = [{"metric": "model", "num_layers": base.config.num_layers, "num_heads": c.num_heads,
-             "num_kv_heads": c.attention.kv_heads(c.num_heads), "causal": causal, "norm": c.norm, "family": kind},
-            {"metric": "groups", "lengths": [int(g.ids.shape[1]) for g in groups],
-             "counts": [len(g.ids) for g in groups]},
-            {"metric": "norms", "value": kept_norms(model.config)}]
+    rows = [
+        {
+            "metric": "model",
+            "num_layers": base.config.num_layers,
+            "num_heads": c.num_heads,
+            "num_kv_heads": c.attention.kv_heads(c.num_heads),
+            "causal": causal,
+            "norm": c.norm,
+            "family": kind,
+        },
+        {
+            "metric": "groups",
+            "lengths": [int(g.ids.shape[1]) for g in groups],
+            "counts": [len(g.ids) for g in groups],
+        },
+        {"metric": "norms", "value": kept_norms(model.config)},
+    ]
     categories = SINKS[kind]
     if spec.variant != "full":  # the surgery variants keep only the mean over heads, [L, 1]
-        means = {k: v.mean(axis=-1, keepdims=True) if k in PER_HEAD else v for k, v in means.items()}
+        means = {
+            k: v.mean(axis=-1, keepdims=True) if k in PER_HEAD else v for k, v in means.items()
+        }
     for name, values in means.items():
         if name in ("attention_sink", "perron_sink", "uniform_sink"):
-            rows += [{"metric": name, "sink": cat, "values": values[i]} for i, cat in enumerate(categories)]
+            rows += [
+                {"metric": name, "sink": cat, "values": values[i]}
+                for i, cat in enumerate(categories)
+            ]
         elif name in WORST:
             rows.append({"metric": name, "value": float(values)})
-        elif name == "massive_dims":  # sentences per dimension holding the largest activation, nonzero only
-            rows.append({"metric": name, "values": [[[int(d), int(c)] for d in np.argsort(-row, kind="stable")
-                                                    if (c := row[d]) > 0] for row in values]})
+        elif (
+            name == "massive_dims"
+        ):  # sentences per dimension holding the largest activation, nonzero only
+            rows.append(
+                {
+                    "metric": name,
+                    "values": [
+                        [
+                            [int(d), int(c)]
+                            for d in np.argsort(-row, kind="stable")
+                            if (c := row[d]) > 0
+                        ]
+                        for row in values
+                    ],
+                }
+            )
         elif name == "patterns":  # each head's most frequent class over the sentences
             rows.append({"metric": "pattern", "values": np.argmax(values, axis=-1)})
         else:

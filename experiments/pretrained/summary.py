@@ -7,6 +7,7 @@ examples and the single-head paths. The readers below (`head_mean`, `sink`,
 `geometric_residual`, ...) are the one definition of each number that the
 checks, the report and the figures quote.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,13 @@ from experiments.pretrained.study import VARIANTS
 RESIDUAL_FLOOR = 1e-5
 # A per-sentence decay rate is fitted on at least this many resolved layers >= 1.
 MIN_RATE_LAYERS = 3
-VARIANT_LABELS = {"full": "full model", "no_skip": "no skips", "no_mlp": "no MLPs", "attention_only": "attention only",
-                  "no_norm": "attention only, no norms"}
+VARIANT_LABELS = {
+    "full": "full model",
+    "no_skip": "no skips",
+    "no_mlp": "no MLPs",
+    "attention_only": "attention only",
+    "no_norm": "attention only, no norms",
+}
 # The variants without skips and MLPs: the attention-only networks whose collapse the papers predict.
 ATTENTION_ONLY = ("attention_only", "no_norm")
 MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
@@ -31,7 +37,9 @@ MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
 # Rows -> summary
 
 
-def sentence_rates(log_residual, floor: float = RESIDUAL_FLOOR, min_layers: int = MIN_RATE_LAYERS) -> list:
+def sentence_rates(
+    log_residual, floor: float = RESIDUAL_FLOOR, min_layers: int = MIN_RATE_LAYERS
+) -> list:
     """Each sentence's decay factor per layer: exp of the least-squares slope of log r_l over layers l >= 1.
 
     log_residual `[S, L + 1]`. The fit uses layers 1, 2, ... while r_l >=
@@ -43,8 +51,10 @@ def sentence_rates(log_residual, floor: float = RESIDUAL_FLOOR, min_layers: int 
     for logs in array(log_residual):
         resolved = logs[1:] >= np.log(floor)
         stop = int(np.argmin(resolved)) if not resolved.all() else len(resolved)
-        layers, values = np.arange(1, stop + 1), logs[1:stop + 1]
-        rates.append(float(np.exp(np.polyfit(layers, values, 1)[0])) if stop >= min_layers else None)
+        layers, values = np.arange(1, stop + 1), logs[1 : stop + 1]
+        rates.append(
+            float(np.exp(np.polyfit(layers, values, 1)[0])) if stop >= min_layers else None
+        )
     return rates
 
 
@@ -68,9 +78,12 @@ def _paths_summary(rows: list[dict]) -> dict | None:
     if not rows:
         return None
     paths = select(rows, metric="path_residual")
-    return {"lengths": [r["length"] for r in paths], "residual": [r["values"] for r in paths],
-            "input_residual": select(rows, metric="input_residual")[0]["value"],
-            "sentences": select(rows, metric="path_sentences")[0]["value"]}
+    return {
+        "lengths": [r["length"] for r in paths],
+        "residual": [r["values"] for r in paths],
+        "input_residual": select(rows, metric="input_residual")[0]["value"],
+        "sentences": select(rows, metric="path_sentences")[0]["value"],
+    }
 
 
 def _rounded(value, digits: int = 5):
@@ -86,18 +99,32 @@ def _rounded(value, digits: int = 5):
 
 def summarize(rows: list[dict], config) -> dict:
     depth = select(rows, part="depth")
-    model = {k: v for k, v in select(depth, metric="model")[0].items() if k not in ("metric", "run", "part", "variant")}
+    model = {
+        k: v
+        for k, v in select(depth, metric="model")[0].items()
+        if k not in ("metric", "run", "part", "variant")
+    }
     groups = select(depth, metric="groups")[0]
-    return _rounded({
-        "model": {"name": model_name(config), **model},
-        "corpus": {"source": config.text_file or f"docstrings of {len(config.corpus.modules)} standard-library modules",
-                   "lengths": groups["lengths"], "counts": groups["counts"]},
-        "sink_categories": list(SINKS[model["family"]]),
-        "variants": {v: _variant_summary(select(depth, variant=v)) for v in distinct(depth, "variant")},
-        "examples": [{k: r[k] for k in ("layer", "head", "reason", "tokens", "values")}
-                     for r in select(depth, metric="example")],
-        "paths": _paths_summary(select(rows, part="paths")),
-    })
+    return _rounded(
+        {
+            "model": {"name": model_name(config), **model},
+            "corpus": {
+                "source": config.text_file
+                or f"docstrings of {len(config.corpus.modules)} standard-library modules",
+                "lengths": groups["lengths"],
+                "counts": groups["counts"],
+            },
+            "sink_categories": list(SINKS[model["family"]]),
+            "variants": {
+                v: _variant_summary(select(depth, variant=v)) for v in distinct(depth, "variant")
+            },
+            "examples": [
+                {k: r[k] for k in ("layer", "head", "reason", "tokens", "values")}
+                for r in select(depth, metric="example")
+            ],
+            "paths": _paths_summary(select(rows, part="paths")),
+        }
+    )
 
 
 # --------------------------------------------------------------------------
@@ -161,10 +188,17 @@ def massive(variant: dict) -> dict:
     `dims` (per state, `[dimension, sentences]` pairs, most sentences first)."""
     value, square = array(variant["massive_value"]), array(variant["massive_value_sq"])
     first, delimiter = array(variant["massive_first"]), array(variant["massive_delimiter"])
-    spread = np.sqrt(np.maximum(square - value ** 2, 0)) / np.maximum(value, 1e-300)
-    return {"ratio": array(variant["massive_ratio"]), "value": value, "spread": spread,
-            "count": array(variant["massive_count"]), "first": first, "delimiter": delimiter,
-            "other": 1 - first - delimiter, "dims": variant["massive_dims"]}
+    spread = np.sqrt(np.maximum(square - value**2, 0)) / np.maximum(value, 1e-300)
+    return {
+        "ratio": array(variant["massive_ratio"]),
+        "value": value,
+        "spread": spread,
+        "count": array(variant["massive_count"]),
+        "first": first,
+        "delimiter": delimiter,
+        "other": 1 - first - delimiter,
+        "dims": variant["massive_dims"],
+    }
 
 
 def path_medians(paths: dict) -> np.ndarray:

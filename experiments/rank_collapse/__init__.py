@@ -6,8 +6,16 @@ holds the literature checks, `layernorm.py` Wu et al.'s LayerNorm dynamics on
 constructed weights, `figures.py` the plots, and `report.py` renders
 `templates/` (report and README section) over the summary.
 """
+
 from attnjax.study import Study
 from experiments.rank_collapse import checks, figures, report, study, summary
 
-STUDY = Study(name="rank_collapse", specs=study.specs, run_one=study.run_one, summarize=summary.summarize,
-              predictions=checks.predictions, figures=figures.figures, report=report.markdown)
+STUDY = Study(
+    name="rank_collapse",
+    specs=study.specs,
+    run_one=study.run_one,
+    summarize=summary.summarize,
+    predictions=checks.predictions,
+    figures=figures.figures,
+    report=report.markdown,
+)

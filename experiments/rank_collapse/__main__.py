@@ -1,4 +1,5 @@
 """python -m experiments.rank_collapse --config configs/rank_collapse.py --workdir runs/rc"""
+
 from experiments.cli import study_main
 from experiments.rank_collapse import STUDY
 

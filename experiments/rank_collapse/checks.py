@@ -10,6 +10,7 @@ measurements, in a regime that is reported beside every residual
 Each record's name, claim and note are the check's own words; the numbers
 come from `summary.py`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,10 @@ LAMBDA2_SOURCE = "Wu et al. 2024 (setting); lower-triangular maps: |lambda_2| = 
 # Wu et al. 2024's statements, quoted in the checks (abstract; the last from their Figure 2's caption).
 WU_MASKED = "pure masked attention still suffers from exponential collapse to a rank one subspace"
 WU_LAYERNORM = "for certain classes of value matrices, collapse to a rank one subspace still happens exponentially"
-WU_NO_COLLAPSE = ("with proper choice of value matrices, a general class of sequences may not converge to a rank one "
-                  "subspace")
+WU_NO_COLLAPSE = (
+    "with proper choice of value matrices, a general class of sequences may not converge to a rank one "
+    "subspace"
+)
 WU_RANDOM = "as soon as we solely add in LayerNorm, mu(X(t)) no longer converge to zero in randomly initialized models"
 # Not collapsed: the consensus distance (relative residual) at the last layer is at least this.
 NO_COLLAPSE = 1e-3
@@ -58,21 +61,38 @@ def regime_checks(summary: dict) -> list[dict]:
     source = "Vaswani et al. 2017 (Var(q.k / sqrt(d)) = 1); Dong et al. 2021"
     run = s.dong_run(summary)
     if run is None:
-        return [_missing("attention at initialisation is not uniform", source, "layer-1 entropy / tau", DONG_RUN)]
+        return [
+            _missing(
+                "attention at initialisation is not uniform",
+                source,
+                "layer-1 entropy / tau",
+                DONG_RUN,
+            )
+        ]
     std, reg = run["spec"]["embedding_std"], s.regime(run)
     predicted = s.predicted_logit_variance(std, s.config_of(summary).model.features)
     ratio = reg["logit_variance"] / predicted
     setting = f"attention only, init, embedding std {s.std_label(std)}"
     return [
-        prediction(f"attention at initialisation is not uniform ({setting})", source,
-                   f"layer-1 normalised entropy <= {ENTROPY_MAX} and Dobrushin tau >= {TAU_MIN}", reg["entropy"],
-                   reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN,
-                   f"entropy {reg['entropy']:.3f} (1 = uniform), tau {reg['tau']:.3f}", kind="sanity"),
-        prediction(f"layer-1 logit variance = (std_e^2 + std_p^2)^2 ({setting})", "Vaswani et al. 2017",
-                   f"measured / predicted within a factor {LOGIT_VARIANCE_FACTOR:g}", ratio,
-                   1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR,
-                   f"measured {reg['logit_variance']:.4g}, predicted {predicted:.4g} (LeCun-normal W_Q, W_K; "
-                   f"position std {nn.POSITION_INIT_STD})", kind="sanity"),
+        prediction(
+            f"attention at initialisation is not uniform ({setting})",
+            source,
+            f"layer-1 normalised entropy <= {ENTROPY_MAX} and Dobrushin tau >= {TAU_MIN}",
+            reg["entropy"],
+            reg["entropy"] <= ENTROPY_MAX and reg["tau"] >= TAU_MIN,
+            f"entropy {reg['entropy']:.3f} (1 = uniform), tau {reg['tau']:.3f}",
+            kind="sanity",
+        ),
+        prediction(
+            f"layer-1 logit variance = (std_e^2 + std_p^2)^2 ({setting})",
+            "Vaswani et al. 2017",
+            f"measured / predicted within a factor {LOGIT_VARIANCE_FACTOR:g}",
+            ratio,
+            1 / LOGIT_VARIANCE_FACTOR <= ratio <= LOGIT_VARIANCE_FACTOR,
+            f"measured {reg['logit_variance']:.4g}, predicted {predicted:.4g} (LeCun-normal W_Q, W_K; "
+            f"position std {nn.POSITION_INIT_STD})",
+            kind="sanity",
+        ),
     ]
 
 
@@ -80,34 +100,66 @@ def bound_check(looseness: list[dict], label: str, source: str = "Dong et al. 20
     """Sanity (a theorem): measured <= Dong's bound (γ = 1) at every resolved layer; `looseness` is
     `summary.bound_looseness`."""
     name = f"residual <= Dong's bound at every resolved layer ({label})"
-    claim = ("||res(X_l)||_1,inf <= c_l ||res(X_(l-1))||_1,inf^3, c_l = 4 gamma sum_h ||W_QK^h||_1 "
-             "||W_V^h||_1,inf / sqrt(d_qk), gamma = 1")
+    claim = (
+        "||res(X_l)||_1,inf <= c_l ||res(X_(l-1))||_1,inf^3, c_l = 4 gamma sum_h ||W_QK^h||_1 "
+        "||W_V^h||_1,inf / sqrt(d_qk), gamma = 1"
+    )
     if not looseness:
-        return prediction(name, source, claim, None, None, f"not measured: no layer resolved above {s.RESOLVED:g}",
-                          kind="sanity")
+        return prediction(
+            name,
+            source,
+            claim,
+            None,
+            None,
+            f"not measured: no layer resolved above {s.RESOLVED:g}",
+            kind="sanity",
+        )
     worst = max(row["max"] for row in looseness)
-    per_layer = "; ".join(f"layer {row['layer']}: {row['median']:.3g} [{row['min']:.3g}, {row['max']:.3g}]"
-                          for row in looseness)
-    return prediction(name, source, claim, worst, worst <= 1,
-                      f"largest measured / bound; per layer median [min, max]: {per_layer}. The bound is linear "
-                      f"in gamma: it holds for gamma >= {worst:.3g}, and is tight there", kind="sanity")
+    per_layer = "; ".join(
+        f"layer {row['layer']}: {row['median']:.3g} [{row['min']:.3g}, {row['max']:.3g}]"
+        for row in looseness
+    )
+    return prediction(
+        name,
+        source,
+        claim,
+        worst,
+        worst <= 1,
+        f"largest measured / bound; per layer median [min, max]: {per_layer}. The bound is linear "
+        f"in gamma: it holds for gamma >= {worst:.3g}, and is tight there",
+        kind="sanity",
+    )
 
 
 def exponent_check(exponent: dict, label: str, source: str = "Dong et al. 2021") -> dict:
     """Prediction: Dong's per-layer exponent is >= `DONG_EXPONENT` within its interval over seeds, from
     >= `summary.DONG_MIN_LAYERS` consecutive resolved layers; `exponent` is `summary.cubic_exponent`."""
     name = f"Dong's cubic exponent ({label})"
-    claim = (f"slope of log ||res(X_l)|| on log ||res(X_(l-1))|| >= {DONG_EXPONENT:g} (the theorem's "
-             "||res(SA(X))|| <= c ||res(X)||^3), upper end of its 95% interval over seeds")
+    claim = (
+        f"slope of log ||res(X_l)|| on log ||res(X_(l-1))|| >= {DONG_EXPONENT:g} (the theorem's "
+        "||res(SA(X))|| <= c ||res(X)||^3), upper end of its 95% interval over seeds"
+    )
     if exponent["layers"] < s.DONG_MIN_LAYERS:
-        return prediction(name, source, claim, exponent["mean"], False,
-                          f"only {exponent['layers']} consecutive layers above {s.RESOLVED:g} (need "
-                          f"{s.DONG_MIN_LAYERS}): the regime does not resolve the exponent")
+        return prediction(
+            name,
+            source,
+            claim,
+            exponent["mean"],
+            False,
+            f"only {exponent['layers']} consecutive layers above {s.RESOLVED:g} (need "
+            f"{s.DONG_MIN_LAYERS}): the regime does not resolve the exponent",
+        )
     passed = bool(np.isfinite(exponent["high"])) and exponent["high"] >= DONG_EXPONENT
-    return prediction(name, source, claim, exponent["mean"], passed,
-                      f"{exponent['mean']:.3g} [{exponent['low']:.3g}, {exponent['high']:.3g}] over "
-                      f"{exponent['seeds']} seeds; layers 0-{exponent['layers'] - 1} resolved (every point above "
-                      f"{s.RESOLVED:g}); per-seed slopes {_numbers(exponent['slopes'])}")
+    return prediction(
+        name,
+        source,
+        claim,
+        exponent["mean"],
+        passed,
+        f"{exponent['mean']:.3g} [{exponent['low']:.3g}, {exponent['high']:.3g}] over "
+        f"{exponent['seeds']} seeds; layers 0-{exponent['layers'] - 1} resolved (every point above "
+        f"{s.RESOLVED:g}); per-seed slopes {_numbers(exponent['slopes'])}",
+    )
 
 
 def dong_checks(summary: dict) -> list[dict]:
@@ -115,13 +167,21 @@ def dong_checks(summary: dict) -> list[dict]:
     run = s.dong_run(summary)
     if run is None:
         return [_missing("Dong's cubic exponent", source, "slope >= 3", DONG_RUN)]
-    label = (f"bidirectional attention only, init, L={run['spec']['depth']}, embedding std "
-             f"{s.std_label(run['spec']['embedding_std'])}, float64")
+    label = (
+        f"bidirectional attention only, init, L={run['spec']['depth']}, embedding std "
+        f"{s.std_label(run['spec']['embedding_std'])}, float64"
+    )
     exponent = s.dong_exponent(run)
     return [
-        prediction(f"float64 profile resolved ({label})", source,
-                   f">= {s.DONG_MIN_LAYERS} consecutive layers with every r > {s.RESOLVED:g}", exponent["layers"],
-                   exponent["layers"] >= s.DONG_MIN_LAYERS, f"layers 0-{exponent['layers'] - 1}", kind="sanity"),
+        prediction(
+            f"float64 profile resolved ({label})",
+            source,
+            f">= {s.DONG_MIN_LAYERS} consecutive layers with every r > {s.RESOLVED:g}",
+            exponent["layers"],
+            exponent["layers"] >= s.DONG_MIN_LAYERS,
+            f"layers 0-{exponent['layers'] - 1}",
+            kind="sanity",
+        ),
         exponent_check(exponent, label, source),
         bound_check(s.dong_looseness(run), label, source),
     ]
@@ -129,50 +189,82 @@ def dong_checks(summary: dict) -> list[dict]:
 
 def noci_check(summary: dict) -> dict:
     source = "Noci et al. 2022"
-    claim = (f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} in every seed at every depth; its unscaled "
-             "control's mean r_L falls below the scaled one's at the deepest")
+    claim = (
+        f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} in every seed at every depth; its unscaled "
+        "control's mean r_L falls below the scaled one's at the deepest"
+    )
     scaled = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip_scaled")}
     control = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip")}
     depths = sorted(set(scaled) & set(control))
     if not depths:
-        return _missing("1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip")
+        return _missing(
+            "1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip"
+        )
     r_scaled = {d: s.seed_interval(s.last_per_seed(scaled[d])) for d in depths}
     r_control = {d: s.seed_interval(s.last_per_seed(control[d])) for d in depths}
     lowest = min(float(s.last_per_seed(scaled[d]).min()) for d in depths)
     deepest = depths[-1]
     passed = lowest >= NOCI_MIN_RESIDUAL and r_control[deepest]["mean"] < r_scaled[deepest]["mean"]
-    return prediction(f"skip scaled by 1/sqrt(L) keeps rank (no LN or MLP, init, L={', '.join(map(str, depths))}, "
-                      f"{r_scaled[deepest]['seeds']} seeds)", source, claim, lowest, passed,
-                      "lowest seed's r_L; r_L scaled / unscaled: " + ", ".join(
-                          f"L={d}: {_interval(r_scaled[d])} / {_interval(r_control[d])}" for d in depths))
+    return prediction(
+        f"skip scaled by 1/sqrt(L) keeps rank (no LN or MLP, init, L={', '.join(map(str, depths))}, "
+        f"{r_scaled[deepest]['seeds']} seeds)",
+        source,
+        claim,
+        lowest,
+        passed,
+        "lowest seed's r_L; r_L scaled / unscaled: "
+        + ", ".join(f"L={d}: {_interval(r_scaled[d])} / {_interval(r_control[d])}" for d in depths),
+    )
 
 
-def remedy_check(placement: str, unscaled: list[dict], scaled: list[dict], source: str = "Noci et al. 2022") -> dict:
+def remedy_check(
+    placement: str, unscaled: list[dict], scaled: list[dict], source: str = "Noci et al. 2022"
+) -> dict:
     """Prediction: with residual branches scaled by 1/sqrt(L) the query/key gradients do not vanish with depth,
     without the scaling they do (`unscaled`, `scaled`: runs by depth, `summary.noci_pairs`)."""
     depths = sorted({r["spec"]["depth"] for r in unscaled} & {r["spec"]["depth"] for r in scaled})
     name = f"1/sqrt(L) residual scaling keeps query/key gradients ({placement}, MLP, bidirectional, init)"
-    claim = (f"g(L) = geometric mean over layers of ||grad W_QK|| / ||grad W_V||; g(L_max) / g(L_min) per seed: "
-             f"lower end of its 95% interval over seeds >= {GRADIENT_DROP:g} with the scaling, upper end < "
-             f"{GRADIENT_DROP:g} without")
+    claim = (
+        f"g(L) = geometric mean over layers of ||grad W_QK|| / ||grad W_V||; g(L_max) / g(L_min) per seed: "
+        f"lower end of its 95% interval over seeds >= {GRADIENT_DROP:g} with the scaling, upper end < "
+        f"{GRADIENT_DROP:g} without"
+    )
     if len(depths) < 2:
-        return prediction(name, source, claim, None, None, "not measured: fewer than two depths in both variants")
-    at = lambda found, d: next(r for r in found if r["spec"]["depth"] == d)  # noqa: E731
-    drops = {label: s.gradient_drop(at(found, depths[0]), at(found, depths[-1]))
-             for label, found in (("scaled", scaled), ("unscaled", unscaled))}
+        return prediction(
+            name, source, claim, None, None, "not measured: fewer than two depths in both variants"
+        )
+
+    def at(found, d):
+        return next(r for r in found if r["spec"]["depth"] == d)
+
+    drops = {
+        label: s.gradient_drop(at(found, depths[0]), at(found, depths[-1]))
+        for label, found in (("scaled", scaled), ("unscaled", unscaled))
+    }
     kept = np.isfinite(drops["scaled"]["low"]) and drops["scaled"]["low"] >= GRADIENT_DROP
     vanished = np.isfinite(drops["unscaled"]["high"]) and drops["unscaled"]["high"] < GRADIENT_DROP
     notes = "; ".join(f"{label}: {_interval(d)}" for label, d in drops.items())
-    return prediction(name, source, claim, drops["scaled"]["mean"], bool(kept and vanished),
-                      f"g(L={depths[-1]}) / g(L={depths[0]}) over {drops['scaled']['seeds']} seeds, {notes}")
+    return prediction(
+        name,
+        source,
+        claim,
+        drops["scaled"]["mean"],
+        bool(kept and vanished),
+        f"g(L={depths[-1]}) / g(L={depths[0]}) over {drops['scaled']['seeds']} seeds, {notes}",
+    )
 
 
 def gradient_checks(summary: dict) -> list[dict]:
     checks = [remedy_check(placement, *pair) for placement, pair in s.noci_pairs(summary).items()]
     if not checks:
-        checks.append(_missing("1/sqrt(L) residual scaling keeps query/key gradients", "Noci et al. 2022",
-                               "the scaled variant's g(L) does not fall with depth, the unscaled one's does",
-                               "noci_sweep with a placement of summary.NOCI_PAIRS at two depths"))
+        checks.append(
+            _missing(
+                "1/sqrt(L) residual scaling keeps query/key gradients",
+                "Noci et al. 2022",
+                "the scaled variant's g(L) does not fall with depth, the unscaled one's does",
+                "noci_sweep with a placement of summary.NOCI_PAIRS at two depths",
+            )
+        )
     return checks
 
 
@@ -184,37 +276,72 @@ def _window_notes(windows: list[dict]) -> str:
     def one(w):
         text = f"layers {w['layers'][0]}-{w['layers'][1]}: rate {_interval(w['rate'])}"
         if "lambda2" in w:
-            text += (f", |lambda_2| {_interval(w['lambda2'])}, ratio {_interval(w['ratio'])}, entropy / log S "
-                     f"{w['entropy']['mean']:.3f}")
+            text += (
+                f", |lambda_2| {_interval(w['lambda2'])}, ratio {_interval(w['ratio'])}, entropy / log S "
+                f"{w['entropy']['mean']:.3f}"
+            )
         return text
 
     return "; ".join(one(w) for w in windows)
 
 
-def exponential_check(windows: list[dict], name: str, quote: str = WU_MASKED, source: str = "Wu et al. 2024",
-                      note: str = "") -> dict:
+def exponential_check(
+    windows: list[dict],
+    name: str,
+    quote: str = WU_MASKED,
+    source: str = "Wu et al. 2024",
+    note: str = "",
+) -> dict:
     """Prediction: a constant per-layer rate below 1 (`windows`: `summary.rate_windows` or `window_rates`)."""
-    claim = (f"'{quote}': per-layer rate of r_l below 1 in both depth windows (upper end of its 95% interval "
-             f"over seeds), the late window's log-rate within a factor {EXPONENTIAL_FACTOR:g} of the early one's")
+    claim = (
+        f"'{quote}': per-layer rate of r_l below 1 in both depth windows (upper end of its 95% interval "
+        f"over seeds), the late window's log-rate within a factor {EXPONENTIAL_FACTOR:g} of the early one's"
+    )
     if not windows:
-        return prediction(name, source, claim, None, None, f"not measured: fewer than 3 layers above {s.RESOLVED:g}")
+        return prediction(
+            name,
+            source,
+            claim,
+            None,
+            None,
+            f"not measured: fewer than 3 layers above {s.RESOLVED:g}",
+        )
     early, late = (np.log(w["rate"]["mean"]) for w in windows)
-    ratio = late / early if early < 0 else float("nan")  # no collapse in the early window: not exponential
+    ratio = (
+        late / early if early < 0 else float("nan")
+    )  # no collapse in the early window: not exponential
     below = all(np.isfinite(w["rate"]["high"]) and w["rate"]["high"] < 1 for w in windows)
     steady = 1 / EXPONENTIAL_FACTOR <= ratio <= EXPONENTIAL_FACTOR
-    return prediction(name, source, claim, windows[-1]["rate"]["mean"], bool(below and steady),
-                      f"{_window_notes(windows)}; log-rate late / early {ratio:.3g}{note}")
+    return prediction(
+        name,
+        source,
+        claim,
+        windows[-1]["rate"]["mean"],
+        bool(below and steady),
+        f"{_window_notes(windows)}; log-rate late / early {ratio:.3g}{note}",
+    )
 
 
 def lambda2_check(windows: list[dict], label: str, source: str = LAMBDA2_SOURCE) -> dict:
     """Prediction: the causal rate is the geometric mean |λ2| of the layers' maps (`windows`: `window_rates`)."""
     name = f"the causal collapse rate is the maps' |lambda_2| ({label})"
-    claim = (f"rate / |lambda_2| (geometric mean over the window's layers) within 1 +- {LAMBDA2_TOLERANCE:g} in both "
-             "depth windows, mean over seeds; uniform causal attention has |lambda_2| = a_11 = 1/2")
+    claim = (
+        f"rate / |lambda_2| (geometric mean over the window's layers) within 1 +- {LAMBDA2_TOLERANCE:g} in both "
+        "depth windows, mean over seeds; uniform causal attention has |lambda_2| = a_11 = 1/2"
+    )
     if not windows:
-        return prediction(name, source, claim, None, None, f"not measured: fewer than 3 layers above {s.RESOLVED:g}")
+        return prediction(
+            name,
+            source,
+            claim,
+            None,
+            None,
+            f"not measured: fewer than 3 layers above {s.RESOLVED:g}",
+        )
     passed = all(abs(w["ratio"]["mean"] - 1) <= LAMBDA2_TOLERANCE for w in windows)
-    return prediction(name, source, claim, windows[-1]["ratio"]["mean"], passed, _window_notes(windows))
+    return prediction(
+        name, source, claim, windows[-1]["ratio"]["mean"], passed, _window_notes(windows)
+    )
 
 
 def mask_checks(summary: dict) -> list[dict]:
@@ -223,22 +350,39 @@ def mask_checks(summary: dict) -> list[dict]:
     for run, bidir in s.mask_pairs(summary, architecture="attention_only"):
         depth, windows = run["spec"]["depth"], s.causal_windows(run)
         label = f"init, L={depth}, {len(s.init(run, 'residual_fro'))} seeds"
-        checks += [exponential_check(windows, f"causal pure attention collapses exponentially ({label})",
-                                     note=". Dong et al.'s theorem (unmasked attention) is not applied to causal runs"),
-                   lambda2_check(windows, label)]
+        checks += [
+            exponential_check(
+                windows,
+                f"causal pure attention collapses exponentially ({label})",
+                note=". Dong et al.'s theorem (unmasked attention) is not applied to causal runs",
+            ),
+            lambda2_check(windows, label),
+        ]
         bidir_l = None if bidir is None else s.layers_to(s.profile(bidir), 1e-6)
         if bidir_l is not None:
             at = s.seed_interval(s.init(run, "residual_fro")[:, bidir_l])
             causal_l = s.layers_to(s.profile(run), 1e-6)
-            checks.append(prediction(
-                f"the causal mask slows the collapse (attention only, init, L={depth})", source,
-                f"causal r > 1e-6 at the layer where bidirectional r first falls below it (layer {bidir_l}), lower "
-                "end of its 95% interval over seeds", at["mean"], bool(np.isfinite(at["low"]) and at["low"] > 1e-6),
-                f"causal r there {_interval(at)}; its mean first below 1e-6 at layer "
-                f"{causal_l if causal_l is not None else 'none'} of {depth}"))
+            checks.append(
+                prediction(
+                    f"the causal mask slows the collapse (attention only, init, L={depth})",
+                    source,
+                    f"causal r > 1e-6 at the layer where bidirectional r first falls below it (layer {bidir_l}), lower "
+                    "end of its 95% interval over seeds",
+                    at["mean"],
+                    bool(np.isfinite(at["low"]) and at["low"] > 1e-6),
+                    f"causal r there {_interval(at)}; its mean first below 1e-6 at layer "
+                    f"{causal_l if causal_l is not None else 'none'} of {depth}",
+                )
+            )
     if not checks:
-        checks.append(_missing("causal pure attention collapses exponentially", source, "constant rate < 1",
-                               "mask_sweep run of attention_only"))
+        checks.append(
+            _missing(
+                "causal pure attention collapses exponentially",
+                source,
+                "constant rate < 1",
+                "mask_sweep run of attention_only",
+            )
+        )
     return checks
 
 
@@ -249,33 +393,62 @@ def layernorm_checks(summary: dict) -> list[dict]:
     block = s.config_of(summary).get("layernorm")
     run = s.layernorm_run(summary, "orthogonal")
     if run is not None:
-        label = (f"LayerNorm, orthogonal W_V, causal, {block.num_tokens} tokens in {block.dim}-D, "
-                 f"{len(s.init(run, 'consensus_ln'))} seeds")
-        checks.append(exponential_check(s.rate_windows(s.init(run, "consensus_ln")),
-                                        f"LayerNorm does not stop exponential collapse ({label})", WU_LAYERNORM))
+        label = (
+            f"LayerNorm, orthogonal W_V, causal, {block.num_tokens} tokens in {block.dim}-D, "
+            f"{len(s.init(run, 'consensus_ln'))} seeds"
+        )
+        checks.append(
+            exponential_check(
+                s.rate_windows(s.init(run, "consensus_ln")),
+                f"LayerNorm does not stop exponential collapse ({label})",
+                WU_LAYERNORM,
+            )
+        )
     run = s.layernorm_run(summary, "full_rank")
     if run is not None:
-        with_ln, plain = s.last_per_seed(run, "consensus_ln"), s.last_per_seed(run, "consensus_plain")
+        with_ln, plain = (
+            s.last_per_seed(run, "consensus_ln"),
+            s.last_per_seed(run, "consensus_plain"),
+        )
         ranks, interval = s.init(run, "rank_ln"), s.seed_interval(with_ln)
-        checks.append(prediction(
-            f"LayerNorm with constructed W_V keeps a full-rank equilibrium (causal, 2 tokens in 2-D, "
-            f"L={run['spec']['depth']}, {interval['seeds']} seeds)", source,
-            f"'{WU_NO_COLLAPSE}': with LayerNorm the last layer's tokens have rank 2 and consensus distance >= "
-            f"{NO_COLLAPSE:g} in every seed; without it the same weights fall below {NO_COLLAPSE:g} in every seed",
-            interval["mean"], bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE),
-            f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}), rank of the last layer's tokens "
-            f"{_numbers(ranks, '.0f')}; without {_interval(s.seed_interval(plain))} (max {plain.max():.3g})"))
+        checks.append(
+            prediction(
+                f"LayerNorm with constructed W_V keeps a full-rank equilibrium (causal, 2 tokens in 2-D, "
+                f"L={run['spec']['depth']}, {interval['seeds']} seeds)",
+                source,
+                f"'{WU_NO_COLLAPSE}': with LayerNorm the last layer's tokens have rank 2 and consensus distance >= "
+                f"{NO_COLLAPSE:g} in every seed; without it the same weights fall below {NO_COLLAPSE:g} in every seed",
+                interval["mean"],
+                bool(
+                    ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE
+                ),
+                f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}), rank of the last layer's tokens "
+                f"{_numbers(ranks, '.0f')}; without {_interval(s.seed_interval(plain))} (max {plain.max():.3g})",
+            )
+        )
     for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
         last = s.last_per_seed(run, "residual_fro")
         interval = s.seed_interval(last)
-        checks.append(prediction(
-            f"LayerNorm after attention stops collapse at random initialisation (attention only, causal, "
-            f"L={run['spec']['depth']}, {interval['seeds']} seeds)", "Wu et al. 2024 (Figure 2)",
-            f"'{WU_RANDOM}': r_L >= {NO_COLLAPSE:g} in every seed (X -> LN(SA(X)))", interval["mean"],
-            bool(last.min() >= NO_COLLAPSE), f"r_L {_interval(interval)}, min {last.min():.3g}"))
+        checks.append(
+            prediction(
+                f"LayerNorm after attention stops collapse at random initialisation (attention only, causal, "
+                f"L={run['spec']['depth']}, {interval['seeds']} seeds)",
+                "Wu et al. 2024 (Figure 2)",
+                f"'{WU_RANDOM}': r_L >= {NO_COLLAPSE:g} in every seed (X -> LN(SA(X)))",
+                interval["mean"],
+                bool(last.min() >= NO_COLLAPSE),
+                f"r_L {_interval(interval)}, min {last.min():.3g}",
+            )
+        )
     if not checks:
-        checks.append(_missing("LayerNorm and rank collapse", source, "Wu et al.'s constructions",
-                               "layernorm block or mask_sweep run of attention_only_postln"))
+        checks.append(
+            _missing(
+                "LayerNorm and rank collapse",
+                source,
+                "Wu et al.'s constructions",
+                "layernorm block or mask_sweep run of attention_only_postln",
+            )
+        )
     return checks
 
 
@@ -285,29 +458,52 @@ def training_checks(summary: dict) -> list[dict]:
     for run in s.depth4_skip_runs(summary):
         accs = s.per_seed(run, "eval_accuracy")
         interval = s.seed_interval(accs)
-        checks.append(prediction(
-            f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4, {len(accs)} seeds",
-            source, f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed", interval["mean"],
-            bool(accs) and min(accs) >= RECALL_MIN_ACCURACY,
-            f"{_interval(interval)}; per seed: {_numbers(accs, '.2f')}; left the plateau at steps "
-            f"{s.plateau_exit(run)}"))
+        checks.append(
+            prediction(
+                f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4, {len(accs)} seeds",
+                source,
+                f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed",
+                interval["mean"],
+                bool(accs) and min(accs) >= RECALL_MIN_ACCURACY,
+                f"{_interval(interval)}; per seed: {_numbers(accs, '.2f')}; left the plateau at steps "
+                f"{s.plateau_exit(run)}",
+            )
+        )
     for run in s.attention_train_runs(summary):
         accs, chance = s.per_seed(run, "eval_accuracy"), s.chance(run)
         interval = s.seed_interval(accs)
-        checks.append(prediction(
-            f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}, "
-            f"{len(accs)} seeds", source,
-            f"query accuracy <= 2 x chance = {2 * chance:.3f}, upper end of its 95% interval over seeds",
-            interval["mean"], bool(np.isfinite(interval["high"]) and interval["high"] <= 2 * chance),
-            f"{_interval(interval)}; chance (uniform over value tokens) = {chance:.3f}; per seed: "
-            f"{_numbers(accs, '.2f')}"))
+        checks.append(
+            prediction(
+                f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}, "
+                f"{len(accs)} seeds",
+                source,
+                f"query accuracy <= 2 x chance = {2 * chance:.3f}, upper end of its 95% interval over seeds",
+                interval["mean"],
+                bool(np.isfinite(interval["high"]) and interval["high"] <= 2 * chance),
+                f"{_interval(interval)}; chance (uniform over value tokens) = {chance:.3f}; per seed: "
+                f"{_numbers(accs, '.2f')}",
+            )
+        )
     if not checks:
-        checks.append(_missing("training predictions", source, "skip variants >= 0.9 at depth 4",
-                               "train_sweep runs at depth 4 (skip variants) or of attention only"))
+        checks.append(
+            _missing(
+                "training predictions",
+                source,
+                "skip variants >= 0.9 at depth 4",
+                "train_sweep runs at depth 4 (skip variants) or of attention only",
+            )
+        )
     return checks
 
 
 def predictions(summary: dict) -> list[dict]:
     """Every literature check, in the report's order."""
-    return (regime_checks(summary) + dong_checks(summary) + [noci_check(summary)] + gradient_checks(summary)
-            + mask_checks(summary) + layernorm_checks(summary) + training_checks(summary))
+    return (
+        regime_checks(summary)
+        + dong_checks(summary)
+        + [noci_check(summary)]
+        + gradient_checks(summary)
+        + mask_checks(summary)
+        + layernorm_checks(summary)
+        + training_checks(summary)
+    )

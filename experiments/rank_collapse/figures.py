@@ -6,6 +6,7 @@ a figure (`Panel`). A panel's x axis starts at 0 for hidden-state metrics
 (X_0 is the input) and at 1 for attention statistics (one per layer): the
 panel says which, nothing is read from its label.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ LEGEND_SIZE = 7
 
 class Panel(NamedTuple):
     """One axes of a figure: `curves` `{label: [seeds, layers] or [layers]}` against the layers from `start`."""
+
     ylabel: str
     curves: dict
     log: bool = True
@@ -30,7 +32,9 @@ class Panel(NamedTuple):
     xlabel: str = "depth (layer)"
 
 
-def _style(ax, xlabel: str, ylabel: Optional[str] = None, log: bool = False, legend: bool = True) -> None:
+def _style(
+    ax, xlabel: str, ylabel: Optional[str] = None, log: bool = False, legend: bool = True
+) -> None:
     if log:
         ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel(xlabel)
@@ -49,7 +53,9 @@ def _draw(ax, panel: Panel, legend: bool) -> None:
         x = np.arange(panel.start, panel.start + v.shape[1])
         (line,) = ax.plot(x, v.mean(axis=0), marker="o", markersize=3, label=name)
         if v.shape[0] > 1:
-            ax.fill_between(x, v.min(axis=0), v.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(
+                x, v.min(axis=0), v.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0
+            )
     _style(ax, panel.xlabel, panel.ylabel, panel.log, legend)
 
 
@@ -72,44 +78,80 @@ def _label(run: dict) -> str:
 
 def init_residual(summary: dict):
     deepest = [s.deepest_init(summary, arch) for arch in s.init_architectures(summary)]
-    curves = lambda metric: {_label(r): s.init(r, metric) for r in deepest if r is not None}  # noqa: E731
-    return panels("Untrained networks (bidirectional, softmax)",
-                  Panel("relative residual ||X - 1 x_bar^T||_F / ||X||_F", curves("residual_fro")),
-                  Panel("absolute residual ||X - 1 x_bar^T||_F", curves("residual_abs_fro")),
-                  Panel("mean token cosine", curves("token_cosine"), log=False))
+
+    def curves(metric):
+        return {_label(r): s.init(r, metric) for r in deepest if r is not None}
+
+    return panels(
+        "Untrained networks (bidirectional, softmax)",
+        Panel("relative residual ||X - 1 x_bar^T||_F / ||X||_F", curves("residual_fro")),
+        Panel("absolute residual ||X - 1 x_bar^T||_F", curves("residual_abs_fro")),
+        Panel("mean token cosine", curves("token_cosine"), log=False),
+    )
 
 
 def init_scale(summary: dict):
     found = s.scale_runs(summary)
-    names = [f"std {s.std_label(r['spec']['embedding_std'])} (L={r['spec']['depth']})" for r in found]
-    curves = lambda metric: {name: s.init(r, metric) for name, r in zip(names, found)}  # noqa: E731
-    return panels("Attention only: the embedding std at initialisation",
-                  Panel("relative residual", curves("residual_fro")),
-                  Panel("attention entropy / log S", curves("attention_entropy_normalized"), log=False,
-                        start=ATTENTION),
-                  Panel("Dobrushin tau", curves("dobrushin"), start=ATTENTION))
+    names = [
+        f"std {s.std_label(r['spec']['embedding_std'])} (L={r['spec']['depth']})" for r in found
+    ]
+
+    def curves(metric):
+        return {name: s.init(r, metric) for name, r in zip(names, found)}
+
+    return panels(
+        "Attention only: the embedding std at initialisation",
+        Panel("relative residual", curves("residual_fro")),
+        Panel(
+            "attention entropy / log S",
+            curves("attention_entropy_normalized"),
+            log=False,
+            start=ATTENTION,
+        ),
+        Panel("Dobrushin tau", curves("dobrushin"), start=ATTENTION),
+    )
 
 
 def causal_layernorm(summary: dict):
     pairs = s.mask_pairs(summary)
-    both = [(f"{r['spec']['architecture']} {mask}", r) for run, bidir in pairs
-            for mask, r in (("causal", run), ("bidirectional", bidir)) if r is not None]
-    curves = lambda metric: {name: s.init(r, metric) for name, r in both}  # noqa: E731
+    both = [
+        (f"{r['spec']['architecture']} {mask}", r)
+        for run, bidir in pairs
+        for mask, r in (("causal", run), ("bidirectional", bidir))
+        if r is not None
+    ]
+
+    def curves(metric):
+        return {name: s.init(r, metric) for name, r in both}
+
     tau = {f"{run['spec']['architecture']} causal": s.init(run, "dobrushin") for run, _ in pairs}
-    return panels("Causal mask x LayerNorm at initialisation (Wu et al. 2024)",
-                  Panel("relative residual", curves("residual_fro")),
-                  Panel("mean token cosine", curves("token_cosine"), log=False),
-                  Panel("Dobrushin tau (causal)", tau, start=ATTENTION))
+    return panels(
+        "Causal mask x LayerNorm at initialisation (Wu et al. 2024)",
+        Panel("relative residual", curves("residual_fro")),
+        Panel("mean token cosine", curves("token_cosine"), log=False),
+        Panel("Dobrushin tau (causal)", tau, start=ATTENTION),
+    )
 
 
 def noci_scaling(summary: dict, architectures=("skip", "skip_scaled")):
-    found = {arch: s.init_runs(summary, arch) for arch in architectures if s.init_runs(summary, arch)}
+    found = {
+        arch: s.init_runs(summary, arch) for arch in architectures if s.init_runs(summary, arch)
+    }
     depths = {arch: [r["spec"]["depth"] for r in runs] for arch, runs in found.items()}
     fig = plotting.figure(11, 4.2)
-    for ax, metric, ylabel in zip(fig.subplots(1, 2), ("residual_fro", "token_cosine"),
-                                  ("relative residual at layer L", "token cosine at layer L")):
+    for ax, metric, ylabel in zip(
+        fig.subplots(1, 2),
+        ("residual_fro", "token_cosine"),
+        ("relative residual at layer L", "token cosine at layer L"),
+    ):
         for arch, runs in found.items():
-            ax.plot(depths[arch], [s.last(r, metric) for r in runs], marker="o", markersize=3, label=arch)
+            ax.plot(
+                depths[arch],
+                [s.last(r, metric) for r in runs],
+                marker="o",
+                markersize=3,
+                label=arch,
+            )
         ax.set_xscale("log", base=2)
         _style(ax, "depth L", ylabel)
     fig.axes[0].axhline(NOCI_MIN_RESIDUAL, color="grey", linestyle="--")
@@ -124,14 +166,29 @@ def noci_gradients(summary: dict):
     for i, (placement, pair) in enumerate(s.noci_pairs(summary).items()):
         for found, style in zip(pair, ("--", "-")):
             label = f"{found[0]['spec']['architecture']} ({placement})"
-            ax1.plot([r["spec"]["depth"] for r in found], [np.mean(s.gradient_ratio(r)) for r in found], style,
-                     color=f"C{i}", marker="o", markersize=3, label=label)
+            ax1.plot(
+                [r["spec"]["depth"] for r in found],
+                [np.mean(s.gradient_ratio(r)) for r in found],
+                style,
+                color=f"C{i}",
+                marker="o",
+                markersize=3,
+                label=label,
+            )
             ratio = np.mean(s.qk_value_ratio(found[-1]), axis=0)
-            ax2.plot(np.arange(1, ratio.size + 1), ratio, style, color=f"C{i}", label=f"{label} L={ratio.size}")
+            ax2.plot(
+                np.arange(1, ratio.size + 1),
+                ratio,
+                style,
+                color=f"C{i}",
+                label=f"{label} L={ratio.size}",
+            )
     ax1.set_xscale("log", base=2)
     _style(ax1, "depth L", "g(L): geometric mean over layers", log=True)
     _style(ax2, "layer", "||grad W_QK|| / ||grad W_V||", log=True)
-    fig.suptitle("Noci et al. 2022: query/key against value gradients at initialisation (dashed: unscaled)")
+    fig.suptitle(
+        "Noci et al. 2022: query/key against value gradients at initialisation (dashed: unscaled)"
+    )
     return fig
 
 
@@ -141,10 +198,19 @@ def layernorm_dynamics(summary: dict):
     fig = plotting.figure(11, 4.2)
     for ax, name in zip(fig.subplots(1, len(names), squeeze=False)[0], names):
         run = s.layernorm_run(summary, name)
-        for which, color, label in (("consensus_ln", "C0", "with LayerNorm"), ("consensus_plain", "C1", "without")):
+        for which, color, label in (
+            ("consensus_ln", "C0", "with LayerNorm"),
+            ("consensus_plain", "C1", "without"),
+        ):
             r = s.init(run, which)
             for seed, row in enumerate(r):
-                ax.plot(np.arange(row.size), row, color=color, alpha=0.5, label=label if seed == 0 else None)
+                ax.plot(
+                    np.arange(row.size),
+                    row,
+                    color=color,
+                    alpha=0.5,
+                    label=label if seed == 0 else None,
+                )
         ax.axhline(s.FLOOR, color="grey", linestyle=":", label=f"float64 rounding {s.FLOOR:g}")
         ax.set_title(name)
         _style(ax, "layer", "||X - 1 x_bar^T||_F / ||X||_F", log=True)
@@ -164,17 +230,40 @@ def dong_fit(run: dict):
         ax1.plot(layers, row, color="C0", alpha=0.25, linewidth=0.8)
     x = np.asarray(fit.layers, dtype=np.float64)
     if x.size:
-        ax1.plot(x, fit.intercept + fit.slope * x, color="C1", label=f"fit: growth {fit.rate:.3g} per layer")
-        ax1.plot(x, fit.intercept + fit.slope * x[0] + math.log(3) * (x - x[0]), "k--", label="Dong: growth 3")
-    ax1.axhline(math.log(math.log(1 / s.FLOOR)), color="grey", linestyle=":", label=f"float64 floor {s.FLOOR:g}")
+        ax1.plot(
+            x,
+            fit.intercept + fit.slope * x,
+            color="C1",
+            label=f"fit: growth {fit.rate:.3g} per layer",
+        )
+        ax1.plot(
+            x,
+            fit.intercept + fit.slope * x[0] + math.log(3) * (x - x[0]),
+            "k--",
+            label="Dong: growth 3",
+        )
+    ax1.axhline(
+        math.log(math.log(1 / s.FLOOR)),
+        color="grey",
+        linestyle=":",
+        label=f"float64 floor {s.FLOOR:g}",
+    )
     _style(ax1, "layer", "log log(1 / r_l)")
     bound = np.median(s.init(run, "dong/bound").reshape(-1, r.shape[1] - 1), axis=0)
     measured = np.median(s.init(run, "dong/residual_abs").reshape(-1, r.shape[1]), axis=0)
     ax2.plot(layers, measured, marker="o", markersize=3, label="measured ||res(X_l)||_1,inf")
-    ax2.plot(layers[1:], bound, marker="s", markersize=3, label="bound c_l ||res(X_(l-1))||^3 (gamma = 1)")
+    ax2.plot(
+        layers[1:],
+        bound,
+        marker="s",
+        markersize=3,
+        label="bound c_l ||res(X_(l-1))||^3 (gamma = 1)",
+    )
     ax2.axhline(1.0, color="grey", linestyle=":")
     _style(ax2, "layer", log=True)
-    fig.suptitle(f"Dong et al. 2021 in float64: attention only, L={run['spec']['depth']} (median over examples)")
+    fig.suptitle(
+        f"Dong et al. 2021 in float64: attention only, L={run['spec']['depth']} (median over examples)"
+    )
     return fig
 
 
@@ -186,15 +275,28 @@ def training(train: list[dict]):
         logged = s.train_steps(run)
         accs = np.asarray([acc for _, acc in logged])
         for seed in range(accs.shape[1] if accs.size else 0):
-            ax1.plot([step for step, _ in logged], accs[:, seed], color=f"C{i}", alpha=0.8,
-                     label=label if seed == 0 else None)
-        ent = [(p["step"], s.mean(p["metrics"]["attention_entropy_normalized"])) for p in run["phases"]
-               if "attention_entropy_normalized" in p["metrics"]]
+            ax1.plot(
+                [step for step, _ in logged],
+                accs[:, seed],
+                color=f"C{i}",
+                alpha=0.8,
+                label=label if seed == 0 else None,
+            )
+        ent = [
+            (p["step"], s.mean(p["metrics"]["attention_entropy_normalized"]))
+            for p in run["phases"]
+            if "attention_entropy_normalized" in p["metrics"]
+        ]
         if ent:
             e = np.asarray([v for _, v in ent])
             for layer in range(e.shape[1]):
-                ax2.plot([step for step, _ in ent], e[:, layer], color=f"C{i}", alpha=0.4 + 0.6 * layer / e.shape[1],
-                         label=label if layer == e.shape[1] - 1 else None)
+                ax2.plot(
+                    [step for step, _ in ent],
+                    e[:, layer],
+                    color=f"C{i}",
+                    alpha=0.4 + 0.6 * layer / e.shape[1],
+                    label=label if layer == e.shape[1] - 1 else None,
+                )
     _style(ax1, "step", "training accuracy (per seed)")
     _style(ax2, "step", "attention entropy / log S per layer (darker: deeper)")
     fig.suptitle("Training: recall plateau and entropy per layer")

@@ -29,6 +29,7 @@ run with LN and, as a control, without it (X_(t+1) = A_t X_t W_V,t):
 The consensus distance is the relative residual ||X - 1 x_bar^T||_F / ||X||_F
 (`attnjax.analysis.residual_ratio`), 0 when every token is the same.
 """
+
 from __future__ import annotations
 
 import jax
@@ -54,6 +55,7 @@ def attention_layer(x, w_qk, w_v, normalize: bool):
 
 def trajectory(x0, w_qk, w_v, normalize: bool):
     """x0 `[N, d]`, w_qk and w_v `[L, d, d]` -> the tokens after every layer, `[L + 1, N, d]` (row 0 is x0)."""
+
     def step(x, weights):
         x = attention_layer(x, *weights, normalize)
         return x, x
@@ -70,9 +72,13 @@ def weights(name: str, key, num_tokens: int, dim: int, num_layers: int):
         x0 = jnp.abs(jax.random.normal(k_x, (num_tokens, dim)))
         w_qk = jax.random.normal(k_qk, (num_layers, dim, dim))
         w_v = jnp.linalg.qr(jax.random.normal(k_v, (num_layers, dim, dim)))[0]
-    elif name == "full_rank":  # token 1 within 0.1 rad of pi/2, token 2 at -pi/2 +- (0.2 .. 1.3) rad
+    elif (
+        name == "full_rank"
+    ):  # token 1 within 0.1 rad of pi/2, token 2 at -pi/2 +- (0.2 .. 1.3) rad
         first = np.pi / 2 + jax.random.uniform(k_x, (), minval=-0.1, maxval=0.1)
-        offset = jax.random.uniform(k_qk, (), minval=0.2, maxval=1.3) * jnp.where(jax.random.bernoulli(k_v), 1, -1)
+        offset = jax.random.uniform(k_qk, (), minval=0.2, maxval=1.3) * jnp.where(
+            jax.random.bernoulli(k_v), 1, -1
+        )
         angles = jnp.stack([first, -np.pi / 2 + offset])
         x0 = jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
         w_qk = jnp.broadcast_to(jnp.diag(jnp.asarray(FULL_RANK_QK)), (num_layers, 2, 2))
@@ -86,11 +92,15 @@ def measure(name: str, keys, num_tokens: int, dim: int, num_layers: int) -> dict
     """Per seed (`keys` `[S]`), the consensus distance after every layer with and without LN:
     `{"consensus_ln": [S, L + 1], "consensus_plain": [S, L + 1], "rank_ln": [S]}` (rank_ln: numerical rank
     of the last layer's tokens with LN, singular values above 1e-6 of the largest)."""
+
     def one(key):
         x0, w_qk, w_v = weights(name, key, num_tokens, dim, num_layers)
         with_ln, plain = trajectory(x0, w_qk, w_v, True), trajectory(x0, w_qk, w_v, False)
         sv = jnp.linalg.svd(with_ln[-1], compute_uv=False)
-        return {"consensus_ln": residual_ratio(with_ln), "consensus_plain": residual_ratio(plain),
-                "rank_ln": jnp.sum(sv > 1e-6 * sv[0])}
+        return {
+            "consensus_ln": residual_ratio(with_ln),
+            "consensus_plain": residual_ratio(plain),
+            "rank_ln": jnp.sum(sv > 1e-6 * sv[0]),
+        }
 
     return jax.jit(jax.vmap(one))(keys)

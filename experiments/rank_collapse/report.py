@@ -1,4 +1,5 @@
 """The rank-collapse report and README section: `templates/*.md.j2` rendered over the summary (see `context.py`)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,7 +15,9 @@ def markdown(summary: dict) -> str:
     return render("rank_collapse", "report.md.j2", **report_context(summary))
 
 
-def readme_section(summary: dict, timing: Optional[dict] = None, results: str = README_RESULTS) -> str:
+def readme_section(
+    summary: dict, timing: Optional[dict] = None, results: str = README_RESULTS
+) -> str:
     """Markdown of the README's rank-collapse "## Results" section, from the default run's summary.
 
     `timing`: `{"default": wall time of the default run, "smoke": of the smoke

@@ -17,6 +17,7 @@ scalar `rank_ln` for Wu et al.'s LayerNorm constructions, see `layernorm.py`)
 and `"value"` for scalars (training metrics, loss, accuracy, `diverged`,
 `chance_accuracy`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,8 +83,12 @@ def _check_sweep(name: str, sweep) -> None:
         if not temperature > 0:
             raise ValueError(f"{name}.temperatures must be > 0, got {tuple(sweep.temperatures)}")
     for std in sweep.embedding_stds:
-        if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0):
-            raise ValueError(f"{name}.embedding_stds must be None or numbers > 0, got {tuple(sweep.embedding_stds)}")
+        if std is not None and (
+            isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0
+        ):
+            raise ValueError(
+                f"{name}.embedding_stds must be None or numbers > 0, got {tuple(sweep.embedding_stds)}"
+            )
     seeds = sweep.get("num_seeds")
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise ValueError(f"{name}.num_seeds must be None or an int >= 1, got {seeds!r}")
@@ -91,7 +96,9 @@ def _check_sweep(name: str, sweep) -> None:
         raise ValueError(f"{name}.float64 must be None, True or False, got {sweep.float64!r}")
     for pair in sweep.get("exclude", ()):
         if len(pair) != 2 or not isinstance(pair[1], int):
-            raise ValueError(f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}")
+            raise ValueError(
+                f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}"
+            )
 
 
 def _layernorm_specs(config) -> list[RunSpec]:
@@ -99,11 +106,16 @@ def _layernorm_specs(config) -> list[RunSpec]:
     block = config.layernorm
     for name in block.constructions:
         if name not in layernorm.CONSTRUCTIONS:
-            raise ValueError(f"layernorm.constructions: unknown {name!r}; valid: {layernorm.CONSTRUCTIONS}")
+            raise ValueError(
+                f"layernorm.constructions: unknown {name!r}; valid: {layernorm.CONSTRUCTIONS}"
+            )
     for field in ("num_layers", "num_tokens", "dim", "num_seeds"):
         if isinstance(block[field], bool) or not isinstance(block[field], int) or block[field] < 1:
             raise ValueError(f"layernorm.{field} must be an int >= 1, got {block[field]!r}")
-    return [RunSpec("layernorm", "softmax", name, block.num_layers, 1.0, True, None) for name in block.constructions]
+    return [
+        RunSpec("layernorm", "softmax", name, block.num_layers, 1.0, True, None)
+        for name in block.constructions
+    ]
 
 
 def _grid(config) -> list[RunSpec]:
@@ -119,8 +131,17 @@ def _grid(config) -> list[RunSpec]:
                         continue
                     for temperature in sweep.temperatures:
                         for std in sweep.embedding_stds:
-                            specs.append(RunSpec(sweep_name, kind, arch, depth, float(temperature),
-                                                 bool(sweep.causal), None if std is None else float(std)))
+                            specs.append(
+                                RunSpec(
+                                    sweep_name,
+                                    kind,
+                                    arch,
+                                    depth,
+                                    float(temperature),
+                                    bool(sweep.causal),
+                                    None if std is None else float(std),
+                                )
+                            )
     return specs + _layernorm_specs(config)
 
 
@@ -136,9 +157,17 @@ def make_trainer(config, spec: RunSpec, task, *, float64: bool = False) -> train
         overrides["embedding_init"] = _normal_init(spec.embedding_std)
     if float64:
         overrides.update(dtype=jnp.float64, param_dtype=jnp.float64)
-    return models.make_trainer(config.model, config.train, task, architecture=spec.architecture, depth=spec.depth,
-                               causal=spec.causal, temperature=spec.temperature, kind=spec.kind,
-                               overrides=overrides)
+    return models.make_trainer(
+        config.model,
+        config.train,
+        task,
+        architecture=spec.architecture,
+        depth=spec.depth,
+        causal=spec.causal,
+        temperature=spec.temperature,
+        kind=spec.kind,
+        overrides=overrides,
+    )
 
 
 def specs(config) -> list[RunSpec]:
@@ -176,13 +205,18 @@ def _keys(config, seeds: Optional[int] = None):
     for every run, so runs differ only in what the config makes them differ in (the first seeds of a
     larger sweep are those of a smaller one)."""
     root = jax.random.key(config.seed)
-    split = lambda i: jax.random.split(jax.random.fold_in(root, i), seeds or config.num_seeds)  # noqa: E731
+
+    def split(i):
+        return jax.random.split(jax.random.fold_in(root, i), seeds or config.num_seeds)
+
     return split(0), split(1), split(2), jax.random.fold_in(root, 3)
 
 
 # One compiled profile per array shape (and mask), shared by every run of the same depth.
-_profile_seeds = {causal: jax.jit(jax.vmap(functools.partial(depth_profile, causal=causal)))
-                  for causal in (False, True)}
+_profile_seeds = {
+    causal: jax.jit(jax.vmap(functools.partial(depth_profile, causal=causal)))
+    for causal in (False, True)
+}
 
 # The jitted functions of a run are cached by trainer (a frozen dataclass, equal
 # for equal configs), so a run redone in the same process (a resume) does not
@@ -215,7 +249,9 @@ def _seed_rows(metrics: dict, step: int, phase: str, field: str) -> list[dict]:
     for name, values in metrics.items():
         values = np.asarray(values)
         for seed in range(values.shape[0]):
-            rows.append({"phase": phase, "step": step, "seed": seed, "metric": name, field: values[seed]})
+            rows.append(
+                {"phase": phase, "step": step, "seed": seed, "metric": name, field: values[seed]}
+            )
     return rows
 
 
@@ -229,15 +265,23 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
     residuals, per example).
     """
     kernels = nn.params.attention_params(params, num_heads)  # fused or separate W_qkv alike
-    kernel = lambda name: kernels[name]["kernel"]  # noqa: E731  [L, F, H Dh] ([L, H Dh, F] for 'out')
+
+    def kernel(name):
+        return kernels[name]["kernel"]
+
     w_qk, w_v = jax.vmap(functools.partial(collapse.head_matrices, num_heads=num_heads))(
-        kernel("query"), kernel("key"), kernel("value"), kernel("out"))
+        kernel("query"), kernel("key"), kernel("value"), kernel("out")
+    )
     head_dim = kernel("query").shape[-1] // num_heads
     constant = collapse.dong_constant(w_qk, w_v, head_dim) / temperature  # [L]
     res_abs = collapse.residual_norm(hidden)  # [L + 1, B]
     bound = constant[:, None] * res_abs[:-1] ** 3  # [L, B]
-    return {"dong/constant": constant, "dong/bound": bound.T, "dong/residual_abs": res_abs.T,
-            "dong/residual": residual_ratio(hidden, "l1inf").T}
+    return {
+        "dong/constant": constant,
+        "dong/bound": bound.T,
+        "dong/residual_abs": res_abs.T,
+        "dong/residual": residual_ratio(hidden, "l1inf").T,
+    }
 
 
 @_cached
@@ -254,9 +298,18 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
         state = trainer.init(key, with_optimizer=False)
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
         grads = trainer.gradients(state, batch)[1]
-        norms = training.layer_grad_norms(grads, block.num_heads, block.attention.num_kv_heads) if with_grads else {}
-        extra = (_dong_metrics(state.params, inter["hidden"], block.num_heads, block.attention.temperature)
-                 if dong else {})
+        norms = (
+            training.layer_grad_norms(grads, block.num_heads, block.attention.num_kv_heads)
+            if with_grads
+            else {}
+        )
+        extra = (
+            _dong_metrics(
+                state.params, inter["hidden"], block.num_heads, block.attention.temperature
+            )
+            if dong
+            else {}
+        )
         return inter["hidden"], inter["attention"], norms, extra
 
     return jax.jit(jax.vmap(probe, in_axes=(0, None, 0)))
@@ -269,13 +322,17 @@ def _first_batches(task, batch_size: int, data_keys):
     return jax.tree.map(lambda *x: jnp.stack(x), *batches)
 
 
-def _init_rows(config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False) -> list[dict]:
+def _init_rows(
+    config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False
+) -> list[dict]:
     """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics and per-layer gradient norms
     when asked (of the training loss on the first `measure_batch_size` examples of each seed's data)."""
     init_keys, data_keys, _, measure_key = _keys(config, num_seeds(config, spec.sweep))
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, config.measure_batch_size, data_keys)
-    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(init_keys, inputs, batches)
+    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(
+        init_keys, inputs, batches
+    )
     metrics = {**_profile_seeds[spec.causal](hidden, attention), **extra, **norms}
     return _seed_rows(metrics, 0, "init", "values")
 
@@ -301,9 +358,17 @@ def _paths_fn(trainer: training.Trainer, num_paths: int):
     num_layers = config.num_layers
 
     def one_length(key, attention, length):
-        paths = collapse.sample_paths(key, num_layers=num_layers, num_heads=config.block.num_heads, length=length,
-                                      num_paths=num_paths, num_examples=attention.shape[1])
-        products = collapse.path_products(attention, paths["layers"], paths["heads"], paths["examples"])
+        paths = collapse.sample_paths(
+            key,
+            num_layers=num_layers,
+            num_heads=config.block.num_heads,
+            length=length,
+            num_paths=num_paths,
+            num_examples=attention.shape[1],
+        )
+        products = collapse.path_products(
+            attention, paths["layers"], paths["heads"], paths["examples"]
+        )
         return rank_one_residual(products).best
 
     def per_seed(keys, attention):
@@ -314,10 +379,16 @@ def _paths_fn(trainer: training.Trainer, num_paths: int):
 
 def _path_rows(config, trainer, forward, state, inputs) -> list[dict]:
     """Dong et al.'s path-length experiment on the trained seeds (one key per length, shared by seeds)."""
-    keys = jax.random.split(jax.random.fold_in(jax.random.key(config.seed), 4), trainer.model_config.num_layers)
+    keys = jax.random.split(
+        jax.random.fold_in(jax.random.key(config.seed), 4), trainer.model_config.num_layers
+    )
     _, attention = forward(state, inputs)
-    return _seed_rows({"path_residual": _paths_fn(trainer, config.num_paths)(keys, attention)},
-                      config.train.steps, "final", "values")
+    return _seed_rows(
+        {"path_residual": _paths_fn(trainer, config.num_paths)(keys, attention)},
+        config.train.steps,
+        "final",
+        "values",
+    )
 
 
 def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
@@ -340,11 +411,24 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
         checkpointer.rows += _seed_rows(metrics, step, "train", "value")
         checkpointer.rows += _seed_rows(profile(*forward(state, inputs)), step, "train", "values")
 
-    state = training.fit(runner, state, data_keys, total_steps=config.train.steps, log_every=config.train.log_every,
-                         on_log=on_log, checkpointer=checkpointer, progress=run.log)
-    evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, config.train.eval_batches))
-    final = {**evaluation, "diverged": np.asarray(state.diverged),
-             "chance_accuracy": np.full(len(init_keys), task.chance_accuracy)}
+    state = training.fit(
+        runner,
+        state,
+        data_keys,
+        total_steps=config.train.steps,
+        log_every=config.train.log_every,
+        on_log=on_log,
+        checkpointer=checkpointer,
+        progress=run.log,
+    )
+    evaluation = runner.evaluate(
+        state, training.batch_keys(eval_keys, 0, config.train.eval_batches)
+    )
+    final = {
+        **evaluation,
+        "diverged": np.asarray(state.diverged),
+        "chance_accuracy": np.full(len(init_keys), task.chance_accuracy),
+    }
     checkpointer.close()
     with_skips = architecture_fields(spec.architecture)["skip"]
     paths = _path_rows(config, trainer, forward, state, inputs) if with_skips else []
@@ -356,8 +440,13 @@ def layernorm_run(config, spec: RunSpec) -> list[dict]:
     layer with and without LayerNorm and the rank with it (`layernorm.measure`)."""
     block = config.layernorm
     with jax.enable_x64(True):
-        metrics = layernorm.measure(spec.architecture, _keys(config, block.num_seeds)[0], block.num_tokens,
-                                    block.dim, spec.depth)
+        metrics = layernorm.measure(
+            spec.architecture,
+            _keys(config, block.num_seeds)[0],
+            block.num_tokens,
+            block.dim,
+            spec.depth,
+        )
     return _seed_rows(metrics, 0, "init", "values")
 
 
@@ -365,4 +454,8 @@ def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
     if spec.sweep == "layernorm":
         return layernorm_run(config, spec)
     task = models.make_task(config.task)
-    return train_run(config, spec, task, run) if spec.sweep == "train" else measure_run(config, spec, task)
+    return (
+        train_run(config, spec, task, run)
+        if spec.sweep == "train"
+        else measure_run(config, spec, task)
+    )

@@ -8,6 +8,7 @@ measured: `{"runs": {run_id: {"spec": {...}, "phases": [{"phase", "step",
 `dong_fit`, `gradient_ratio`, ...) is written once, for checks, tables,
 figures and README alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,15 +41,21 @@ PLATEAU_FRACTION = 0.5
 
 
 def _run_summary(rows: list[dict]) -> dict:
-    phases = [{"phase": phase, "step": step, "metrics": by_metric(rows, phase=phase, step=step)}
-              for phase, step in distinct(rows, "phase", "step")]
+    phases = [
+        {"phase": phase, "step": step, "metrics": by_metric(rows, phase=phase, step=step)}
+        for phase, step in distinct(rows, "phase", "step")
+    ]
     return {"spec": {f: rows[0][f] for f in SPEC_FIELDS}, "phases": phases}
 
 
 def summarize(rows: list[dict], config) -> dict:
     """`{"runs": {run_id: {"spec", "phases"}}}` from the rows of every run (`config` is not needed)."""
-    return {"runs": {run_id: _run_summary([r for r in rows if r["run"] == run_id])
-                     for run_id in distinct(rows, "run")}}
+    return {
+        "runs": {
+            run_id: _run_summary([r for r in rows if r["run"] == run_id])
+            for run_id in distinct(rows, "run")
+        }
+    }
 
 
 def config_of(summary: dict) -> ConfigDict:
@@ -116,8 +123,11 @@ def chance(run: dict) -> float:
 
 def train_steps(run: dict) -> list[tuple[int, np.ndarray]]:
     """`[(step, accuracy per seed)]` of the logged training phases."""
-    return [(p["step"], array(p["metrics"]["accuracy"])) for p in run["phases"]
-            if p["phase"] == "train" and "accuracy" in p["metrics"]]
+    return [
+        (p["step"], array(p["metrics"]["accuracy"]))
+        for p in run["phases"]
+        if p["phase"] == "train" and "accuracy" in p["metrics"]
+    ]
 
 
 def std_label(std) -> str:
@@ -130,8 +140,11 @@ def std_label(std) -> str:
 
 def runs(summary: dict, sweep: str, **match) -> list[dict]:
     """The runs of `sweep` whose spec has the `match` fields, by depth and embedding std."""
-    out = [r for r in summary["runs"].values() if r["spec"]["sweep"] == sweep
-           and all(r["spec"][k] == v for k, v in match.items())]
+    out = [
+        r
+        for r in summary["runs"].values()
+        if r["spec"]["sweep"] == sweep and all(r["spec"][k] == v for k, v in match.items())
+    ]
     return sorted(out, key=lambda r: (r["spec"]["depth"], r["spec"]["embedding_std"] or 0.0))
 
 
@@ -150,7 +163,9 @@ def untrained_runs(summary: dict, **match) -> list[dict]:
     """Untrained softmax runs of the init and Noci sweeps (bidirectional, one setting, in the default config)
     with the `match` fields, by depth: one per (architecture, depth, std), the Noci sweep's where both have it."""
     found, seen = [], set()
-    for run in runs(summary, "noci", kind="softmax", **match) + runs(summary, "init", kind="softmax", **match):
+    for run in runs(summary, "noci", kind="softmax", **match) + runs(
+        summary, "init", kind="softmax", **match
+    ):
         key = tuple(run["spec"][f] for f in ("architecture", "depth", "embedding_std"))
         if key not in seen:
             seen.add(key)
@@ -182,7 +197,9 @@ def dong_std(summary: dict) -> Optional[float]:
 def dong_run(summary: dict) -> Optional[dict]:
     """The deepest untrained bidirectional attention-only run (init or scale sweep) at `dong_std`:
     Dong et al.'s setting."""
-    match = dict(kind="softmax", architecture="attention_only", embedding_std=dong_std(summary), causal=False)
+    match = dict(
+        kind="softmax", architecture="attention_only", embedding_std=dong_std(summary), causal=False
+    )
     found = runs(summary, "init", **match) + runs(summary, "scale", **match)
     return max(found, key=lambda r: r["spec"]["depth"]) if found else None
 
@@ -190,10 +207,11 @@ def dong_run(summary: dict) -> Optional[dict]:
 def regime_runs(summary: dict) -> list[dict]:
     """One untrained run of depth >= 4 per (architecture, embedding std) of the scale and init sweeps, by std."""
     features = config_of(summary).model.features
-    found = (runs(summary, "scale", kind="softmax")
-             + runs(summary, "init", kind="softmax", architecture="attention_only"))
+    found = runs(summary, "scale", kind="softmax") + runs(
+        summary, "init", kind="softmax", architecture="attention_only"
+    )
     seen, out = set(), []
-    for run in sorted(found, key=lambda r: (r["spec"]["embedding_std"] or 1 / math.sqrt(features))):
+    for run in sorted(found, key=lambda r: r["spec"]["embedding_std"] or 1 / math.sqrt(features)):
         key = (run["spec"]["architecture"], run["spec"]["embedding_std"])
         if key in seen or run["spec"]["depth"] < 4:
             continue
@@ -212,8 +230,19 @@ def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
     pairs = []
     for run in runs(summary, "mask", kind="softmax", **match):
         spec = run["spec"]
-        pairs.append((run, deepest(summary, "init", kind="softmax", architecture=spec["architecture"],
-                                   depth=spec["depth"], embedding_std=spec["embedding_std"])))
+        pairs.append(
+            (
+                run,
+                deepest(
+                    summary,
+                    "init",
+                    kind="softmax",
+                    architecture=spec["architecture"],
+                    depth=spec["depth"],
+                    embedding_std=spec["embedding_std"],
+                ),
+            )
+        )
     return pairs
 
 
@@ -222,8 +251,14 @@ def noci_pairs(summary: dict) -> dict[str, tuple[list[dict], list[dict]]]:
     measured per-layer gradients (`NOCI_PAIRS`; a placement with either side missing is left out)."""
     out = {}
     for placement, (plain, scaled) in NOCI_PAIRS.items():
-        sides = [[r for r in runs(summary, "noci", kind="softmax", architecture=a)
-                  if "layer_grad_norm/query" in phase(r, "init")] for a in (plain, scaled)]
+        sides = [
+            [
+                r
+                for r in runs(summary, "noci", kind="softmax", architecture=a)
+                if "layer_grad_norm/query" in phase(r, "init")
+            ]
+            for a in (plain, scaled)
+        ]
         if all(sides):
             out[placement] = tuple(sides)
     return out
@@ -233,7 +268,7 @@ def qk_value_ratio(run: dict) -> np.ndarray:
     """`[S, L]`: per seed and layer, ||grad W_QK|| / ||grad W_V|| at initialisation (W_Q and W_K together)."""
     s = phase(run, "init")
     q, k, v = (array(s[f"layer_grad_norm/{n}"]) for n in ("query", "key", "value"))
-    return np.sqrt(q ** 2 + k ** 2) / v
+    return np.sqrt(q**2 + k**2) / v
 
 
 def gradient_ratio(run: dict) -> np.ndarray:
@@ -248,8 +283,11 @@ def gradient_drop(shallow: dict, deep: dict) -> dict:
 
 def depth4_skip_runs(summary: dict) -> list[dict]:
     """Trained runs at depth 4 of the architectures with skips."""
-    return [r for r in runs(summary, "train") if r["spec"]["depth"] == 4
-            and architecture_fields(r["spec"]["architecture"])["skip"]]
+    return [
+        r
+        for r in runs(summary, "train")
+        if r["spec"]["depth"] == 4 and architecture_fields(r["spec"]["architecture"])["skip"]
+    ]
 
 
 def attention_train_runs(summary: dict) -> list[dict]:
@@ -263,9 +301,11 @@ def attention_train_runs(summary: dict) -> list[dict]:
 
 def regime(run: dict) -> dict:
     """Layer-1 attention statistics of a run at initialisation, mean over seeds."""
-    return {"entropy": float(profile(run, "attention_entropy_normalized")[0]),
-            "tau": float(profile(run, "dobrushin")[0]),
-            "logit_variance": float(profile(run, "logit_variance")[0])}
+    return {
+        "entropy": float(profile(run, "attention_entropy_normalized")[0]),
+        "tau": float(profile(run, "dobrushin")[0]),
+        "logit_variance": float(profile(run, "logit_variance")[0]),
+    }
 
 
 def predicted_logit_variance(std: Optional[float], features: int) -> float:
@@ -273,7 +313,7 @@ def predicted_logit_variance(std: Optional[float], features: int) -> float:
     and LeCun-normal projections: q and k entries have variance s^2, the logits s^4
     (std_p = `nn.POSITION_INIT_STD`, the learned position table's)."""
     std_e = 1.0 / math.sqrt(features) if std is None else std
-    return (std_e ** 2 + nn.POSITION_INIT_STD ** 2) ** 2
+    return (std_e**2 + nn.POSITION_INIT_STD**2) ** 2
 
 
 def dong_residuals(run: dict) -> np.ndarray:
@@ -293,7 +333,9 @@ def seed_interval(values, confidence: float = 0.95) -> dict:
     m = float(np.mean(v))
     if v.size < 2:
         return {"mean": m, "low": math.nan, "high": math.nan, "seeds": int(v.size)}
-    half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * np.std(v, ddof=1) / math.sqrt(v.size))
+    half = float(
+        stats.t.ppf(0.5 + confidence / 2, v.size - 1) * np.std(v, ddof=1) / math.sqrt(v.size)
+    )
     return {"mean": m, "low": m - half, "high": m + half, "seeds": int(v.size)}
 
 
@@ -313,7 +355,9 @@ def cubic_exponent(res_abs, rel, floor: float = RESOLVED) -> dict:
     """
     res_abs, rel = array(res_abs), array(rel)
     if res_abs.ndim != 3 or res_abs.shape != rel.shape or res_abs.shape[-1] < 2:
-        raise ValueError(f"res_abs and rel must both be [S, B, L + 1] with L >= 1; got {res_abs.shape} and {rel.shape}")
+        raise ValueError(
+            f"res_abs and rel must both be [S, B, L + 1] with L >= 1; got {res_abs.shape} and {rel.shape}"
+        )
     slopes = []
     for a, r in zip(res_abs, rel):
         keep = (r[:, :-1] > floor) & (r[:, 1:] > floor)
@@ -340,8 +384,15 @@ def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> list[dict]:
         keep = (rel[..., layer - 1] > floor) & (rel[..., layer] > floor)
         if keep.any():
             ratio = res_abs[..., layer][keep] / bound[..., layer - 1][keep]
-            out.append({"layer": layer, "points": int(keep.sum()), "median": float(np.median(ratio)),
-                        "min": float(ratio.min()), "max": float(ratio.max())})
+            out.append(
+                {
+                    "layer": layer,
+                    "points": int(keep.sum()),
+                    "median": float(np.median(ratio)),
+                    "min": float(ratio.min()),
+                    "max": float(ratio.max()),
+                }
+            )
     return out
 
 
@@ -351,7 +402,9 @@ def dong_constant(run: dict) -> float:
 
 
 def dong_looseness(run: dict) -> list[dict]:
-    return bound_looseness(init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual"))
+    return bound_looseness(
+        init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual")
+    )
 
 
 def plateau_exit(run: dict) -> list[Optional[int]]:
@@ -361,7 +414,10 @@ def plateau_exit(run: dict) -> list[Optional[int]]:
     steps = train_steps(run)
     if not steps:
         return []
-    return [next((step for step, acc in steps if acc[seed] > level), None) for seed in range(len(steps[0][1]))]
+    return [
+        next((step for step, acc in steps if acc[seed] > level), None)
+        for seed in range(len(steps[0][1]))
+    ]
 
 
 def ranges(layers) -> str:
@@ -389,7 +445,9 @@ def _window_slopes(r, floor: float) -> list[tuple[int, int, np.ndarray]]:
     out = []
     for a, b in ((0, last // 2), (last // 2, last)):
         layers = np.arange(a, b + 1)
-        out.append((a, b, np.exp([np.polyfit(layers, np.log(seed[a:b + 1]), 1)[0] for seed in r])))
+        out.append(
+            (a, b, np.exp([np.polyfit(layers, np.log(seed[a : b + 1]), 1)[0] for seed in r]))
+        )
     return out
 
 
@@ -401,7 +459,9 @@ def rate_windows(r, floor: float = RESOLVED) -> list[dict]:
     exp(slope of the least-squares line of log r_l on l, l = a..b), per seed. Returns
     `[{"layers": [a, b], "rate": seed_interval}]`; `[]` if fewer than layers 0-2 are resolved.
     """
-    return [{"layers": [a, b], "rate": seed_interval(rate)} for a, b, rate in _window_slopes(r, floor)]
+    return [
+        {"layers": [a, b], "rate": seed_interval(rate)} for a, b, rate in _window_slopes(r, floor)
+    ]
 
 
 def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
@@ -419,8 +479,15 @@ def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
     out = []
     for a, b, rate in _window_slopes(r, floor):
         lambda2 = np.exp(np.mean(np.log(slem[:, a:b]), axis=1))
-        out.append({"layers": [a, b], "rate": seed_interval(rate), "lambda2": seed_interval(lambda2),
-                    "ratio": seed_interval(rate / lambda2), "entropy": seed_interval(np.mean(entropy[:, a:b], axis=1))})
+        out.append(
+            {
+                "layers": [a, b],
+                "rate": seed_interval(rate),
+                "lambda2": seed_interval(lambda2),
+                "ratio": seed_interval(rate / lambda2),
+                "entropy": seed_interval(np.mean(entropy[:, a:b], axis=1)),
+            }
+        )
     return out
 
 
@@ -432,7 +499,9 @@ def layernorm_run(summary: dict, construction: str) -> Optional[dict]:
 
 def causal_windows(run: dict) -> list[dict]:
     """`window_rates` of a run's init-phase residual_fro, slem and attention_entropy_normalized."""
-    return window_rates(init(run, "residual_fro"), init(run, "slem"), init(run, "attention_entropy_normalized"))
+    return window_rates(
+        init(run, "residual_fro"), init(run, "slem"), init(run, "attention_entropy_normalized")
+    )
 
 
 def layers_to(values: np.ndarray, level: float) -> Optional[int]:

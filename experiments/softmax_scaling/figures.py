@@ -3,6 +3,7 @@
 Every axis is against d_k (log scale); the unscaled case is red (C3), the
 scaled one blue (C0), its d_k -> infinity limit dotted.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,9 @@ def variance(summary: dict):
     tol = summary["checks"]["variance_unscaled"]["tolerance"]
     for bound in (-tol, tol):
         err.axhline(bound, color="C1", ls="--")
-    err.set(xlabel="d_k", ylabel="measured / predicted − 1", title="Relative error (dashed: tolerance)")
+    err.set(
+        xlabel="d_k", ylabel="measured / predicted − 1", title="Relative error (dashed: tolerance)"
+    )
     err.legend()
     return fig
 
@@ -43,11 +46,17 @@ def saturation(summary: dict):
     fig = plotting.figure(10, 4)
     titles = {"max_weight": "Mean max weight", "entropy": "Mean entropy (nats)"}
     for ax, (stat, title) in zip(fig.subplots(1, 2), titles.items()):
-        ax.semilogx(d, series(summary, "unscaled", stat), "o-", color=UNSCALED, label="unscaled q·k")
-        ax.semilogx(d, series(summary, "scaled", stat), "s-", color=SCALED, label="scaled q·k / √d_k")
+        ax.semilogx(
+            d, series(summary, "unscaled", stat), "o-", color=UNSCALED, label="unscaled q·k"
+        )
+        ax.semilogx(
+            d, series(summary, "scaled", stat), "s-", color=SCALED, label="scaled q·k / √d_k"
+        )
         ax.axhline(summary["limit"][stat], color=SCALED, ls=":", label="scaled, d_k → ∞ limit")
         bound = 1.0 / summary["num_keys"] if stat == "max_weight" else summary["log_num_keys"]
-        ax.axhline(bound, color="k", ls="--", label="uniform (1/T)" if stat == "max_weight" else "log T")
+        ax.axhline(
+            bound, color="k", ls="--", label="uniform (1/T)" if stat == "max_weight" else "log T"
+        )
         ax.set(xlabel="d_k", title=f"{title}, T = {summary['num_keys']} keys")
         ax.legend(fontsize=8)
     return fig
@@ -58,16 +67,35 @@ def jacobian(summary: dict):
     d = dims(summary)
     fig = plotting.figure(10, 4)
     ax, rate = fig.subplots(1, 2)
-    ax.loglog(d, series(summary, "unscaled", "jacobian_spectral"), "o-", color=UNSCALED, label="unscaled")
-    ax.loglog(d, series(summary, "scaled", "jacobian_spectral"), "s-", color=SCALED, label="scaled by 1/√d_k")
-    ax.axhline(summary["limit"]["jacobian_spectral"], color=SCALED, ls=":", label="scaled, d_k → ∞ limit")
+    ax.loglog(
+        d, series(summary, "unscaled", "jacobian_spectral"), "o-", color=UNSCALED, label="unscaled"
+    )
+    ax.loglog(
+        d,
+        series(summary, "scaled", "jacobian_spectral"),
+        "s-",
+        color=SCALED,
+        label="scaled by 1/√d_k",
+    )
+    ax.axhline(
+        summary["limit"]["jacobian_spectral"], color=SCALED, ls=":", label="scaled, d_k → ∞ limit"
+    )
     ax.set(xlabel="d_k", ylabel="E ||J||₂", title="Softmax Jacobian diag(p) − ppᵀ")
     ax.legend(fontsize=8)
     widths = np.array(summary["rate"]["dims"], float)
     values = np.array(summary["rate"]["values"])
     for seed, v in enumerate(values):
-        rate.loglog(widths, v, "o-", color=UNSCALED, alpha=0.6, label="one line per seed" if seed == 0 else None)
-    rate.loglog(widths, values[:, 0].mean() * np.sqrt(widths[0] / widths), "k--", lw=1, label="∝ d_k^(−1/2)")
+        rate.loglog(
+            widths,
+            v,
+            "o-",
+            color=UNSCALED,
+            alpha=0.6,
+            label="one line per seed" if seed == 0 else None,
+        )
+    rate.loglog(
+        widths, values[:, 0].mean() * np.sqrt(widths[0] / widths), "k--", lw=1, label="∝ d_k^(−1/2)"
+    )
     rate.set(xlabel="d_k", ylabel="E ||J||₂", title="Unscaled, logits = |q| u (rate run)")
     rate.legend(fontsize=8)
     return fig
@@ -91,5 +119,9 @@ def gradient(summary: dict):
 
 
 def figures(summary: dict) -> dict:
-    return {"variance": variance(summary), "saturation": saturation(summary), "jacobian": jacobian(summary),
-            "gradient": gradient(summary)}
+    return {
+        "variance": variance(summary),
+        "saturation": saturation(summary),
+        "jacobian": jacobian(summary),
+        "gradient": gradient(summary),
+    }

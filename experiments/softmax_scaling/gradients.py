@@ -32,6 +32,7 @@ query, not the mean, which rare near-ties dominate) for three input families:
   Var(q.k) ~ d_k^2 / r and Var(q.k / sqrt(d_k)) ~ d_k / r grows with d_k;
   the scale does not stop the saturation.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,9 @@ INPUTS = ("gaussian", "laplace", "low_rank")
 GRADIENTS = ("grad_query", "grad_key")
 
 
-def sample_query_keys(key: Array, inputs: str, mask: Array, *, num_keys: int, rank: int) -> tuple[Array, Array]:
+def sample_query_keys(
+    key: Array, inputs: str, mask: Array, *, num_keys: int, rank: int
+) -> tuple[Array, Array]:
     """(q `[D]`, K `[num_keys, D]`) of one input family (see the module docstring), unit-variance components.
 
     `mask` `[D]` (1 for the first d_k components, 0 after) sets d_k: every
@@ -60,11 +63,16 @@ def sample_query_keys(key: Array, inputs: str, mask: Array, *, num_keys: int, ra
     kq, kk, kg = jax.random.split(key, 3)
     if inputs == "low_rank":
         basis = mask[:, None] * jax.random.normal(kg, (width, rank), dtype) / math.sqrt(rank)
-        return basis @ jax.random.normal(kq, (rank,), dtype), jax.random.normal(kk, (num_keys, rank), dtype) @ basis.T
+        return basis @ jax.random.normal(kq, (rank,), dtype), jax.random.normal(
+            kk, (num_keys, rank), dtype
+        ) @ basis.T
 
     def components(k, shape):
-        z = jax.random.laplace(k, shape, dtype) / math.sqrt(2.0) if inputs == "laplace" else jax.random.normal(
-            k, shape, dtype)
+        z = (
+            jax.random.laplace(k, shape, dtype) / math.sqrt(2.0)
+            if inputs == "laplace"
+            else jax.random.normal(k, shape, dtype)
+        )
         return jnp.reshape(mask, (1,) * (len(shape) - 1) + mask.shape) * z
 
     return components(kq, (width,)), components(kk, (num_keys, width))
@@ -72,12 +80,15 @@ def sample_query_keys(key: Array, inputs: str, mask: Array, *, num_keys: int, ra
 
 def attention_loss(query: Array, keys: Array, values: Array, cotangent: Array, scale) -> Array:
     """g . (softmax(scale K q)^T V) for one query `[d_k]`, keys `[T, d_k]`, values `[T, d_v]`, g `[d_v]`."""
-    out = attnjax.dot_product_attention(query[None, None, :], keys[:, None, :], values[:, None, :],
-                                        scale=scale)
+    out = attnjax.dot_product_attention(
+        query[None, None, :], keys[:, None, :], values[:, None, :], scale=scale
+    )
     return jnp.sum(out[0, 0] * cotangent)
 
 
-def gradients(query: Array, keys: Array, values: Array, cotangent: Array, scale) -> tuple[Array, Array]:
+def gradients(
+    query: Array, keys: Array, values: Array, cotangent: Array, scale
+) -> tuple[Array, Array]:
     """(dL/dq `[d_k]`, dL/dK `[T, d_k]`) of `attention_loss`, in closed form: s K^T J V g and s (J V g) q^T."""
     p = attnjax.softmax_with_temperature(scale * _dot(keys, query))
     u = _dot(values, cotangent)  # V g `[T]`
@@ -85,16 +96,28 @@ def gradients(query: Array, keys: Array, values: Array, cotangent: Array, scale)
     return scale * _dot(keys.T, ju), scale * ju[:, None] * query[None, :]
 
 
-def gradient_norms(query: Array, keys: Array, values: Array, cotangent: Array, scale) -> dict[str, Array]:
+def gradient_norms(
+    query: Array, keys: Array, values: Array, cotangent: Array, scale
+) -> dict[str, Array]:
     """{"grad_query": ||dL/dq||, "grad_key": ||dL/dK||_F} of `attention_loss` (scalars)."""
     dq, dk = gradients(query, keys, values, cotangent, scale)
     return {"grad_query": jnp.sqrt(jnp.sum(dq * dq)), "grad_key": jnp.sqrt(jnp.sum(dk * dk))}
 
 
-@functools.partial(jax.jit, static_argnames=("width", "num_keys", "value_dim", "rank", "num_samples",
-                                             "chunk_size"))
-def gradient_samples(key: Array, dim: Array, *, width: int, num_keys: int, value_dim: int, rank: int,
-                     num_samples: int, chunk_size: int) -> dict:
+@functools.partial(
+    jax.jit, static_argnames=("width", "num_keys", "value_dim", "rank", "num_samples", "chunk_size")
+)
+def gradient_samples(
+    key: Array,
+    dim: Array,
+    *,
+    width: int,
+    num_keys: int,
+    value_dim: int,
+    rank: int,
+    num_samples: int,
+    chunk_size: int,
+) -> dict:
     """Per-sample gradient norms `{inputs: {scaling: {gradient: [num_samples]}}}` at key width `dim` <= `width`
     (an int array: one compiled program serves every d_k); both scalings on the same (q, K, V, g)."""
     dtype = float_dtype()
@@ -107,9 +130,13 @@ def gradient_samples(key: Array, dim: Array, *, width: int, num_keys: int, value
         g = jax.random.normal(kg, (value_dim,), dtype)
         out = {}
         for index, inputs in enumerate(INPUTS):
-            q, keys = sample_query_keys(jax.random.fold_in(k_qk, index), inputs, mask, num_keys=num_keys, rank=rank)
-            out[inputs] = {"unscaled": gradient_norms(q, keys, values, g, 1.0),
-                           "scaled": gradient_norms(q, keys, values, g, scale)}
+            q, keys = sample_query_keys(
+                jax.random.fold_in(k_qk, index), inputs, mask, num_keys=num_keys, rank=rank
+            )
+            out[inputs] = {
+                "unscaled": gradient_norms(q, keys, values, g, 1.0),
+                "scaled": gradient_norms(q, keys, values, g, scale),
+            }
         return out
 
     return map_samples(one, key, num_samples, max(1, chunk_size // num_keys))

@@ -1,4 +1,5 @@
 """The softmax Jacobian J = diag(p) - p p^T, its norms, and the saturation statistics of one softmax."""
+
 from __future__ import annotations
 
 import jax
@@ -44,8 +45,12 @@ def softmax_stats(logits: Array) -> dict[str, Array]:
     p = attnjax.softmax_with_temperature(logits)
     plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, jnp.ones_like(p))), jnp.zeros_like(p))
     spectral, frobenius = jacobian_norms(p)
-    return {"max_weight": jnp.max(p), "entropy": -jnp.sum(plogp), "jacobian_spectral": spectral,
-            "jacobian_frobenius": frobenius}
+    return {
+        "max_weight": jnp.max(p),
+        "entropy": -jnp.sum(plogp),
+        "jacobian_spectral": spectral,
+        "jacobian_frobenius": frobenius,
+    }
 
 
 SECULAR_STEPS = 80  # halvings of log(p_(1) / p_(2)) <= 1500: far below one ulp of the root
@@ -71,7 +76,9 @@ def spectral_norm(p: Array) -> Array:
         lo, hi = bounds
         mid = jnp.sqrt(lo) * jnp.sqrt(hi)
         d = p - mid
-        h = jnp.sum(jnp.where(d == 0, jnp.zeros_like(p), p / jnp.where(d == 0, jnp.ones_like(d), d)))
+        h = jnp.sum(
+            jnp.where(d == 0, jnp.zeros_like(p), p / jnp.where(d == 0, jnp.ones_like(d), d))
+        )
         return jnp.where(h > 0, lo, mid), jnp.where(h > 0, mid, hi)
 
     lo, hi = jax.lax.fori_loop(0, SECULAR_STEPS, halve, (low, high))

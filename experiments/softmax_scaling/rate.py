@@ -22,6 +22,7 @@ The prediction: the least-squares slope of log E||J||_2 against log d_k,
 fitted per seed over `config.rate_dims`, lies within `rate_tolerance` of -1/2
 for every seed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,7 +38,9 @@ Array = jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("num_keys", "num_samples", "chunk_size"))
-def unscaled_spectral_norms(key: Array, dims: Array, *, num_keys: int, num_samples: int, chunk_size: int) -> Array:
+def unscaled_spectral_norms(
+    key: Array, dims: Array, *, num_keys: int, num_samples: int, chunk_size: int
+) -> Array:
     """`[len(dims), num_samples]` samples of ||J||_2 at softmax(sigma u): sigma^2 ~ chi^2_{d_k}, u `[num_keys]`
     iid N(0, 1), for each d_k of `dims` `[n]` (the same u at every d_k).
 
@@ -58,6 +61,8 @@ def log_log_slope(dims, values) -> float:
     """Least-squares slope of log values against log dims `[n]`, n >= 2, values > 0 (float64, host)."""
     x, y = np.log(np.asarray(dims, np.float64)), np.log(np.asarray(values, np.float64))
     if x.shape != y.shape or x.size < 2:
-        raise ValueError(f"dims and values must be two equal-length sequences of >= 2, got {x.shape} and {y.shape}")
+        raise ValueError(
+            f"dims and values must be two equal-length sequences of >= 2, got {x.shape} and {y.shape}"
+        )
     x = x - x.mean()
     return float(np.sum(x * (y - y.mean())) / np.sum(x * x))

@@ -1,4 +1,5 @@
 """Sampling helpers of the softmax-scaling study: the float dtype, a full-precision dot product, chunked sampling."""
+
 from __future__ import annotations
 
 import jax
@@ -31,6 +32,9 @@ def map_samples(fn, key: Array, num_samples: int, chunk_size: int):
     chunk_size = min(chunk_size, num_samples)
     num_chunks = -(-num_samples // chunk_size)
     index = jnp.arange(num_chunks * chunk_size, dtype=jnp.uint32).reshape(num_chunks, chunk_size)
-    sample = lambda i: fn(jax.random.fold_in(key, i))  # noqa: E731
+
+    def sample(i):
+        return fn(jax.random.fold_in(key, i))
+
     out = jax.lax.map(jax.vmap(sample), index)
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_samples], out)

@@ -30,6 +30,7 @@ Rows: `{"quantity", "scaling", "value", "dtype"}` with `quantity` "variance"
 (and `predicted`), a statistic of `STATS`, "grad_query" / "grad_key" (and
 `inputs`, `seed`) or "rate_jacobian_spectral" (and `width`, `seed`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,7 +83,9 @@ def _check_dims(config, name: str, minimum_count: int) -> None:
         raise ValueError(f"config.{name} must be {kind} tuple of ints, got {dims!r}")
     for d in dims:
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-            raise ValueError(f"config.{name}: every d_k must be an int >= 1, got {d!r} in {tuple(dims)}")
+            raise ValueError(
+                f"config.{name}: every d_k must be an int >= 1, got {d!r} in {tuple(dims)}"
+            )
     if len(set(dims)) != len(dims):
         raise ValueError(f"config.{name} has repeated values: {tuple(dims)}")
 
@@ -110,8 +113,10 @@ def specs(config) -> list[RunSpec]:
     _check_dims(config, "rate_dims", minimum_count=2)
 
     if not any(d >= config.flat_min_dim for d in dims):
-        raise ValueError(f"config.flat_min_dim ({config.flat_min_dim}) must be <= max(config.dims) = {max(dims)}")
-    return ([RunSpec("limit")] + [RunSpec("dim", int(d)) for d in sorted(dims)] + [RunSpec("rate")])
+        raise ValueError(
+            f"config.flat_min_dim ({config.flat_min_dim}) must be <= max(config.dims) = {max(dims)}"
+        )
+    return [RunSpec("limit")] + [RunSpec("dim", int(d)) for d in sorted(dims)] + [RunSpec("rate")]
 
 
 # --------------------------------------------------------------------------
@@ -121,9 +126,13 @@ def specs(config) -> list[RunSpec]:
 @functools.partial(jax.jit, static_argnames=("dim", "num_samples", "chunk_size"))
 def dot_products(key: Array, *, dim: int, num_samples: int, chunk_size: int) -> Array:
     """`[num_samples]` samples of q.k, q and k `[dim]` with iid N(0, 1) components."""
+
     def one(k):
         kq, kk = jax.random.split(k)
-        return _dot(jax.random.normal(kq, (dim,), float_dtype()), jax.random.normal(kk, (dim,), float_dtype()))
+        return _dot(
+            jax.random.normal(kq, (dim,), float_dtype()),
+            jax.random.normal(kk, (dim,), float_dtype()),
+        )
 
     return map_samples(one, key, num_samples, chunk_size)
 
@@ -135,6 +144,7 @@ def saturation(key: Array, *, dim: int, num_keys: int, num_samples: int, chunk_s
 
     Returns {'unscaled': {stat: [num_samples]}, 'scaled': {...}}.
     """
+
     def one(k):
         kq, kk = jax.random.split(k)
         q = jax.random.normal(kq, (dim,), float_dtype())
@@ -150,12 +160,15 @@ def saturation(key: Array, *, dim: int, num_keys: int, num_samples: int, chunk_s
 
 
 @functools.partial(jax.jit, static_argnames=("num_keys", "num_samples", "chunk_size"))
-def limit_saturation(key: Array, *, num_keys: int, num_samples: int, chunk_size: int) -> dict[str, Array]:
+def limit_saturation(
+    key: Array, *, num_keys: int, num_samples: int, chunk_size: int
+) -> dict[str, Array]:
     """Per-sample statistics `{stat: [num_samples]}` in the d_k -> infinity
     limit of the scaled case, where the logits `[T]` are iid N(0, 1).
 
     (Given q, the scaled logits are iid N(0, |q|^2 / d_k), and |q|^2 / d_k -> 1.)
     """
+
     def one(k):
         return softmax_stats(jax.random.normal(k, (num_keys,), float_dtype()))
 
@@ -181,12 +194,27 @@ def measure_dim(config, dim: int) -> dict:
     `{"d_k", "dtype", "variance": {scaling: value}, "saturation": {scaling: {stat: mean}}}`."""
     key = jax.random.fold_in(jax.random.key(config.seed), dim)
     k_var, k_sat = jax.random.split(key)
-    dots = np.asarray(dot_products(k_var, dim=dim, num_samples=config.num_samples, chunk_size=config.chunk_size),
-                      np.float64)
-    variance = {"unscaled": float(np.var(dots, ddof=1)), "scaled": float(np.var(dots / math.sqrt(dim), ddof=1))}
-    stats = saturation(k_sat, dim=dim, num_keys=config.num_keys, num_samples=config.saturation_samples,
-                       chunk_size=config.chunk_size)
-    return {"d_k": dim, "dtype": str(np.dtype(float_dtype())), "variance": variance, "saturation": _means(stats)}
+    dots = np.asarray(
+        dot_products(k_var, dim=dim, num_samples=config.num_samples, chunk_size=config.chunk_size),
+        np.float64,
+    )
+    variance = {
+        "unscaled": float(np.var(dots, ddof=1)),
+        "scaled": float(np.var(dots / math.sqrt(dim), ddof=1)),
+    }
+    stats = saturation(
+        k_sat,
+        dim=dim,
+        num_keys=config.num_keys,
+        num_samples=config.saturation_samples,
+        chunk_size=config.chunk_size,
+    )
+    return {
+        "d_k": dim,
+        "dtype": str(np.dtype(float_dtype())),
+        "variance": variance,
+        "saturation": _means(stats),
+    }
 
 
 # --------------------------------------------------------------------------
@@ -196,24 +224,46 @@ def measure_dim(config, dim: int) -> dict:
 def _dim_rows(record: dict) -> list[dict]:
     """One row per quantity and scaling; variance rows carry their prediction."""
     dim, dtype = record["d_k"], record["dtype"]
-    rows = [{"quantity": "variance", "scaling": s, "value": record["variance"][s],
-             "predicted": float(dim) if s == "unscaled" else 1.0, "dtype": dtype} for s in SCALINGS]
-    return rows + [{"quantity": stat, "scaling": s, "value": record["saturation"][s][stat], "dtype": dtype}
-                   for stat in STATS for s in SCALINGS]
+    rows = [
+        {
+            "quantity": "variance",
+            "scaling": s,
+            "value": record["variance"][s],
+            "predicted": float(dim) if s == "unscaled" else 1.0,
+            "dtype": dtype,
+        }
+        for s in SCALINGS
+    ]
+    return rows + [
+        {"quantity": stat, "scaling": s, "value": record["saturation"][s][stat], "dtype": dtype}
+        for stat in STATS
+        for s in SCALINGS
+    ]
 
 
 def _limit_rows(config) -> list[dict]:
     """The scaled statistics in the d_k -> infinity limit; key fold_in(seed, 0) (a d_k run uses fold_in(seed, d_k))."""
-    limit = _means(limit_saturation(jax.random.fold_in(jax.random.key(config.seed), 0), num_keys=config.num_keys,
-                                    num_samples=config.saturation_samples, chunk_size=config.chunk_size))
+    limit = _means(
+        limit_saturation(
+            jax.random.fold_in(jax.random.key(config.seed), 0),
+            num_keys=config.num_keys,
+            num_samples=config.saturation_samples,
+            chunk_size=config.chunk_size,
+        )
+    )
     dtype = str(np.dtype(float_dtype()))
-    return [{"quantity": stat, "scaling": "scaled", "value": limit[stat], "dtype": dtype} for stat in STATS]
+    return [
+        {"quantity": stat, "scaling": "scaled", "value": limit[stat], "dtype": dtype}
+        for stat in STATS
+    ]
 
 
 def seed_key(config, seed: int, stream: int) -> Array:
     """The key of seed `seed` < num_seeds for the gradient (stream 1) and rate (stream 2) runs: key(seed) of
     the config's seed folded with (seed, stream); the variance and saturation samples use key(seed) folded with d_k."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), 1_000_000 + seed), stream)
+    return jax.random.fold_in(
+        jax.random.fold_in(jax.random.key(config.seed), 1_000_000 + seed), stream
+    )
 
 
 def _gradient_rows(config, dim: int) -> list[dict]:
@@ -221,12 +271,28 @@ def _gradient_rows(config, dim: int) -> list[dict]:
     rows, dtype = [], str(np.dtype(float_dtype()))
     for seed in range(config.num_seeds):
         norms = gradients.gradient_samples(
-            jax.random.fold_in(seed_key(config, seed, 1), dim), jnp.asarray(dim), width=max(config.dims),
-            num_keys=config.num_keys, value_dim=config.value_dim, rank=config.low_rank,
-            num_samples=config.gradient_samples, chunk_size=config.chunk_size)
-        rows += [{"quantity": grad, "scaling": s, "inputs": inputs, "seed": seed, "dtype": dtype,
-                  "value": float(np.median(np.asarray(norms[inputs][s][grad], np.float64)))}
-                 for inputs in gradients.INPUTS for grad in gradients.GRADIENTS for s in SCALINGS]
+            jax.random.fold_in(seed_key(config, seed, 1), dim),
+            jnp.asarray(dim),
+            width=max(config.dims),
+            num_keys=config.num_keys,
+            value_dim=config.value_dim,
+            rank=config.low_rank,
+            num_samples=config.gradient_samples,
+            chunk_size=config.chunk_size,
+        )
+        rows += [
+            {
+                "quantity": grad,
+                "scaling": s,
+                "inputs": inputs,
+                "seed": seed,
+                "dtype": dtype,
+                "value": float(np.median(np.asarray(norms[inputs][s][grad], np.float64))),
+            }
+            for inputs in gradients.INPUTS
+            for grad in gradients.GRADIENTS
+            for s in SCALINGS
+        ]
     return rows
 
 
@@ -234,12 +300,25 @@ def _rate_rows(config) -> list[dict]:
     """Mean over samples of the unscaled ||J||_2 at each width of `rate_dims`, per seed."""
     rows, dtype = [], str(np.dtype(float_dtype()))
     for seed in range(config.num_seeds):
-        norms = rate.unscaled_spectral_norms(seed_key(config, seed, 2), jnp.asarray(config.rate_dims),
-                                             num_keys=config.num_keys, num_samples=config.rate_samples,
-                                             chunk_size=config.chunk_size)
+        norms = rate.unscaled_spectral_norms(
+            seed_key(config, seed, 2),
+            jnp.asarray(config.rate_dims),
+            num_keys=config.num_keys,
+            num_samples=config.rate_samples,
+            chunk_size=config.chunk_size,
+        )
         means = np.mean(np.asarray(norms, np.float64), axis=1)
-        rows += [{"quantity": "rate_jacobian_spectral", "scaling": "unscaled", "width": int(width), "seed": seed,
-                  "dtype": dtype, "value": float(mean)} for width, mean in zip(config.rate_dims, means)]
+        rows += [
+            {
+                "quantity": "rate_jacobian_spectral",
+                "scaling": "unscaled",
+                "width": int(width),
+                "seed": seed,
+                "dtype": dtype,
+                "value": float(mean),
+            }
+            for width, mean in zip(config.rate_dims, means)
+        ]
     return rows
 
 
@@ -250,6 +329,8 @@ def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
         return _rate_rows(config)
     record = measure_dim(config, spec.d_k)
     var, sat = record["variance"], record["saturation"]
-    run.log(f"  Var(q.k)={var['unscaled']:.4g} (pred {spec.d_k}), Var(q.k/sqrt(d_k))={var['scaled']:.4f} (pred 1), "
-            f"max weight {sat['unscaled']['max_weight']:.3f} unscaled vs {sat['scaled']['max_weight']:.3f} scaled")
+    run.log(
+        f"  Var(q.k)={var['unscaled']:.4g} (pred {spec.d_k}), Var(q.k/sqrt(d_k))={var['scaled']:.4f} (pred 1), "
+        f"max weight {sat['unscaled']['max_weight']:.3f} unscaled vs {sat['scaled']['max_weight']:.3f} scaled"
+    )
     return _dim_rows(record) + _gradient_rows(config, spec.d_k)

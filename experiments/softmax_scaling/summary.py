@@ -10,6 +10,7 @@ its numbers, e.g. `gradients.gaussian.vanishes.high`). The outcome functions
 (`vanishes`, `flat`, `rate_check`) take plain numbers, so a test can hand them
 an input where a claim does not hold.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,15 @@ def _records(rows: list[dict]) -> list[dict]:
     for dim in distinct([r for r in rows if r["d_k"] is not None], "d_k"):
         mine = select(rows, d_k=dim)
         variance = {r["scaling"]: r["value"] for r in select(mine, quantity="variance")}
-        saturation = {s: {r["quantity"]: r["value"] for r in select(mine, scaling=s) if r["quantity"] in STATS}
-                      for s in SCALINGS}
-        records.append({"d_k": dim, "dtype": mine[0]["dtype"], "variance": variance, "saturation": saturation})
+        saturation = {
+            s: {
+                r["quantity"]: r["value"] for r in select(mine, scaling=s) if r["quantity"] in STATS
+            }
+            for s in SCALINGS
+        }
+        records.append(
+            {"d_k": dim, "dtype": mine[0]["dtype"], "variance": variance, "saturation": saturation}
+        )
     return records
 
 
@@ -49,30 +56,57 @@ def _variance_table(records: list[dict], config) -> list[dict]:
     for r in records:
         dim, var = r["d_k"], r["variance"]
         err_u, err_s = var["unscaled"] / dim - 1.0, var["scaled"] - 1.0
-        rows.append({
-            "d_k": dim, "unscaled": var["unscaled"], "predicted_unscaled": float(dim), "rel_error_unscaled": err_u,
-            "scaled": var["scaled"], "predicted_scaled": 1.0, "rel_error_scaled": err_s,
-            "relative_standard_error": relative_standard_error(dim, config.num_samples),
-            "pass": bool(abs(err_u) <= config.variance_tolerance and abs(err_s) <= config.variance_tolerance),
-        })
+        rows.append(
+            {
+                "d_k": dim,
+                "unscaled": var["unscaled"],
+                "predicted_unscaled": float(dim),
+                "rel_error_unscaled": err_u,
+                "scaled": var["scaled"],
+                "predicted_scaled": 1.0,
+                "rel_error_scaled": err_s,
+                "relative_standard_error": relative_standard_error(dim, config.num_samples),
+                "pass": bool(
+                    abs(err_u) <= config.variance_tolerance
+                    and abs(err_s) <= config.variance_tolerance
+                ),
+            }
+        )
     return rows
 
 
 def _gradients(rows: list[dict], dims: list[int], num_seeds: int) -> dict:
     """`{inputs: {scaling: {gradient: [[median per seed] per d_k]}}}`."""
+
     def value(**match):
         (row,) = select(rows, **match)
         return row["value"]
 
-    return {i: {s: {g: [[value(d_k=d, inputs=i, scaling=s, quantity=g, seed=seed) for seed in range(num_seeds)]
-                        for d in dims] for g in GRADIENTS} for s in SCALINGS} for i in INPUTS}
+    return {
+        i: {
+            s: {
+                g: [
+                    [
+                        value(d_k=d, inputs=i, scaling=s, quantity=g, seed=seed)
+                        for seed in range(num_seeds)
+                    ]
+                    for d in dims
+                ]
+                for g in GRADIENTS
+            }
+            for s in SCALINGS
+        }
+        for i in INPUTS
+    }
 
 
 def _rate(rows: list[dict], num_seeds: int) -> dict:
     """`{"dims": [d_k], "values": [[E||J||_2 per d_k] per seed], "slopes": [per seed]}`."""
     mine = select(rows, quantity="rate_jacobian_spectral")
     widths = distinct(mine, "width")
-    values = [[select(mine, width=w, seed=seed)[0]["value"] for w in widths] for seed in range(num_seeds)]
+    values = [
+        [select(mine, width=w, seed=seed)[0]["value"] for w in widths] for seed in range(num_seeds)
+    ]
     return {"dims": widths, "values": values, "slopes": [log_log_slope(widths, v) for v in values]}
 
 
@@ -82,14 +116,24 @@ def vanishes(medians: dict, ratio: float) -> dict:
     Per seed and gradient, m(largest d_k) / m(smallest d_k); pass if every one is <= `ratio`
     (None if a smallest-d_k median is 0: nothing resolved to compare against).
     """
-    ratios = [m[-1][seed] / m[0][seed] if m[0][seed] > 0 else math.nan
-              for m in medians.values() for seed in range(len(m[0]))]
+    ratios = [
+        m[-1][seed] / m[0][seed] if m[0][seed] > 0 else math.nan
+        for m in medians.values()
+        for seed in range(len(m[0]))
+    ]
     if any(math.isnan(r) for r in ratios):
         return {"pass": None, "low": None, "high": None, "threshold": ratio}
-    return {"pass": max(ratios) <= ratio, "low": min(ratios), "high": max(ratios), "threshold": ratio}
+    return {
+        "pass": max(ratios) <= ratio,
+        "low": min(ratios),
+        "high": max(ratios),
+        "threshold": ratio,
+    }
 
 
-def flat(medians: dict, dims: list[int], min_dim: int, tolerance: float, expect_flat: bool = True) -> dict:
+def flat(
+    medians: dict, dims: list[int], min_dim: int, tolerance: float, expect_flat: bool = True
+) -> dict:
     """With the scale, does the median gradient stay flat in d_k? Per seed and gradient, the largest
     |m(d_k) / m(largest d_k) - 1| over d_k >= `min_dim`; `expect_flat`: pass if every one is <= `tolerance`,
     else (a family where the scale is predicted not to work) pass if every one is > `tolerance`."""
@@ -98,23 +142,45 @@ def flat(medians: dict, dims: list[int], min_dim: int, tolerance: float, expect_
     for m in medians.values():
         for seed in range(len(m[0])):
             top = m[-1][seed]
-            deviations.append(max(abs(m[i][seed] / top - 1.0) if top > 0 else math.inf for i in keep))
+            deviations.append(
+                max(abs(m[i][seed] / top - 1.0) if top > 0 else math.inf for i in keep)
+            )
     low, high = min(deviations), max(deviations)
-    return {"pass": high <= tolerance if expect_flat else low > tolerance, "low": low, "high": high,
-            "tolerance": tolerance, "expect_flat": expect_flat}
+    return {
+        "pass": high <= tolerance if expect_flat else low > tolerance,
+        "low": low,
+        "high": high,
+        "tolerance": tolerance,
+        "expect_flat": expect_flat,
+    }
 
 
 def rate_check(slopes: list[float], tolerance: float, predicted: float = -0.5) -> dict:
     """The fitted exponents of E||J||_2, one per seed: pass if every one is within `tolerance` of `predicted`."""
-    return {"pass": all(abs(x - predicted) <= tolerance for x in slopes), "low": min(slopes), "high": max(slopes),
-            "predicted": predicted, "tolerance": tolerance}
+    return {
+        "pass": all(abs(x - predicted) <= tolerance for x in slopes),
+        "low": min(slopes),
+        "high": max(slopes),
+        "predicted": predicted,
+        "tolerance": tolerance,
+    }
 
 
 def _gradient_checks(grads: dict, dims: list[int], config) -> dict:
     """Per input family: the unscaled gradient vanishes; the scaled one is flat (not flat for low_rank)."""
-    return {i: {"vanishes": vanishes(grads[i]["unscaled"], config.vanish_ratio),
-                "flat": flat(grads[i]["scaled"], dims, config.flat_min_dim, config.flat_tolerance,
-                             expect_flat=i != "low_rank")} for i in INPUTS}
+    return {
+        i: {
+            "vanishes": vanishes(grads[i]["unscaled"], config.vanish_ratio),
+            "flat": flat(
+                grads[i]["scaled"],
+                dims,
+                config.flat_min_dim,
+                config.flat_tolerance,
+                expect_flat=i != "low_rank",
+            ),
+        }
+        for i in INPUTS
+    }
 
 
 def _checks(records, variance, limit, config) -> dict:
@@ -124,16 +190,25 @@ def _checks(records, variance, limit, config) -> dict:
     rising = all(b["max_weight"] > a["max_weight"] for a, b in zip(unscaled, unscaled[1:]))
     falling = all(b["entropy"] < a["entropy"] for a, b in zip(unscaled, unscaled[1:]))
     return {
-        "variance_unscaled": {"pass": all(abs(v["rel_error_unscaled"]) <= tol for v in variance),
-                              "worst_rel_error": max(abs(v["rel_error_unscaled"]) for v in variance),
-                              "tolerance": tol},
-        "variance_scaled": {"pass": all(abs(v["rel_error_scaled"]) <= tol for v in variance),
-                            "worst_rel_error": max(abs(v["rel_error_scaled"]) for v in variance),
-                            "tolerance": tol},
-        "scaled_saturation_constant": {"pass": worst <= config.saturation_tolerance, "worst_rel_deviation": worst},
-        "unscaled_softmax_saturates": {"pass": (rising and falling) if len(records) > 1 else None,
-                                       "max_weight_rises": rising,
-                                       "entropy_falls": falling},
+        "variance_unscaled": {
+            "pass": all(abs(v["rel_error_unscaled"]) <= tol for v in variance),
+            "worst_rel_error": max(abs(v["rel_error_unscaled"]) for v in variance),
+            "tolerance": tol,
+        },
+        "variance_scaled": {
+            "pass": all(abs(v["rel_error_scaled"]) <= tol for v in variance),
+            "worst_rel_error": max(abs(v["rel_error_scaled"]) for v in variance),
+            "tolerance": tol,
+        },
+        "scaled_saturation_constant": {
+            "pass": worst <= config.saturation_tolerance,
+            "worst_rel_deviation": worst,
+        },
+        "unscaled_softmax_saturates": {
+            "pass": (rising and falling) if len(records) > 1 else None,
+            "max_weight_rises": rising,
+            "entropy_falls": falling,
+        },
     }
 
 

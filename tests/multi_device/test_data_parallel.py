@@ -3,6 +3,7 @@
 Run in their own process with `ATTNJAX_TEST_DEVICES=8` (`tests/test_multi_device.py`
 starts it): the rest of the suite runs on one device.
 """
+
 # ruff: noqa: F401, F811
 import jax
 import numpy as np
@@ -17,15 +18,19 @@ from tests.test_training import _losses, runner, two_seed_losses
 @pytest.fixture(scope="module", autouse=True)
 def eight_devices():
     if jax.device_count() != 8:
-        raise pytest.UsageError(f"these tests need 8 devices, found {jax.device_count()}: "
-                                "run them with ATTNJAX_TEST_DEVICES=8")
+        raise pytest.UsageError(
+            f"these tests need 8 devices, found {jax.device_count()}: "
+            "run them with ATTNJAX_TEST_DEVICES=8"
+        )
 
 
 def test_eight_device_data_parallel_equals_one_device(runner, two_seed_losses):
     assert jax.device_count() == 8
     sharded = runner
     assert sharded.mesh.shape["data"] == 8
-    single = training.SeedsRunner(runner.trainer, mesh=training.data_mesh(8, jax.local_devices()[:1]))
+    single = training.SeedsRunner(
+        runner.trainer, mesh=training.data_mesh(8, jax.local_devices()[:1])
+    )
     np.testing.assert_allclose(two_seed_losses, _losses(single, 2), rtol=1e-4)
     batches = sharded._batches(training.batch_keys(jax.random.split(jax.random.key(3), 2), 0, 1))
     assert len(batches.inputs.sharding.device_set) == 8
