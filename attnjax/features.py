@@ -305,7 +305,7 @@ def orthogonal_random_matrix(
     * 'sqrt_d': every norm is sqrt(D) (slightly biased kernel, lower variance).
 
     Orthogonal rows give lower-variance kernel estimates than iid rows at the
-    same M (tested in tests/test_features.py).
+    same M (tested in tests/attnjax/test_features.py).
     """
     _check_sizes(num_features, dim)
     if scaling not in ("chi", "sqrt_d"):

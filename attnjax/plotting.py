@@ -3,7 +3,7 @@
 Every function returns a `matplotlib.figure.Figure` built without pyplot
 (`figure`), so nothing depends on (or changes) a global backend: figures
 render headless (Agg canvas) and are saved with `fig.savefig(path)` (or
-atomically with `attnjax.workdir.atomic_write_figure`). matplotlib is imported
+atomically with `experiments.lab.workdir.atomic_write_figure`). matplotlib is imported
 inside the functions, so `import attnjax` does not pull it in. Inputs are
 NumPy or JAX arrays, converted to float64 NumPy on the host.
 """

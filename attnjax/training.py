@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attnjax import nn
-from attnjax.workdir import json_form
+from attnjax.serialization import json_form
 
 Array = jax.Array
 

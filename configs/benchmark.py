@@ -117,7 +117,7 @@ def _analysis():
 def _recall_run(smoke: bool):
     """The training setting of the rank-collapse study's train sweep, written out here so the
     benchmark reads no study's config: multi-query associative recall, causal, the model and
-    the optimiser (`experiments.models`' `task`, `model`, `train` blocks). `smoke`: the
+    the optimiser (`experiments.lab.models`' `task`, `model`, `train` blocks). `smoke`: the
     smaller setting of that study's smoke variant."""
     run = config_dict.ConfigDict(
         dict(
@@ -300,7 +300,7 @@ def get_config(arg: str | None = None):
             vmap_functions=("stationary_distribution", "dobrushin"),
         )
         # Smaller programs compile faster: one attention-only layer.
-        # (bf16 training has its own test: tests/test_mixed_precision.py.)
+        # (bf16 training has its own test: tests/experiments/lab/test_mixed_precision.py.)
         config.training.run = _recall_run(smoke=True)
         config.training.update(
             architecture="attention_only",

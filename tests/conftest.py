@@ -7,7 +7,7 @@
 * One CPU device. Batched LAPACK calls (eigvalsh, svd) run several times
   slower when XLA splits the host into fake devices, so the data-parallel
   tests, which need eight, run in their own process
-  (`tests/test_multi_device.py` runs `tests/multi_device/` with
+  (`tests/attnjax/test_multi_device.py` runs `tests/attnjax/multi_device/` with
   `ATTNJAX_TEST_DEVICES=8`, which this file turns into the device count).
 * XLA's concurrency-optimised CPU scheduler off: two batched LAPACK calls
   running at once can deadlock a 2-thread pool (see experiments/__init__.py).
@@ -38,6 +38,7 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 DEVICES_VARIABLE = "ATTNJAX_TEST_DEVICES"
 _DEVICE_FLAGS = (
@@ -69,7 +70,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # One scratch directory for the whole run, made by the first process (the
 # xdist controller) and inherited by its workers: it holds a persistent
 # compilation cache (a program that several tests compile is compiled once per
-# run) and the studies' test runs (`tests.test_studies.finished`).
+# run) and the studies' test runs (`tests.experiments.lab.test_studies.finished`).
 RUN_DIR_VARIABLE = "ATTNJAX_TEST_RUN_DIR"
 _OWNS_RUN_DIR = RUN_DIR_VARIABLE not in os.environ
 if _OWNS_RUN_DIR:
@@ -91,7 +92,7 @@ def figures_not_rendered(monkeypatch):
     """For tests of records, resumes and summaries: a study run still builds every figure (the summary lists
     their names), but renders no PNG (about a second per figure). The smoke-run tests check the rendered
     figures of every study."""
-    from attnjax.workdir import Workdir
+    from experiments.lab.workdir import Workdir
 
     monkeypatch.setattr(
         Workdir, "write_figure", lambda self, name, figure: self.file("plots", f"{name}.png")
@@ -108,29 +109,30 @@ def pytest_unconfigure(config):
 # whole files to workers in collection order, so with the long ones dealt
 # early the run does not end with one worker busy on a long file and the other
 # idle. Files not listed keep their order, after these.
+TESTS = Path(__file__).resolve().parent
 SLOWEST_FIRST = (
-    "test_studies.py",
-    "test_benchmark.py",
-    "test_distributed.py",
-    "test_launch.py",
-    "test_multi_device.py",
-    "test_training.py",
-    "test_decoding.py",
-    "test_pretrained_study.py",
-    "test_nn_edits.py",
-    "test_nn_sink_cache.py",
-    "test_kernels.py",
-    "test_upstream_attention.py",
-    "test_attention.py",
-    "test_pretrained_bert.py",
-    "test_pretrained_llama.py",
-    "test_nn.py",
-    "test_linear.py",
-    "test_nn_options.py",
-    "test_attention_broadcast.py",
-    "test_pretrained_hf.py",
-    "test_rank_collapse.py",
-    "test_analysis_markov.py",
+    "experiments/lab/test_studies.py",
+    "experiments/benchmark/test_benchmark.py",
+    "attnjax/test_distributed.py",
+    "experiments/lab/test_launch.py",
+    "attnjax/test_multi_device.py",
+    "attnjax/test_training.py",
+    "attnjax/nn/test_decoding.py",
+    "experiments/test_pretrained.py",
+    "attnjax/nn/test_edits.py",
+    "attnjax/nn/test_sink_cache.py",
+    "attnjax/test_kernels.py",
+    "attnjax/test_upstream_attention.py",
+    "attnjax/test_attention.py",
+    "attnjax/pretrained/test_bert.py",
+    "attnjax/pretrained/test_llama.py",
+    "attnjax/nn/test_modules.py",
+    "attnjax/test_linear.py",
+    "attnjax/nn/test_options.py",
+    "attnjax/test_attention_broadcast.py",
+    "attnjax/pretrained/test_hf.py",
+    "experiments/test_rank_collapse.py",
+    "attnjax/analysis/test_markov.py",
 )
 
 
@@ -139,45 +141,49 @@ SLOWEST_FIRST = (
 # and the tests marked `@pytest.mark.slow` one by one in the other files.
 SLOW_FILES = frozenset(
     {
-        "test_studies.py",
-        "test_distributed.py",
-        "test_launch.py",
-        "test_kernels.py",
-        "test_training.py",
-        "test_multi_device.py",
-        "test_decoding.py",
-        "test_upstream_attention.py",
-        "test_pretrained_study.py",
-        "test_benchmark.py",
-        "test_pretrained_bert.py",
-        "test_pretrained_llama.py",
-        "test_rank_collapse.py",
-        "test_softmax_scaling.py",
-        "test_power_iteration.py",
-        "test_mixed_precision.py",
-        "test_nn_options.py",
-        "test_attention_broadcast.py",
-        "test_nn_edits.py",
-        "test_nn_sink_cache.py",
-        "test_generate_sampling.py",
-        "test_reference_transformer.py",
-        "test_workdir.py",
+        "experiments/lab/test_studies.py",
+        "attnjax/test_distributed.py",
+        "experiments/lab/test_launch.py",
+        "attnjax/test_kernels.py",
+        "attnjax/test_training.py",
+        "attnjax/test_multi_device.py",
+        "attnjax/nn/test_decoding.py",
+        "attnjax/test_upstream_attention.py",
+        "experiments/test_pretrained.py",
+        "experiments/benchmark/test_benchmark.py",
+        "attnjax/pretrained/test_bert.py",
+        "attnjax/pretrained/test_llama.py",
+        "experiments/test_rank_collapse.py",
+        "experiments/test_softmax_scaling.py",
+        "experiments/test_power_iteration.py",
+        "experiments/lab/test_mixed_precision.py",
+        "attnjax/nn/test_options.py",
+        "attnjax/test_attention_broadcast.py",
+        "attnjax/nn/test_edits.py",
+        "attnjax/nn/test_sink_cache.py",
+        "attnjax/nn/test_generate_sampling.py",
+        "attnjax/nn/test_reference_transformer.py",
+        "experiments/lab/test_workdir.py",
         "test_repo.py",
-        "test_pretrained_hf.py",
-        "test_pretrained_study_checkpoint.py",
-        "test_nn_switches.py",
+        "attnjax/pretrained/test_hf.py",
+        "experiments/test_pretrained_checkpoint.py",
+        "attnjax/nn/test_switches.py",
     }
 )
 
 
+def _tests_path(item) -> str:
+    """An item's file relative to `tests/`, as the lists above name it."""
+    return item.path.relative_to(TESTS).as_posix()
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        if _tests_path(item) in SLOW_FILES:
             item.add_marker("slow")
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(
-        key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST))
-    )  # stable: a file's tests keep their order
+    # stable: a file's tests keep their order
+    items.sort(key=lambda item: rank.get(_tests_path(item), len(SLOWEST_FIRST)))
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -187,6 +193,6 @@ def pytest_xdist_auto_num_workers(config):
     return (os.cpu_count() or 1) + 1
 
 
-# `tests/multi_device/` needs eight devices: `tests/test_multi_device.py` runs it
+# `tests/attnjax/multi_device/` needs eight devices: `tests/attnjax/test_multi_device.py` runs it
 # in its own process, so a one-device run leaves it out of collection.
-collect_ignore = [] if DEVICES_VARIABLE in os.environ else ["multi_device"]
+collect_ignore = [] if DEVICES_VARIABLE in os.environ else ["attnjax/multi_device"]

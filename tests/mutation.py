@@ -37,16 +37,16 @@ class Mutant(NamedTuple):
     tests: tuple[str, ...]
 
 
-REF = ("tests/test_reference_transformer.py",)
+REF = ("tests/attnjax/nn/test_reference_transformer.py",)
 PRETRAINED = (
-    "tests/test_pretrained_study.py::test_collapse_and_doubly_exponential_checks",
-    "tests/test_pretrained_study.py::test_comparison_checks",
+    "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
+    "tests/experiments/test_pretrained.py::test_comparison_checks",
 )
 POWER = (
-    "tests/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",
+    "tests/experiments/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",
 )
 WU = tuple(
-    f"tests/test_rank_collapse.py::{name}"
+    f"tests/experiments/test_rank_collapse.py::{name}"
     for name in (
         "test_causal_checks_pass_on_a_geometric_profile_at_the_maps_lambda_2",
         "test_the_exponential_check_fails_where_the_rate_is_not_constant_or_not_below_one",
@@ -54,7 +54,7 @@ WU = tuple(
         "test_the_lambda_2_check_fails_when_the_rate_is_not_the_maps_lambda_2",
     )
 )
-RC = "tests/test_rank_collapse.py::"
+RC = "tests/experiments/test_rank_collapse.py::"
 DONG = tuple(
     RC + name
     for name in (
@@ -86,9 +86,9 @@ TRAINING = (
     RC + "test_attention_only_training_check_fails_above_twice_chance",
 )
 HF = (
-    "tests/test_pretrained_hf.py",
+    "tests/attnjax/pretrained/test_hf.py",
 )  # skips without torch / transformers: run these with the oracle extra
-SWITCHES = ("tests/test_nn_switches.py",)
+SWITCHES = ("tests/attnjax/nn/test_switches.py",)
 
 MUTANTS = (
     Mutant(
@@ -173,28 +173,28 @@ MUTANTS = (
         "check_tokens(inputs, config.vocab_size)",
         "pass",
         "out-of-vocabulary check removed",
-        ("tests/test_tokens.py",),
+        ("tests/attnjax/nn/test_tokens.py",),
     ),
     Mutant(
         "attnjax/nn/generate.py",
         "logits / temperature, axis=-1",
         "logits, axis=-1",
         "sampling temperature ignored",
-        ("tests/test_generate_sampling.py",),
+        ("tests/attnjax/nn/test_generate_sampling.py",),
     ),
     Mutant(
         "attnjax/nn/generate.py",
         "jax.random.fold_in(key, step)",
         "jax.random.fold_in(key, 0)",
         "same sampling key at every step",
-        ("tests/test_generate_sampling.py",),
+        ("tests/attnjax/nn/test_generate_sampling.py",),
     ),
     Mutant(
         "attnjax/nn/statistics.py",
         "q, k = module._rotate(q, k, 0)\n        scale =",
         "scale =",
         "model statistics from un-rotated q, k",
-        ("tests/test_nn_statistics.py",),
+        ("tests/attnjax/nn/test_statistics.py",),
     ),
     Mutant(
         "attnjax/nn/statistics.py",
@@ -202,7 +202,7 @@ MUTANTS = (
         "        out, _ = module._attend(q, k, v, mask, is_causal, False)\n        return out, stats",
         "statistics forward through dense attention",
         (
-            "tests/test_nn_statistics.py::test_compiled_memory_at_4096_is_below_one_dense_attention_matrix",
+            "tests/attnjax/nn/test_statistics.py::test_compiled_memory_at_4096_is_below_one_dense_attention_matrix",
         ),
     ),
     Mutant(
@@ -210,21 +210,21 @@ MUTANTS = (
         "weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
         "",
         "remove_keys without renormalisation",
-        ("tests/test_nn_edits.py",),
+        ("tests/attnjax/nn/test_edits.py",),
     ),
     Mutant(
         "attnjax/nn/sink_cache.py",
         "query_positions = jnp.minimum(p, slots_total - 1)",
         "query_positions = p",
         "sink cache queries at absolute positions",
-        ("tests/test_nn_sink_cache.py",),
+        ("tests/attnjax/nn/test_sink_cache.py",),
     ),
     Mutant(
         "attnjax/nn/sink_cache.py",
         "key_positions = jnp.where(s < n_sink, s, newest - (last - s) % window)",
         "key_positions = s",
         "sink cache keys at their slot index",
-        ("tests/test_nn_sink_cache.py",),
+        ("tests/attnjax/nn/test_sink_cache.py",),
     ),
     Mutant(
         "experiments/pretrained/checks.py",

@@ -4,11 +4,10 @@ rendered (no model needed)."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
 
 
 def _readme_commands() -> list[str]:
@@ -33,7 +32,7 @@ def test_ci_runs_the_readme_test_command():
     assert strip_quiet(ci_command) == strip_quiet(tests)
 
 
-PRETRAINED_RESULTS = ("experiments/results/pretrained", "experiments/results/pretrained_causal")
+PRETRAINED_RESULTS = ("experiments/pretrained/results", "experiments/pretrained/results_causal")
 
 
 @pytest.mark.parametrize("results", PRETRAINED_RESULTS)
@@ -57,13 +56,13 @@ def test_readme_pretrained_section_is_the_committed_summaries_rendered():
     assert section.startswith(report.readme_section(results, times) + "\n")
 
 
-POWER_ITERATION_RESULTS = REPO / "experiments/results/power_iteration"
+POWER_ITERATION_RESULTS = REPO / "experiments/power_iteration/results"
 
 
 def test_committed_power_iteration_results_are_their_summary_rendered():
     """The checks give the committed verdicts again; the template gives report.md byte for byte, and the
     README's power-iteration section starts where its heading is and ends where the next section starts."""
-    from attnjax.workdir import json_form
+    from attnjax.serialization import json_form
     from experiments.power_iteration import checks, report
 
     summary = json.loads((POWER_ITERATION_RESULTS / "summary.json").read_text())

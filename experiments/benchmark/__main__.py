@@ -5,7 +5,7 @@ from ml_collections import config_flags
 
 from configs import benchmark as default_config
 from experiments.benchmark import suite
-from experiments.cli import flags_parser
+from experiments.lab.cli import flags_parser
 
 
 def main(argv) -> None:

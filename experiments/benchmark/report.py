@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from experiments.report_util import markdown_table
+from experiments.lab.render import markdown_table
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:

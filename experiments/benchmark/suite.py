@@ -29,12 +29,12 @@ import time
 import jax
 import jaxlib
 
-from attnjax.workdir import atomic_write_figure, atomic_write_json, atomic_write_text
 from configs import benchmark as default_config
 from experiments.benchmark.report import format_table, markdown_report
 from experiments.benchmark.training import cpu_device_count
 from experiments.benchmark.util import drop_targets
-from experiments.models import COMPUTE_DTYPES
+from experiments.lab.models import COMPUTE_DTYPES
+from experiments.lab.workdir import atomic_write_figure, atomic_write_json, atomic_write_text
 
 COLUMNS = (
     "section",

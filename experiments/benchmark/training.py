@@ -2,7 +2,7 @@
 
 Config: `configs/benchmark.py`, `training`. Models are the rank-collapse
 study's training setting (causal recall, softmax attention; written out in
-that config as `run` and `seeds_run`), built by `experiments.models.make_trainer`.
+that config as `run` and `seeds_run`), built by `experiments.lab.models.make_trainer`.
 
 * Train step of the default rank-collapse model (`architecture`, `depth`,
   its `num_seeds` seeds): seconds per step and tokens/s, float32 and bf16
@@ -33,8 +33,8 @@ import time
 import jax
 
 from attnjax import training
-from experiments import models
 from experiments.benchmark.util import interleaved_median_times, ratio_row
+from experiments.lab import models
 
 SECTION = "training"
 SHARDED = "one program, seeds sharded over devices"

@@ -7,7 +7,7 @@ text segments, `checks.py` gives each prediction its verdict, `figures.py`
 draws the plots and `report.py` renders `templates/report.md.j2`.
 """
 
-from attnjax.study import Study
+from experiments.lab.study import Study
 from experiments.long_context import checks, figures, report, study, summary
 
 STUDY = Study(

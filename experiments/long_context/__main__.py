@@ -1,6 +1,6 @@
 """python -m experiments.long_context --config configs/long_context.py --workdir runs/lc"""
 
-from experiments.cli import study_main
+from experiments.lab.cli import study_main
 from experiments.long_context import STUDY
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 
-from attnjax.study import prediction
+from experiments.lab.study import prediction
 
 BARBERO = "Barbero et al. 2025"
 XIAO = "Xiao et al. 2023"

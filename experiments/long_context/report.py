@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from experiments.report_util import render
+from experiments.lab.render import render
 
-README_RESULTS = "experiments/results/long_context"
+README_RESULTS = "experiments/long_context/results"
 
 
 def context(summary: dict) -> dict:

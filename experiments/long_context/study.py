@@ -29,7 +29,7 @@ from flax import nnx
 
 from attnjax.analysis import residual_ratio
 from attnjax.nn import edits as edits_lib
-from attnjax.workdir import RunDir
+from experiments.lab.workdir import RunDir
 from experiments.long_context.text import long_text, segment
 
 PARTS = ("statistics", "stream", "ablation")

@@ -24,7 +24,7 @@ import math
 import numpy as np
 from scipy import stats as scipy_stats
 
-from attnjax.study import select
+from experiments.lab.study import select
 from experiments.long_context.study import STATISTICS
 
 

@@ -7,7 +7,7 @@ draws the plots, and `report.py` renders `templates/report.md.j2` over
 `context.py`'s numbers.
 """
 
-from attnjax.study import Study
+from experiments.lab.study import Study
 from experiments.power_iteration import checks, figures, report, study, summary
 
 STUDY = Study(

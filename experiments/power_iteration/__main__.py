@@ -1,6 +1,6 @@
 """python -m experiments.power_iteration --config configs/power_iteration.py --workdir runs/pi"""
 
-from experiments.cli import study_main
+from experiments.lab.cli import study_main
 from experiments.power_iteration import STUDY
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from attnjax.study import prediction
+from experiments.lab.study import prediction
 from experiments.power_iteration.summary import (
     PHASE_LABELS,
     config_of,

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from experiments.lab.render import render
 from experiments.power_iteration import context
-from experiments.report_util import render
 
 
 def markdown(summary: dict) -> str:

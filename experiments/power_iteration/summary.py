@@ -21,8 +21,8 @@ import math
 import numpy as np
 from ml_collections import ConfigDict
 
-from attnjax.study import by_metric, distinct, select
-from experiments import models
+from experiments.lab import models
+from experiments.lab.study import by_metric, distinct, select
 from experiments.power_iteration.study import dtype_of, rounding_floor
 
 # Times at which the report tabulates the cluster count.

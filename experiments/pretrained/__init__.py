@@ -6,7 +6,7 @@ prediction its verdict, `figures.py` draws the plots, and `report.py` renders
 `templates/` (the report and the README section) over `context.py`'s numbers.
 """
 
-from attnjax.study import Study
+from experiments.lab.study import Study
 from experiments.pretrained import checks, figures, report, study, summary
 
 STUDY = Study(

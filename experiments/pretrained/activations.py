@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnjax.study import prediction
+from experiments.lab.render import fmt
+from experiments.lab.study import prediction
 from experiments.pretrained.study import MASSIVE_FACTOR, MASSIVE_VALUE
 from experiments.pretrained.summary import array, massive
-from experiments.report_util import fmt
 
 # On the starting token or a delimiter in 90% of sentences; 90% of the sentences' largest activations in the
 # same 3 dimensions; spread (std / mean) of the largest activation over inputs <= 25%.

@@ -34,7 +34,8 @@ import math
 
 import numpy as np
 
-from attnjax.study import prediction
+from experiments.lab.render import fmt
+from experiments.lab.study import prediction
 from experiments.pretrained import activations
 from experiments.pretrained.corpus import CONTENT_LABELS
 from experiments.pretrained.summary import (
@@ -50,7 +51,6 @@ from experiments.pretrained.summary import (
     sink,
     uniform_sink,
 )
-from experiments.report_util import fmt
 
 # Collapse: the relative residual falls by three orders of magnitude.
 COLLAPSE_FACTOR = 1e-3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnjax.analysis import PATTERN_NAMES
+from experiments.lab.render import fmt
 from experiments.pretrained import activations, checks
 from experiments.pretrained.corpus import CONTENT_LABELS
 from experiments.pretrained.summary import (
@@ -32,7 +33,6 @@ from experiments.pretrained.summary import (
     uniform_sink,
     variant_names,
 )
-from experiments.report_util import fmt
 
 # The thresholds the text quotes.
 THRESHOLDS = {

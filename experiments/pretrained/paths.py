@@ -18,7 +18,7 @@ from jax import lax
 
 from attnjax import nn
 from attnjax.analysis import residual_ratio
-from attnjax.workdir import RunDir
+from experiments.lab.workdir import RunDir
 from experiments.pretrained.corpus import corpus_sentences, forward, length_groups, load
 
 HIGHEST = lax.Precision.HIGHEST

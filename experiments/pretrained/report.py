@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from experiments.lab.render import render
 from experiments.pretrained import context
-from experiments.report_util import render
 
 
 def markdown(summary: dict) -> str:

@@ -88,7 +88,7 @@ from attnjax.analysis import (
     uniform_sink_mass,
 )
 from attnjax.pretrained.hf import MODEL_TYPES
-from attnjax.workdir import RunDir
+from experiments.lab.workdir import RunDir
 from experiments.pretrained.corpus import (
     CONTENT_SPAN,
     MODELS,

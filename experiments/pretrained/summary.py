@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnjax.study import distinct, select
+from experiments.lab.study import distinct, select
 from experiments.pretrained.corpus import SINK_LABELS, SINKS, model_name
 from experiments.pretrained.study import VARIANTS
 

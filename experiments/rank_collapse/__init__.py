@@ -7,7 +7,7 @@ constructed weights, `figures.py` the plots, and `report.py` renders
 `templates/` (report and README section) over the summary.
 """
 
-from attnjax.study import Study
+from experiments.lab.study import Study
 from experiments.rank_collapse import checks, figures, report, study, summary
 
 STUDY = Study(

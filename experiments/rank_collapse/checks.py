@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnjax import nn
-from attnjax.study import prediction
+from experiments.lab.study import prediction
 from experiments.rank_collapse import summary as s
 
 # Thresholds of the checks (never relaxed to make one pass).

@@ -13,9 +13,9 @@ from typing import Optional
 import numpy as np
 
 from attnjax import nn
+from experiments.lab.render import fmt
 from experiments.rank_collapse import summary as s
 from experiments.rank_collapse.study import SWEEPS
-from experiments.report_util import fmt
 
 # Layers shown in a per-layer table (the profiles are in summary.json).
 PROFILE_ROWS = 9

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from experiments.lab.render import render
 from experiments.rank_collapse.context import readme_context, report_context
-from experiments.report_util import render
 
-README_RESULTS = "experiments/results/rank_collapse"
+README_RESULTS = "experiments/rank_collapse/results"
 
 
 def markdown(summary: dict) -> str:

@@ -35,8 +35,8 @@ from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
 from attnjax.analysis.rank import residual_ratio
-from attnjax.workdir import RunDir
 from experiments import architectures, models
+from experiments.lab.workdir import RunDir
 from experiments.rank_collapse import layernorm
 
 KINDS = ("softmax", "linear")

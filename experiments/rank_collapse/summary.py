@@ -20,7 +20,7 @@ from scipy import stats
 
 from attnjax import nn
 from attnjax.analysis import collapse
-from attnjax.study import by_metric, distinct
+from experiments.lab.study import by_metric, distinct
 from experiments.rank_collapse.study import SPEC_FIELDS, architecture_fields
 
 # Relative residuals at or below this are float64 rounding.

@@ -5,7 +5,7 @@ one dict of measurements and outcomes, `checks.py` states the predictions,
 `figures.py` draws them, and `report.py` renders `templates/report.md.j2`.
 """
 
-from attnjax.study import Study
+from experiments.lab.study import Study
 from experiments.softmax_scaling import checks, figures, report, study, summary
 
 STUDY = Study(

@@ -17,7 +17,7 @@ seeds. Every threshold is a config value fixed before the run.
 
 from __future__ import annotations
 
-from attnjax.study import prediction
+from experiments.lab.study import prediction
 from experiments.softmax_scaling.summary import config_of
 
 VASWANI = "Vaswani et al. 2017, §3.2.1"

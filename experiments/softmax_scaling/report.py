@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.report_util import label, render
+from experiments.lab.render import label, render
 from experiments.softmax_scaling.summary import config_of
 
-README_RESULTS = "experiments/results/softmax_scaling"
+README_RESULTS = "experiments/softmax_scaling/results"
 STATS_SHOWN = ("max_weight", "entropy", "jacobian_spectral", "jacobian_frobenius")
 DIGITS = {
     "max_weight": ".4f",

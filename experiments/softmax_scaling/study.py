@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax import checks
-from attnjax.workdir import RunDir
+from experiments.lab.workdir import RunDir
 from experiments.softmax_scaling import gradients, rate
 from experiments.softmax_scaling.jacobian import jacobian_norms, softmax_jacobian, softmax_stats  # noqa: F401
 from experiments.softmax_scaling.sampling import _dot, float_dtype, map_samples

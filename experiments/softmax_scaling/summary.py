@@ -18,7 +18,7 @@ import math
 import numpy as np
 from ml_collections import ConfigDict
 
-from attnjax.study import distinct, select
+from experiments.lab.study import distinct, select
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
 from experiments.softmax_scaling.rate import log_log_slope
 from experiments.softmax_scaling.study import SCALINGS, STATS, relative_standard_error

@@ -1,0 +1,131 @@
+"""Markdown pieces shared by the reports: numbers, tables, prediction records (see `experiments.lab.study.prediction`),
+and the Jinja2 environment that renders each study's `templates/`.
+
+A study's report and README section are templates over its summary dict:
+`render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
+the filters `fmt`, `num` (`x | num(".3g")` is `format(x, ".3g")`), `label`,
+`count`, `table` (rows -> Markdown table lines joined by newlines;
+`table(header)`) and `predictions_table`, so no Python writes prose or table pipes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import jinja2
+
+from experiments.lab.study import verdict
+
+LABELS = {"pass": "PASS", "fail": "FAIL", "not measured": "not measured"}
+
+
+def fmt(value) -> str:
+    """A number for a table: 3 decimals in [1e-3, 1e4), else scientific; 'n/a' for None."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if (
+        isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value == 0 or 1e-3 <= abs(value) < 1e4)
+    ):
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+    return (
+        f"{value:.2e}" if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
+    )
+
+
+def label(passed) -> str:
+    """A verdict as the reports print it: PASS, FAIL or 'not measured' (from True/False/None or a verdict)."""
+    return LABELS[passed if isinstance(passed, str) else verdict(passed)]
+
+
+ALIGNMENTS = {"l": "---|", "r": "---:|", "c": ":---:|"}
+
+
+def _cell(value, pad_empty: bool) -> str:
+    """One cell between two pipes: ' value ' with '|' escaped; ' ' for an empty one unless `pad_empty`."""
+    text = str(value).replace("|", "\\|")
+    return " " if text == "" and not pad_empty else f" {text} "
+
+
+def markdown_table(header, rows, align: str | None = None, pad_empty: bool = True) -> list[str]:
+    """Markdown table lines: `header` cells, then one line per row of cells ('|' inside cells escaped).
+
+    `align`: one letter per column, `l`, `r` or `c` (`---`, `---:`, `:---:`);
+    default `---` for every column. `pad_empty=False` writes an empty cell as
+    `| |` rather than `|  |`.
+    """
+    if align is not None and (len(align) != len(header) or set(align) - set(ALIGNMENTS)):
+        raise ValueError(
+            f"align must give one of l, r, c for each of the {len(header)} columns; got {align!r}"
+        )
+
+    def line(cells):
+        return "|" + "|".join(_cell(c, pad_empty) for c in cells) + "|"
+
+    rule = "|" + "".join(ALIGNMENTS[a] for a in (align or "l" * len(header)))
+    return [line(header), rule] + [line(cells) for cells in rows]
+
+
+def count(predictions, which: str) -> int:
+    """How many prediction records have verdict `which`."""
+    return sum(p["verdict"] == which for p in predictions)
+
+
+def predictions_table(predictions) -> list[str]:
+    """Markdown table lines of prediction records."""
+    rows = [
+        [
+            p["name"],
+            p["source"],
+            p["prediction"],
+            fmt(p["measured"]),
+            label(p["verdict"]),
+            p["note"],
+        ]
+        for p in predictions
+    ]
+    return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)
+
+
+def num(value, spec: str) -> str:
+    """Template filter: `value | num(spec)` -> `format(value, spec)` (e.g. `num(".3g")`, `num("+.2%")`)."""
+    return format(value, spec)
+
+
+def table(rows, header, **options) -> str:
+    """Template filter: `rows | table(header)` -> the Markdown table as one string (no trailing newline);
+    `options` as `markdown_table`'s (`table(header, align="lrr")`)."""
+    return "\n".join(markdown_table(header, rows, **options))
+
+
+@functools.lru_cache(maxsize=None)
+def environment(study: str) -> jinja2.Environment:
+    """The Jinja2 environment of `experiments/<study>/templates/` (strict: an undefined name raises)."""
+    folder = os.path.join(os.path.dirname(__file__), study, "templates")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        fmt=fmt,
+        num=num,
+        label=label,
+        count=count,
+        table=table,
+        predictions_table=lambda checks: "\n".join(predictions_table(checks)),
+    )
+    return env
+
+
+def render(study: str, template: str, **context) -> str:
+    """Render `experiments/<study>/templates/<template>` with `context` (e.g. `summary=...`)."""
+    return environment(study).get_template(template).render(**context)

@@ -1,0 +1,87 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments.lab import workdir as workdir_lib
+
+
+def test_runs_metrics_and_resume(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.write_config({"a": 1, "b": [1, 2]})
+    assert not wd.is_done("r1")
+    wd.finish_run(
+        "r1",
+        {"final": np.float32(0.5)},
+        [{"layer": 0, "x": np.arange(2)}, {"layer": 1, "x": float("nan")}],
+    )
+    wd.finish_run("r0", {"final": 1.0}, [{"layer": 0, "x": 1.0}])
+    assert wd.is_done("r1") and wd.finished_runs() == ["r0", "r1"]
+    lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert lines == wd.read_metrics()
+    assert [r["run"] for r in lines] == ["r0", "r1", "r1"]
+    assert lines[1]["x"] == [0, 1] and lines[2]["x"] == "nan"
+    assert wd.load_run("r1")["final"] == 0.5
+    # Redoing a run (a resume after a kill) leaves no duplicate rows.
+    wd.finish_run("r1", {"final": 0.5}, [{"layer": 0, "x": [0, 1]}, {"layer": 1, "x": math.nan}])
+    assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == lines
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.write_config({"a": 1})
+    wd.write_config({"a": 1})  # same config: fine
+    with pytest.raises(ValueError, match="different config"):
+        wd.write_config({"a": 2})
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    path = tmp_path / "x" / "s.json"
+    workdir_lib.atomic_write_json(str(path), {"v": np.int64(3), "t": (1, 2)})
+    assert json.loads(path.read_text()) == {"t": [1, 2], "v": 3}
+    assert [p.name for p in path.parent.iterdir()] == ["s.json"]
+
+
+def test_rows_carry_the_run_and_its_spec(tmp_path):
+    wd = workdir_lib.Workdir(str(tmp_path))
+    wd.finish_run("a-L2", {"spec": {"arch": "a", "depth": 2}}, [{"metric": "r", "value": 0.5}])
+    assert wd.run_rows("a-L2") == [
+        {"run": "a-L2", "arch": "a", "depth": 2, "metric": "r", "value": 0.5}
+    ]
+    assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == wd.run_rows("a-L2")
+
+
+def test_figures_are_written_atomically(tmp_path):
+    from attnjax import plotting
+
+    fig = plotting.figure(2, 2)
+    fig.add_subplot().plot([0, 1])
+    path = workdir_lib.Workdir(str(tmp_path)).write_figure("line", fig)
+    assert path == str(tmp_path / "plots" / "line.png")
+    assert (tmp_path / "plots" / "line.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["line.png"]
+
+
+def test_run_dir_is_the_runs_checkpoint_scratch(tmp_path):
+    run = workdir_lib.Workdir(str(tmp_path)).run_dir("r1", log=lambda line: None)
+    assert run.run_id == "r1" and run.path == str(tmp_path / "checkpoints" / "r1")
+
+
+def test_corrupt_run_record_is_named_and_moved_aside(tmp_path):
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append)
+    wd.finish_run("r0", {"spec": {}}, [{"x": 1.0}])
+    record = tmp_path / "runs" / "r0.json"
+    text = record.read_text()
+    record.write_text(text[: len(text) // 2])  # a torn write
+    with pytest.raises(ValueError, match=rf"run record {record} is not valid JSON"):
+        wd.load_run("r0")
+    assert not wd.is_done("r0")
+    assert (
+        logged == [logged[0]]
+        and str(record) in logged[0]
+        and f"moved to {record}.corrupt" in logged[0]
+    )
+    assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text[: len(text) // 2]
+    assert wd.finished_runs() == [] and wd.read_metrics() == []

