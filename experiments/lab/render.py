@@ -92,6 +92,11 @@ def predictions_table(predictions) -> list[str]:
     return markdown_table(["check", "source", "prediction", "measured", "result", "note"], rows)
 
 
+def interval_text(x: dict, spec: str = ".3g") -> str:
+    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`."""
+    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+
+
 def num(value, spec: str) -> str:
     """Template filter: `value | num(spec)` -> `format(value, spec)` (e.g. `num(".3g")`, `num("+.2%")`)."""
     return format(value, spec)
@@ -106,7 +111,7 @@ def table(rows, header, **options) -> str:
 @functools.lru_cache(maxsize=None)
 def environment(study: str) -> jinja2.Environment:
     """The Jinja2 environment of `experiments/<study>/templates/` (strict: an undefined name raises)."""
-    folder = os.path.join(os.path.dirname(__file__), study, "templates")
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), study, "templates")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(folder),
         undefined=jinja2.StrictUndefined,

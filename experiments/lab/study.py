@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable, Collection, Optional
 
 import jax
+from ml_collections import ConfigDict
 
 from attnjax.serialization import json_form
 from experiments.lab.workdir import RunDir, Workdir
@@ -85,6 +86,11 @@ def prediction(
 
 # --------------------------------------------------------------------------
 # Reading rows
+
+
+def config_of(summary: dict) -> ConfigDict:
+    """A study's config, from the dict the runner stored in its summary (`summary["config"]`)."""
+    return ConfigDict(summary["config"])
 
 
 def select(rows: list[dict], **match) -> list[dict]:

@@ -1,0 +1,31 @@
+"""The statistics the studies share: a mean and its Student-t interval over independent units.
+
+A unit is whatever the study replicates: seeds of a toy model, text segments
+of one checkpoint. The interval is the mean's two-sided Student-t interval,
+mean +- t_(1 - (1 - c)/2, n - 1) * s / sqrt(n), with s the sample standard
+deviation (ddof = 1); its ends are NaN when it is undefined (fewer than two
+units, or a value that is not finite), never a made-up width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+
+def interval(values, confidence: float = 0.95) -> dict:
+    """Mean of per-unit `values` `[n]` and its Student-t interval at `confidence`.
+
+    Returns `{"mean", "low", "high", "n"}`; `low` and `high` are NaN when `n < 2`
+    or any value is not finite.
+    """
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.size == 0:
+        raise ValueError("interval: values is empty; need at least one unit")
+    n, mean = int(v.size), float(np.mean(v))
+    if n < 2 or not np.all(np.isfinite(v)):
+        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n}
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * np.std(v, ddof=1) / math.sqrt(n))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
