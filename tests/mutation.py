@@ -100,8 +100,8 @@ MUTANTS = (
     ),
     Mutant(
         "attnjax/nn/attention.py",
-        "if self.config.rope is None:\n            return q, k",
-        "if True:\n            return q, k",
+        "if self.config.rope is None:\n            return x",
+        "if True:\n            return x",
         "RoPE removed",
         REF,
     ),
@@ -191,7 +191,7 @@ MUTANTS = (
     ),
     Mutant(
         "attnjax/nn/statistics.py",
-        "q, k = module._rotate(q, k, 0)\n        scale =",
+        "q, k = module.position(q), module.position(k)\n        scale =",
         "scale =",
         "model statistics from un-rotated q, k",
         ("tests/attnjax/nn/test_statistics.py",),
@@ -199,7 +199,7 @@ MUTANTS = (
     Mutant(
         "attnjax/nn/statistics.py",
         "        return out, stats",
-        "        out, _ = module._attend(q, k, v, mask, is_causal, False)\n        return out, stats",
+        "        out, _ = module.attend(q, k, v, mask=mask, is_causal=is_causal)\n        return out, stats",
         "statistics forward through dense attention",
         (
             "tests/attnjax/nn/test_statistics.py::test_compiled_memory_at_4096_is_below_one_dense_attention_matrix",

@@ -67,9 +67,11 @@ def multi_head_attention(
     mask=None,
     weights_edit=None,
     heads_edit=None,
+    attention=softmax_attention,
 ):
     """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool;
-    `weights_edit(P)`, `heads_edit(o)`: see the module docstring."""
+    `weights_edit(P)`, `heads_edit(o)`: see the module docstring; `attention`: the attention on the
+    heads, `tests.reference.softmax_attention`'s signature (default: it)."""
     b, t, _ = x.shape
     dh = p["query"]["kernel"].shape[-1] // num_heads
     q = _dense(x, p["query"]).reshape(b, t, num_heads, dh)
@@ -78,9 +80,7 @@ def multi_head_attention(
     if rope is not None:
         q = np.stack([_rope(qi, rope_base, rope) for qi in q])
         k = np.stack([_rope(ki, rope_base, rope) for ki in k])
-    out, weights = softmax_attention(
-        q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature
-    )
+    out, weights = attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
     if weights_edit is not None:
         out = np.einsum(
             "bhts,bshd->bthd",
@@ -92,7 +92,7 @@ def multi_head_attention(
     return _dense(out.reshape(b, t, num_heads * dh), p["out"])
 
 
-def _tree(flat):
+def param_tree(flat):
     """{(a, b, c): array} -> nested dicts of float64 arrays."""
     tree = {}
     for path, value in flat.items():
@@ -108,10 +108,10 @@ def _layer(tree, i):
     return {k: _layer(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
 
 
-def transformer(flat_params, config, ids, edits=None):
+def transformer(flat_params, config, ids, edits=None, attention=softmax_attention):
     """ids `[B, T]` -> (logits `[B, T, V]`, hidden `[L + 1, B, T, D]`), float64; `config` a TransformerConfig;
-    `edits`: see the module docstring."""
-    p, block, att = _tree(flat_params), config.block, config.block.attention
+    `edits`: see the module docstring; `attention`: see `multi_head_attention`."""
+    p, block, att = param_tree(flat_params), config.block, config.block.attention
     t = ids.shape[1]
     x = p["embed"]["embedding"][np.asarray(ids)]
     if config.positions == "learned":
@@ -142,6 +142,7 @@ def transformer(flat_params, config, ids, edits=None):
                 mask=mask,
                 weights_edit=w_edit,
                 heads_edit=o_edit,
+                attention=attention,
             )
 
         def mlp(h):

@@ -8,7 +8,9 @@
 * `attention`: `MultiHeadAttention` (separate W_q, W_k, W_v or one fused
   W_qkv, GQA, QK-norm, softmax or linear attention through any function with
   `jax.nn.dot_product_attention`'s signature, RoPE with optional frequency
-  scaling, a sliding window, biases on q/k/v only, a decoding cache).
+  scaling, a sliding window, biases on q/k/v only, a decoding cache), a call
+  being its public stages `project` -> `position` -> `attend` -> `merge`
+  (`decode` when decoding), which extensions recombine through `core=`.
 * `block`: `Mlp`, `make_norm`, `Block(config)`.
 * `transformer`: `Transformer(config)` (layers scanned over stacked
   parameters), `sinusoidal_positions`; `generate`: its sampling program.
@@ -18,7 +20,9 @@
   (`return_intermediates="statistics"`); `sink_cache`: StreamingLLM's
   rolling cache of sinks + a window (`generate(..., sink_cache=)`).
 * `params`: the one map of parameter names (paths, fused-QKV slicing,
-  gradient groups); `initializers`: the default initialisers.
+  gradient groups); `initializers`: the default initialisers
+  (`POSITION_INIT_STD`, the learned position table's std, exported here).
+  The option vocabularies that validate the configs stay in `configs`.
 
 The presets that depth studies compare (attention only, + MLP, + skips, ...)
 are the studies' (`experiments.architectures`); this package has the switches.
@@ -27,53 +31,13 @@ are the studies' (`experiments.architectures`); this package has the switches.
 from attnjax.nn import edits, params, sink_cache, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
-from attnjax.nn.configs import (
-    ATTENTION_KINDS,
-    ATTENTION_OPTIONS,
-    BLOCK_OPTIONS,
-    FIXED_FEATURE_MAPS,
-    HEAD_CHOICES,
-    INV_SQRT_DEPTH,
-    MLP_ACTIVATIONS,
-    MODEL_OPTIONS,
-    NORM_CHOICES,
-    NORM_KINDS,
-    POSITION_CHOICES,
-    QK_NORM_CHOICES,
-    RANDOM_FEATURE_MAPS,
-    AttentionConfig,
-    BlockConfig,
-    TransformerConfig,
-)
-from attnjax.nn.initializers import (
-    DEFAULT_BIAS_INIT,
-    DEFAULT_EMBED_INIT,
-    DEFAULT_KERNEL_INIT,
-    DEFAULT_POSITION_INIT,
-    POSITION_INIT_STD,
-)
+from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
+from attnjax.nn.initializers import POSITION_INIT_STD
 from attnjax.nn.tokens import check_tokens
 from attnjax.nn.transformer import UNROLL_MAX_LAYERS, Transformer, sinusoidal_positions
 
 __all__ = [
-    "ATTENTION_KINDS",
-    "ATTENTION_OPTIONS",
-    "BLOCK_OPTIONS",
-    "DEFAULT_BIAS_INIT",
-    "DEFAULT_EMBED_INIT",
-    "DEFAULT_KERNEL_INIT",
-    "DEFAULT_POSITION_INIT",
-    "FIXED_FEATURE_MAPS",
-    "HEAD_CHOICES",
-    "INV_SQRT_DEPTH",
-    "MLP_ACTIVATIONS",
-    "MODEL_OPTIONS",
-    "NORM_CHOICES",
-    "NORM_KINDS",
-    "POSITION_CHOICES",
     "POSITION_INIT_STD",
-    "QK_NORM_CHOICES",
-    "RANDOM_FEATURE_MAPS",
     "UNROLL_MAX_LAYERS",
     "AttentionConfig",
     "Block",

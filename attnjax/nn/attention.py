@@ -6,6 +6,10 @@ Transformers"); the attention is the pure function the `AttentionConfig`
 names (`attention_fn`, or `attnjax.linear_attention`), and W_o. The module
 owns the parameters; the attention itself is the pure function it is given.
 
+A call is four public stages, `project` -> `position` -> `attend` -> `merge`
+(`decode` in place of `position` and `attend` when decoding), which edits,
+statistics, caches and research variants recombine (`core=`).
+
 Autoregressive decoding: `init_cache(batch_size, max_len)`, then calls with
 `decode=True` on chunks of one or more positions (a K/V cache for softmax
 attention, the recurrent state for linear attention).
@@ -154,6 +158,21 @@ class MultiHeadAttention(nnx.Module):
     with `decode=True` on chunks `[B, C, F]` (a prompt, then one token at a
     time); each chunk attends causally to everything decoded so far.
 
+    Stages: a call is four public methods in the layout of
+    `jax.nn.dot_product_attention` (K key/value heads, Dh = qkv_features / H):
+
+        q, k, v = mha.project(x)              # [B, T, H, Dh], [B, T, K, Dh] x 2; QK-norm
+        q, k = mha.position(q), mha.position(k)   # RoPE at 0..T-1 (identity without rope)
+        heads, weights = mha.attend(q, k, v, mask=mask, is_causal=True)   # [B, T, H, Dh], None
+        y = mha.merge(heads)                  # [B, T, out_features]
+
+    (`__call__` adds the sliding window to the mask before `attend`; when
+    decoding, `decode` replaces `position` and `attend`.) An extension passes
+    `core=` to the call to replace the middle stages (`attnjax.nn.edits`,
+    `statistics`, `sink_cache`); a variant of the attention itself (another
+    normaliser of the logits, say) is an `attention_fn` (see
+    docs/examples/custom_attention.py).
+
     Args:
       in_features: F, the width of `x` (and of `context`).
       num_heads: H query heads.
@@ -261,7 +280,11 @@ class MultiHeadAttention(nnx.Module):
             return FIXED_FEATURE_MAPS[self.config.feature_map]
         return RANDOM_FEATURE_MAPS[self.config.feature_map](self.projection[...])
 
-    # ------------------------------------------------------------ attention
+    # ------------------------------------------------------------ the stages
+    #
+    # `__call__` is project -> position -> attend (or decode) -> merge. Each stage is public and
+    # documented, so extensions (`attnjax.nn.edits`, `statistics`, `sink_cache`) and research
+    # variants recombine them through `core=` without reaching into the module.
 
     def _dropout_rng(self, deterministic: Optional[bool], rngs) -> Optional[Array]:
         """The key for attention dropout, or None when it is off (rate 0 or deterministic)."""
@@ -271,29 +294,16 @@ class MultiHeadAttention(nnx.Module):
         key = as_key(rngs)
         return self.rngs() if key is None else key
 
-    def _attend(self, q, k, v, mask, is_causal, need_weights, dropout_rng=None):
-        """Heads `[..., T, H, Dh]` -> (out `[..., T, H, Dh]`, weights `[..., H, T, S]` or None)."""
-        if self.config.attention_kind == "softmax":
-            scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)
-            kwargs = dict(mask=mask, is_causal=is_causal, scale=scale)
-            if need_weights:
-                kwargs["return_weights"] = True
-            if dropout_rng is not None:
-                kwargs.update(dropout_rate=self.config.dropout_rate, dropout_rng=dropout_rng)
-            result = self.config.attention_fn(q, k, v, **kwargs)
-            return result if need_weights else (result, None)
-        phi = self._feature_map()
-        q = q / jnp.asarray(self.config.temperature, q.dtype)
-        out = linear_lib.linear_attention(q, k, v, feature_map=phi, is_causal=is_causal, mask=mask)
-        weights = None
-        if need_weights:
-            weights = linear_lib.linear_attention_weights(
-                q, k, feature_map=phi, is_causal=is_causal, mask=mask
-            )
-        return out, weights
+    def project(self, x: Array, context: Optional[Array] = None) -> tuple[Array, Array, Array]:
+        """Stage 1, the input projections: x `[..., T, F]`, context `[..., S, F]` (None: x) ->
+        q `[..., T, H, Dh]`, k, v `[..., S, K, Dh]`.
 
-    def _project(self, x: Array, context: Optional[Array]) -> tuple[Array, Array, Array]:
-        """x `[..., T, F]`, context `[..., S, F]` -> q `[..., T, H, Dh]`, k, v `[..., S, K, Dh]`.
+        q = x W_q + b_q, k = c W_k + b_k, v = c W_v + b_v (c the context), split into H query
+        heads and K = `num_kv_heads` key/value heads of Dh (grouped-query attention when K < H:
+        `attend` lets each group of H / K query heads read one key/value head), then the QK-norm
+        of `config.normalize_qk` on q and k: 'layernorm' (a LayerNorm over Dh without bias, one
+        for q and one for k) or 'cosine' (`cosine_normalize`: norm sqrt(Dh)). No positions yet
+        (`position`). A `fused_qkv` layer takes self-attention only.
 
         Self-attention computes q, k and v as one product with the three
         kernels side by side (`[F, (H + 2K) Dh]`; the parameters stay
@@ -336,21 +346,84 @@ class MultiHeadAttention(nnx.Module):
             q, k = cosine_normalize(q), cosine_normalize(k)
         return q, k, v
 
-    def _rotate(self, q: Array, k: Array, offset) -> tuple[Array, Array]:
-        """Rotary embedding of q `[..., T, H, Dh]` at offset..offset+T-1 and k `[..., S, K, Dh]` at
-        offset..offset+S-1."""
+    def position(self, x: Array, positions: Optional[Array] = None) -> Array:
+        """Stage 2, positions: queries or keys x `[..., T, N, Dh]` at integer `positions` `[T]`
+        (None: 0, ..., T-1) -> `[..., T, N, Dh]`; q and k each at their own positions.
+
+        The rotary embedding of `config.rope` (Su et al. 2021, `attnjax.rope.rotary_embedding`
+        with the layer's `rope_base`, layout and `rope_scaling`): coordinate pair i of the
+        vector at position p is rotated by the angle p theta_i, so q_t . k_s depends on
+        t - s only. The identity when `config.rope` is None.
+        """
         if self.config.rope is None:
-            return q, k
-        rotate = functools.partial(
-            rope_lib.rotary_embedding,
+            return x
+        positions = jnp.arange(x.shape[-3]) if positions is None else positions
+        return rope_lib.rotary_embedding(
+            x,
+            positions,
             base=self.config.rope_base,
             layout=self.config.rope,
             scaling=self.config.rope_scaling,
         )
-        return (
-            rotate(q, offset + jnp.arange(q.shape[-3])),
-            rotate(k, offset + jnp.arange(k.shape[-3])),
-        )
+
+    def attend(
+        self,
+        q: Array,
+        k: Array,
+        v: Array,
+        *,
+        mask: Optional[Array] = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        dropout_rng: Optional[Array] = None,
+    ) -> tuple[Array, Optional[Array]]:
+        """Stage 3, the attention: q `[..., T, H, Dh]`, k, v `[..., S, K, Dh]` (positioned) ->
+        (out `[..., T, H, Dh]`, weights `[..., H, T, S]`, None unless `need_weights`).
+
+        Softmax attention (`config.attention_kind='softmax'`) is `config.attention_fn`, any
+        function with `jax.nn.dot_product_attention`'s signature, called with `mask`,
+        `is_causal` and the scale 1 / (sqrt(Dh) tau), tau = `config.temperature`:
+
+            out_t = sum_s p_ts v_s,   p_ts = softmax_s(q_t . k_s / (sqrt(Dh) tau)) over visible s,
+
+        query head h reading key/value head h // (H / K); `return_weights=True` is added
+        only when `need_weights`, `dropout_rate=`, `dropout_rng=` only with a `dropout_rng`.
+        Linear attention is `attnjax.linear_attention` with the layer's feature map on
+        q / tau and k (weights: `attnjax.linear_attention_weights`).
+
+        Args:
+          mask: boolean (or 0/1), broadcastable to `[..., H, T, S]`, True = attend. The
+            layer's sliding window (`config.window`) is not added here: `__call__` adds it
+            to the mask, `decode` to the visible cache slots.
+          is_causal: apply the causal mask (query t sees keys s <= t).
+          need_weights: also compute the weights (raises for an `attention_fn` that
+            returns none, e.g. jax.nn's, when called through `__call__`).
+          dropout_rng: a key for dropout on the weights at `config.dropout_rate`
+            (softmax), or None: no dropout.
+        """
+        if self.config.attention_kind == "softmax":
+            scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)
+            kwargs = dict(mask=mask, is_causal=is_causal, scale=scale)
+            if need_weights:
+                kwargs["return_weights"] = True
+            if dropout_rng is not None:
+                kwargs.update(dropout_rate=self.config.dropout_rate, dropout_rng=dropout_rng)
+            result = self.config.attention_fn(q, k, v, **kwargs)
+            return result if need_weights else (result, None)
+        phi = self._feature_map()
+        q = q / jnp.asarray(self.config.temperature, q.dtype)
+        out = linear_lib.linear_attention(q, k, v, feature_map=phi, is_causal=is_causal, mask=mask)
+        weights = None
+        if need_weights:
+            weights = linear_lib.linear_attention_weights(
+                q, k, feature_map=phi, is_causal=is_causal, mask=mask
+            )
+        return out, weights
+
+    def merge(self, heads: Array) -> Array:
+        """Stage 4, the output projection: heads `[..., T, H, Dh]` -> `[..., T, out_features]`,
+        y_t = concat_h(o^h_t) W_o + b_o."""
+        return _linear_general(self.out, heads, 2, (self.out.out_features,))
 
     # ------------------------------------------------------------- decoding
 
@@ -424,9 +497,38 @@ class MultiHeadAttention(nnx.Module):
         self.cached_kv[...], self.cached_normalizer[...] = state
         return jnp.moveaxis(out, 0, -3)
 
-    def _decode(self, q, k, v, mask, need_weights, dropout_rng, attend=None):
-        """Write the chunk's k, v at the cache index, attend to the cache with `attend` (default `_attend`)."""
+    def decode(
+        self,
+        q: Array,
+        k: Array,
+        v: Array,
+        *,
+        mask: Optional[Array] = None,
+        need_weights: bool = False,
+        dropout_rng: Optional[Array] = None,
+        attend: Optional[Callable] = None,
+    ) -> tuple[Array, Optional[Array]]:
+        """The decoding stage, in place of `position` and `attend` (after `init_cache`): the
+        projections q `[B, C, H, Dh]`, k, v `[B, C, K, Dh]` of the next C positions ->
+        (out `[B, C, H, Dh]`, weights `[B, H, C, max_len]` or None).
+
+        With i = `cache_index`, the chunk is at positions i, ..., i+C-1: q and k are
+        positioned there (`position`). Softmax attention writes k, v into cache slots
+        i..i+C-1 and attends (`attend(q, keys, values, mask=, is_causal=False,
+        need_weights=, dropout_rng=)`, default `self.attend`) to the whole cache with query
+        i+c seeing the slots s <= i+c (and s > i+c-W with a sliding window W), combined with
+        `mask` (broadcastable to `[B, H, C, max_len]`). Linear attention runs its recurrent
+        state one position at a time (no mask, no weights). The index then advances by C.
+        A chunk that does not fit gives NaN outputs (`check_decode` raises first when the
+        index is concrete).
+
+        Args:
+          attend: a callable with `attend`'s signature that replaces it (softmax), e.g. one
+            layer's edited attention (`attnjax.nn.edits.attend_fn`).
+        """
         index, chunk, max_len = self.cache_index[...], q.shape[-3], self.cache_shape[1]
+        q = self.position(q, index + jnp.arange(chunk))
+        k = self.position(k, index + jnp.arange(k.shape[-3]))
         if self.config.attention_kind == "linear":
             out, weights = self._decode_linear(q, k, v), None
         else:
@@ -445,14 +547,14 @@ class MultiHeadAttention(nnx.Module):
                 if mask is None
                 else masks_lib.combine_masks(jnp.asarray(mask) != 0, visible)
             )
-            out, weights = (attend or self._attend)(
+            out, weights = (attend or self.attend)(
                 q,
                 keys.astype(k.dtype),
                 values.astype(v.dtype),
-                mask,
-                False,
-                need_weights,
-                dropout_rng,
+                mask=mask,
+                is_causal=False,
+                need_weights=need_weights,
+                dropout_rng=dropout_rng,
             )
         self.cache_index[...] = index + chunk
         return jnp.where(index + chunk <= max_len, out, jnp.nan), weights
@@ -473,6 +575,9 @@ class MultiHeadAttention(nnx.Module):
     ):
         """Attend from `x` `[..., T, F]` to `context` `[..., S, F]` (default: `x`).
 
+        The stages in turn: `project`, the sliding window added to `mask`, `position` (q at
+        0..T-1, k at 0..S-1), `attend`, `merge`; when decoding `project`, `decode`, `merge`.
+
         Args:
           mask: boolean (or 0/1), broadcastable to `[..., H, T, S]`, True = attend.
           is_causal: apply the causal mask.
@@ -490,6 +595,13 @@ class MultiHeadAttention(nnx.Module):
           deterministic: True turns dropout off; None uses the constructor's.
           rngs: randomness for dropout (`nnx.Rngs`, `nnx.RngStream` or a key);
             None uses the stream forked at construction.
+          core: replaces the stages between `project` and `merge` (`position` and
+            `attend`, or `decode`): called as `core(module, q, k, v, *, mask, is_causal,
+            decode, need_weights, dropout_rng)` with `project`'s q `[..., T, H, Dh]`, k, v
+            `[..., S, K, Dh]` and the mask with the window added (full passes), it returns
+            (heads `[..., T, H, Dh]`, extra); `extra` is returned and sown in place of the
+            weights (e.g. statistics), unchecked. Built from the public stages:
+            `attnjax.nn.edits.core`, `attnjax.nn.statistics.core`, `attnjax.nn.sink_cache.core`.
 
         Returns:
           `[..., T, out_features]`, or `(out, weights)`.
@@ -498,35 +610,24 @@ class MultiHeadAttention(nnx.Module):
         self._check_call(
             x, context, mask, need_weights and core is None, decode, deterministic, rngs
         )
-        dropout_rng = self._dropout_rng(deterministic, rngs)
-        q, k, v = self._project(x, context)
-        if (
-            not decode
-        ):  # a sliding window as a [T, S] band in the mask (decoding: in the visible keys)
+        stage = dict(need_weights=need_weights, dropout_rng=self._dropout_rng(deterministic, rngs))
+        q, k, v = self.project(x, context)
+        if not decode:  # the sliding window as a [T, S] band in the mask (decoding: in `decode`)
             mask = masks_lib.with_window(
                 mask, self.config.window, q.shape[-3], k.shape[-3], is_causal
             )
         if core is not None:
-            heads_out, weights = core(
-                self,
-                q,
-                k,
-                v,
-                mask=mask,
-                is_causal=is_causal,
-                decode=decode,
-                need_weights=need_weights,
-                dropout_rng=dropout_rng,
+            heads, weights = core(
+                self, q, k, v, mask=mask, is_causal=is_causal, decode=decode, **stage
             )
         elif decode:
-            q, k = self._rotate(q, k, self.cache_index[...])
-            heads_out, weights = self._decode(q, k, v, mask, need_weights, dropout_rng)
+            heads, weights = self.decode(q, k, v, mask=mask, **stage)
         else:
-            q, k = self._rotate(q, k, 0)
-            heads_out, weights = self._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
+            q, k = self.position(q), self.position(k)
+            heads, weights = self.attend(q, k, v, mask=mask, is_causal=is_causal, **stage)
         if sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
-        out = _linear_general(self.out, heads_out, 2, (self.out.out_features,))
+        out = self.merge(heads)
         return (out, weights) if return_weights else out
 
     def _check_call(self, x, context, mask, need_weights, decode, deterministic, rngs) -> None:

@@ -304,8 +304,20 @@ def _mix(weights: Array, value: Array) -> Array:
     return jnp.reshape(out, (b, t, h, value.shape[-1])).astype(value.dtype)
 
 
-def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dropout_rng):
-    """`MultiHeadAttention._attend` with one layer's slice of the plan applied (heads `[B, T, H, Dh]`)."""
+def edited_attend(
+    module,
+    plan: dict,
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    mask: Optional[Array] = None,
+    is_causal: bool = False,
+    need_weights: bool = False,
+    dropout_rng: Optional[Array] = None,
+):
+    """`module.attend` (`MultiHeadAttention.attend`, same arguments and results, heads
+    `[B, T, H, Dh]`) with one layer's slice of the plan applied."""
     weights = None
     if "keep" in plan or "pattern" in plan:
         if dropout_rng is not None:
@@ -313,7 +325,9 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
                 "pattern edits (remove_keys, replace_pattern) run without attention dropout: "
                 "call with deterministic=True"
             )
-        _, weights = module._attend(q, k, v, mask, is_causal, True)  # [B, H, T, S]
+        _, weights = module.attend(
+            q, k, v, mask=mask, is_causal=is_causal, need_weights=True
+        )  # [B, H, T, S]
         if "keep" in plan:
             weights = jnp.where(plan["keep"][None, :, None, :], weights, 0)
             total = jnp.sum(weights, axis=-1, keepdims=True)
@@ -327,7 +341,15 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
             weights = jnp.where(on, pattern.astype(weights.dtype), weights)
         out = _mix(weights, v)
     else:
-        out, weights = module._attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
+        out, weights = module.attend(
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            need_weights=need_weights,
+            dropout_rng=dropout_rng,
+        )
 
     def per_head(a):
         return jnp.reshape(a, (1,) * (out.ndim - 2) + (-1, 1))
@@ -340,22 +362,22 @@ def edited_attend(module, plan: dict, q, k, v, mask, is_causal, need_weights, dr
 
 
 def _core(attend, module, q, k, v, *, mask, is_causal, decode, need_weights, dropout_rng):
+    """The module's own stages between `project` and `merge`, with `attend` for its `attend`."""
+    stage = dict(mask=mask, need_weights=need_weights, dropout_rng=dropout_rng)
     if decode:
-        q, k = module._rotate(q, k, module.cache_index[...])
-        return module._decode(q, k, v, mask, need_weights, dropout_rng, attend=attend)
-    q, k = module._rotate(q, k, 0)
-    return attend(q, k, v, mask, is_causal, need_weights, dropout_rng)
+        return module.decode(q, k, v, attend=attend, **stage)
+    return attend(module.position(q), module.position(k), v, is_causal=is_causal, **stage)
 
 
 def attend_fn(module, plan: Optional[dict]):
-    """One layer's edited `_attend` for `module`, or None without attention edits."""
+    """One layer's edited `module.attend` (`edited_attend`), or None without attention edits."""
     if plan is None or not ({"keep", "pattern", "mean", "head_scale"} & set(plan)):
         return None
     return functools.partial(edited_attend, module, plan)
 
 
 def core(plan: Optional[dict]):
-    """A `MultiHeadAttention` core applying one layer's plan, or None without attention edits."""
+    """A `MultiHeadAttention` `core` applying one layer's plan, or None without attention edits."""
     if plan is None or not ({"keep", "pattern", "mean", "head_scale"} & set(plan)):
         return None
     return lambda module, q, k, v, **kwargs: _core(

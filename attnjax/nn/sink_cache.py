@@ -16,7 +16,7 @@ the query at the newest position min(p, n_sink + W - 1). Before the cache is
 full this is the plain cache (position = slot = p).
 
 RoPE: keys are stored un-rotated and rotated by their slot's cache position
-at every read (`MultiHeadAttention._rotate`, so the layer's own rotary
+at every read (`MultiHeadAttention.position`, so the layer's own rotary
 options apply). Re-rotating stored keys would also work, but every window
 key's position drops by one at each step once the cache is full, so it
 would rotate all W keys every step anyway and accumulate rounding; rotating
@@ -73,8 +73,12 @@ def cache_positions(
 
 
 def core(n_sink: int, window: int, attend=None):
-    """A `MultiHeadAttention` core decoding with the sink cache; `attend(module)` -> an `_attend`-like
-    callable (e.g. `attnjax.nn.edits.attend_fn`), default the module's own."""
+    """A `MultiHeadAttention` `core` decoding with the sink cache, from the module's public stages
+    (`position`, `attend`) and cache (`cached_key`, `cached_value`, `cache_index`).
+
+    `attend(module)` -> a callable with `MultiHeadAttention.attend`'s signature (e.g.
+    `attnjax.nn.edits.attend_fn`) or None; default (or None) the module's own `attend`.
+    """
 
     def run(module, q, k, v, *, mask, is_causal, decode, need_weights, dropout_rng):
         if module.config.attention_kind != "softmax" or mask is not None:
@@ -88,12 +92,16 @@ def core(n_sink: int, window: int, attend=None):
         values = module.cached_value[...].at[:, slots].set(v.astype(module.cached_value.dtype))
         module.cached_key[...], module.cached_value[...] = keys, values
         keys, values = keys.astype(k.dtype), values.astype(v.dtype)
-        q_rot = module._rotate(q, q, q_pos - jnp.arange(chunk, dtype=q_pos.dtype))[0]
-        k_rot = module._rotate(keys, keys, k_pos - jnp.arange(k_pos.shape[0], dtype=k_pos.dtype))[0]
         fn: Optional[object] = None if attend is None else attend(module)
-        fn = module._attend if fn is None else fn
+        fn = module.attend if fn is None else fn
         out, weights = fn(
-            q_rot, k_rot, values, visible[None, None], False, need_weights, dropout_rng
+            module.position(q, q_pos),
+            module.position(keys, k_pos),
+            values,
+            mask=visible[None, None],
+            is_causal=False,
+            need_weights=need_weights,
+            dropout_rng=dropout_rng,
         )
         module.cache_index[...] = index + chunk
         fits = (chunk == 1) | (index + chunk <= n_sink + window)

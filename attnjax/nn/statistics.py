@@ -22,7 +22,8 @@ from attnjax.analysis.streaming import attention_statistics
 
 
 def core(sink_positions: Sequence[int] = (), chunk_size: int = 512):
-    """A `MultiHeadAttention` core returning (heads `[B, T, H, Dh]`, `AttentionStatistics` `[B, H, T]` each)."""
+    """A `MultiHeadAttention` `core` returning (heads `[B, T, H, Dh]`, `AttentionStatistics` `[B, H, T]`
+    each): the module's `position` stage, then the streaming statistics in place of `attend`."""
 
     def run(module, q, k, v, *, mask, is_causal, decode, need_weights, dropout_rng):
         config = module.config
@@ -32,7 +33,7 @@ def core(sink_positions: Sequence[int] = (), chunk_size: int = 512):
                 f"no attention dropout (attention_kind={config.attention_kind!r}, decode={decode}, "
                 f"dropout={'on' if dropout_rng is not None else 'off'})"
             )
-        q, k = module._rotate(q, k, 0)
+        q, k = module.position(q), module.position(k)
         scale = 1.0 / (math.sqrt(module.head_dim) * config.temperature)
         stats, out = attention_statistics(
             q,

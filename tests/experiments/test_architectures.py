@@ -19,9 +19,9 @@ def test_architecture_presets_are_valid_configs(name):
         **architectures.architecture(name),
     )
     assert all(getattr(config.block, k) == v for k, v in architectures.ARCHITECTURES[name].items())
-    assert set(architectures.ARCHITECTURES[name]) <= set(
-        nn.BLOCK_OPTIONS
-    )  # only the block's switches
+    assert set(architectures.ARCHITECTURES[name]) <= {
+        f.name for f in dataclasses.fields(nn.BlockConfig)
+    }  # only the block's switches
 
 
 def test_presets_are_fresh_dicts_and_attention_only_is_exactly_that():

@@ -123,7 +123,7 @@ def test_gqa_module_equals_repeated_kv_heads():
 def test_cosine_qk_bounds_logits_by_sqrt_head_dim():
     mha = nn.MultiHeadAttention(32, 2, normalize_qk="cosine", rngs=nnx.Rngs(0))
     x = 50.0 * host_random.normal(8, (1, 12, 32), jnp.float32)
-    q, k, _ = mha._project(x, None)
+    q, k, _ = mha.project(x)
     np.testing.assert_allclose(jnp.linalg.norm(q, axis=-1), 4.0, rtol=1e-5)  # sqrt(Dh = 16)
     logits = jnp.einsum("bthd,bshd->bhts", q, k) / 4.0
     assert float(jnp.max(jnp.abs(logits))) <= 4.0 + 1e-4
@@ -366,7 +366,7 @@ def test_linear_module_calls_linear_attention_with_its_projection():
     )
     assert mha.projection.shape == (32, 8)
     x = _x()
-    q, k, v = mha._project(x, None)
+    q, k, v = mha.project(x)
     phi = features.favor_plus(mha.projection[...])
     heads = linear.linear_attention(q / 2.0, k, v, feature_map=phi, is_causal=True)
     out, w = mha(x, is_causal=True, return_weights=True)

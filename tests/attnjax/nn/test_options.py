@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from attnjax import nn
+from attnjax.nn.configs import ATTENTION_OPTIONS, BLOCK_OPTIONS, MODEL_OPTIONS
 from tests import host_random
 
 F32, F64 = jnp.float32, jnp.float64
@@ -74,8 +75,8 @@ BAD_FIELDS = [
 
 
 def test_every_attention_option_has_a_validation_case():
-    assert {name for name, *_ in BAD_FIELDS} == set(nn.ATTENTION_OPTIONS)
-    assert nn.ATTENTION_OPTIONS == tuple(f.name for f in dataclasses.fields(nn.AttentionConfig))
+    assert {name for name, *_ in BAD_FIELDS} == set(ATTENTION_OPTIONS)
+    assert ATTENTION_OPTIONS == tuple(f.name for f in dataclasses.fields(nn.AttentionConfig))
 
 
 @pytest.mark.parametrize("name, value, error, message", BAD_FIELDS)
@@ -145,7 +146,7 @@ def _declared_twice(*configs) -> set:
 def test_no_field_is_declared_in_two_configs():
     """AttentionConfig, BlockConfig and TransformerConfig declare disjoint fields; Block takes its config whole."""
     assert _declared_twice(nn.AttentionConfig, nn.BlockConfig, nn.TransformerConfig) == set()
-    assert set(nn.ATTENTION_OPTIONS) | set(nn.BLOCK_OPTIONS) | set(nn.MODEL_OPTIONS) == (
+    assert set(ATTENTION_OPTIONS) | set(BLOCK_OPTIONS) | set(MODEL_OPTIONS) == (
         {
             f.name
             for c in (nn.AttentionConfig, nn.BlockConfig, nn.TransformerConfig)
@@ -155,7 +156,7 @@ def test_no_field_is_declared_in_two_configs():
     assert set(inspect.signature(nn.Block.__init__).parameters) == {"self", "config", "rngs"}
     mha_arguments = set(inspect.signature(nn.MultiHeadAttention.__init__).parameters)
     assert (
-        "num_heads" in mha_arguments and not set(nn.ATTENTION_OPTIONS) & mha_arguments
+        "num_heads" in mha_arguments and not set(ATTENTION_OPTIONS) & mha_arguments
     )  # only through **options
     # The check fails on a mirrored field (a dataclass declaring `norm` beside BlockConfig's).
     mirror = dataclasses.make_dataclass("Mirror", [("norm", object, None)])

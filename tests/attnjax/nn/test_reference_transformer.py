@@ -91,7 +91,7 @@ def test_multi_head_attention_matches_float64_reference(rope):
         12, 6, num_kv_heads=3, temperature=0.6, rope=rope, param_dtype=jnp.float64, rngs=nnx.Rngs(1)
     )
     flat = randomize(mha, 1)
-    params = ref._tree(flat)
+    params = ref.param_tree(flat)
     x = np.random.default_rng(0).normal(size=(2, 5, 12))
     mask = np.random.default_rng(1).random((5, 5)) < 0.7
     mask[:, 0] = True
