@@ -29,6 +29,7 @@ output, with zero gradients.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import einops
@@ -78,9 +79,18 @@ def _keyword_masks(query, key, is_causal, query_seq_lengths, key_value_seq_lengt
     return causal, local, kv_valid, q_valid
 
 
-def default_scale(query: Array, scale: Optional[float]) -> Scalar:
-    """`scale`, or 1/sqrt(D) for None (query `[..., T, H, D]`; Vaswani et al. 2017, §3.2.1)."""
-    return 1.0 / np.sqrt(query.shape[-1]) if scale is None else scale
+def default_scale(head_dim: int) -> float:
+    """The default logits scale `1/sqrt(D)` for queries and keys of width `head_dim` = D.
+
+    Vaswani et al. 2017, "Attention is all you need", §3.2.1: for q, k with
+    independent unit-variance entries, `q . k` has variance D, so the scaled
+    logits have unit variance. Every attention in attnjax (exact, fused
+    kernels, the NNX module, the streaming statistics, the flax adapters)
+    that is given no scale uses this one; the random feature maps of
+    `attnjax.features`, which sit below this module, apply its square root
+    `D^(-1/4)` to each of q and k.
+    """
+    return 1.0 / math.sqrt(head_dim)
 
 
 # --------------------------------------------------------------------------
@@ -318,7 +328,7 @@ def dot_product_attention(
     window = checks.window(local_window_size)
     use_dropout = checks.dropout(dropout_rate, dropout_rng)
     checks.choice("implementation", implementation, IMPLEMENTATIONS)
-    scale = default_scale(query, scale)
+    scale = default_scale(query.shape[-1]) if scale is None else scale
     causal, local, kv_valid, q_valid = _keyword_masks(
         query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
     )

@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 
 from attnjax import checks
+from attnjax.attention import default_scale
 
 Array = jax.Array
 SPLASH_BLOCK = 128  # the smallest block the splash kernel accepts (a TPU lane width)
@@ -115,7 +115,7 @@ def _batched(query: Array, key: Array, value: Array):
 
 
 def _scale(query: Array, scale: Optional[float]) -> float:
-    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    return default_scale(query.shape[-1]) if scale is None else scale
 
 
 def _repeat_heads(x: Array, heads: int) -> Array:

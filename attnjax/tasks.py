@@ -24,8 +24,7 @@ Tasks:
   train/validation split.
 
 Sentences of English prose, for measuring pretrained models on real text
-(`docstring_sentences`, `split_sentences`), live in `attnjax.sentences` and
-are importable from here too.
+(`docstring_sentences`, `split_sentences`), live in `attnjax.sentences`.
 
 `make_task(name, **kwargs)` builds one by name: 'associative_recall',
 'sorting' or 'char_lm'.
@@ -44,7 +43,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnjax import checks
-from attnjax.sentences import DEFAULT_DOCSTRING_MODULES, docstring_sentences, split_sentences  # noqa: F401 (re-exported)
 
 Array = jax.Array
 
@@ -68,12 +66,11 @@ def _check_batch_args(batch_size, split: str) -> None:
     checks.choice("split", split, SPLITS)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _jitted_batch(task, key: Array, batch_size: int) -> Batch:
-    """A synthetic task's batch as one compiled function (cached per task and
-    batch size), so eager calls do not dispatch op by op; inside an outer
-    `jit` or `vmap` it is simply traced through."""
-    return task._make_batch(key, batch_size)
+# A synthetic task's `_make_batch(key, batch_size)` is one compiled function
+# (`jax.jit` with the task, a frozen dataclass, and the batch size static: cached
+# per task and batch size), so eager calls do not dispatch op by op; inside an
+# outer `jit` or `vmap` it is simply traced through.
+_compiled_batch = functools.partial(jax.jit, static_argnums=(0, 2))
 
 
 # --------------------------------------------------------------------------
@@ -169,8 +166,9 @@ class AssociativeRecall:
         interface (both splits are fresh draws from one distribution; use
         different keys for held-out data)."""
         _check_batch_args(batch_size, split)
-        return _jitted_batch(self, key, batch_size)
+        return self._make_batch(key, batch_size)
 
+    @_compiled_batch
     def _make_batch(self, key: Array, batch_size: int) -> Batch:
         inputs, targets = jax.vmap(self._example)(jax.random.split(key, batch_size))
         scored = jnp.arange(self.seq_len) >= 2 * self.num_pairs
@@ -226,8 +224,9 @@ class Sorting:
     def batch(self, key: Array, batch_size: int, split: str = "train") -> Batch:
         """`batch_size` independent examples (`split` as in `AssociativeRecall.batch`)."""
         _check_batch_args(batch_size, split)
-        return _jitted_batch(self, key, batch_size)
+        return self._make_batch(key, batch_size)
 
+    @_compiled_batch
     def _make_batch(self, key: Array, batch_size: int) -> Batch:
         x = jax.random.randint(key, (batch_size, self.length), 0, self.separator, jnp.int32)
         sep = jnp.full((batch_size, 1), self.separator, jnp.int32)

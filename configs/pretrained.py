@@ -14,7 +14,7 @@ under a minute). The models come from their offline wheels
 
 from ml_collections import config_dict
 
-from attnjax import tasks
+from attnjax import sentences
 
 VARIANTS = ("", "smoke", "causal", "causal_smoke")
 
@@ -43,7 +43,7 @@ def get_config(arg: str | None = None):
     # takes every token count present (one compile per count).
     config.corpus = config_dict.ConfigDict(
         dict(
-            modules=tasks.DEFAULT_DOCSTRING_MODULES,
+            modules=sentences.DEFAULT_DOCSTRING_MODULES,
             min_words=6,
             max_words=30,
             lengths=(10, 12, 14, 16, 18, 20) if not causal else (8, 10, 12, 14, 16, 18),

@@ -93,8 +93,8 @@ SWITCHES = ("tests/attnjax/nn/test_switches.py",)
 MUTANTS = (
     Mutant(
         "attnjax/nn/attention.py",
-        "scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)",
-        "scale = 1.0 / math.sqrt(self.head_dim)",
+        "scale = default_scale(self.head_dim) / self.config.temperature",
+        "scale = default_scale(self.head_dim)",
         "softmax temperature dropped",
         REF,
     ),

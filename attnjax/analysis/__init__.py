@@ -1,8 +1,12 @@
 """Pure, jit-able metrics of attention matrices and hidden states.
 
-* `rank`: rank collapse of hidden states `X [..., T, D]` (residual ratio,
-  token cosine similarity, stable/effective/numerical rank, spectral entropy,
-  participation ratio, condition number, `rank_report`).
+* `residual`: the mean-centred residual `X - 1 x̄ᵀ` of hidden states
+  `X [..., T, D]`, absolute and relative, in the Frobenius norm or Dong et
+  al.'s composite quantity (`residual_norm`, `residual_ratio`, `shared_norm`,
+  `composite_norm`).
+* `rank`: rank collapse of hidden states (token cosine similarity,
+  stable/effective/numerical rank, spectral entropy, participation ratio,
+  condition number, `rank_report`).
 * `markov`: the attention matrix `A [..., n, n]` as a Markov chain
   (stationary distribution, slem and spectral gap, Dobrushin coefficient,
   products across depth, rank-one residuals); `power`: power iteration.
@@ -10,13 +14,29 @@
   and `check_stochastic`, which raises with the offending rows.
 * `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
   mean distance, redundancy between heads, pattern classes).
-* `collapse`: Dong et al. 2021's theory quantitatively (composite-norm
-  residuals, the layer bound from the weights, fits of the per-layer growth
-  of log(1/r) and of geometric rates, logit variance, single-head paths).
+* `sinks`: attention sinks (normalised entropy over the visible keys, sink
+  mass and its uniform baseline, distance to e_1).
+* `collapse`: Dong et al. 2021's theory quantitatively (the layer bound from
+  the weights, fits of the per-layer growth of log(1/r) and of geometric
+  rates, logit variance, single-head paths).
+* `streaming`: per-row statistics of softmax attention without the `[T, S]`
+  matrix (`attention_statistics`).
 * `depth`: all of the above per layer of one forward pass.
 """
 
 from attnjax.analysis._linalg import spectral_radius_by_squaring
+from attnjax.analysis.collapse import (
+    RateFit,
+    dong_constant,
+    doubly_exponential_sequence,
+    fit_geometric,
+    fit_log_log,
+    head_matrices,
+    is_doubly_exponential,
+    logit_variance,
+    path_products,
+    sample_paths,
+)
 from attnjax.analysis.heads import (
     PATTERN_NAMES,
     PatternFeatures,
@@ -28,19 +48,19 @@ from attnjax.analysis.heads import (
 )
 from attnjax.analysis.markov import (
     MarkovReport,
-    PowerIteration,
     RankOneResidual,
     default_squarings,
     dobrushin,
     markov_report,
     path_product,
-    power_iteration,
     rank_one_residual,
     slem,
     spectral_gap,
     stationary_distribution,
     stationary_residual,
+    triangular_slem,
 )
+from attnjax.analysis.power import PowerIteration, power_iteration
 from attnjax.analysis.rank import (
     RankReport,
     condition_number,
@@ -48,96 +68,79 @@ from attnjax.analysis.rank import (
     numerical_rank,
     participation_ratio,
     rank_report,
-    residual_ratio,
     spectral_entropy,
     stable_rank,
     token_cosine_similarity,
 )
+from attnjax.analysis.residual import (
+    NORMS,
+    composite_norm,
+    residual_norm,
+    residual_ratio,
+    shared_norm,
+)
+from attnjax.analysis.sinks import (
+    distance_to_first,
+    normalized_entropy,
+    sink_mass,
+    uniform_sink_mass,
+)
 from attnjax.analysis.stochastic import check_stochastic, is_row_stochastic
+from attnjax.analysis.streaming import AttentionStatistics, attention_statistics
 
 __all__ = [
-    "default_squarings",
-    "spectral_radius_by_squaring",
-    "PATTERN_NAMES",
+    "AttentionStatistics",
     "MarkovReport",
+    "NORMS",
+    "PATTERN_NAMES",
     "PatternFeatures",
     "PowerIteration",
     "RankOneResidual",
     "RankReport",
+    "RateFit",
     "attention_entropy",
+    "attention_statistics",
     "check_stochastic",
     "classify_pattern",
+    "composite_norm",
     "condition_number",
+    "default_squarings",
+    "distance_to_first",
     "dobrushin",
+    "dong_constant",
+    "doubly_exponential_sequence",
     "effective_rank",
+    "fit_geometric",
+    "fit_log_log",
+    "head_matrices",
     "head_redundancy",
+    "is_doubly_exponential",
     "is_row_stochastic",
+    "logit_variance",
     "markov_report",
     "mean_attention_distance",
+    "normalized_entropy",
     "numerical_rank",
     "participation_ratio",
     "path_product",
+    "path_products",
     "pattern_features",
     "power_iteration",
     "rank_one_residual",
     "rank_report",
+    "residual_norm",
     "residual_ratio",
+    "sample_paths",
+    "shared_norm",
+    "sink_mass",
     "slem",
     "spectral_entropy",
     "spectral_gap",
+    "spectral_radius_by_squaring",
     "stable_rank",
     "stationary_distribution",
     "stationary_residual",
     "token_cosine_similarity",
-]
-from attnjax.analysis.sinks import (  # noqa: E402
-    distance_to_first,
-    normalized_entropy,
-    residual_norms,
-    sink_mass,
-    triangular_slem,
-    uniform_sink_mass,
-)
-
-__all__ += [
-    "distance_to_first",
-    "normalized_entropy",
-    "residual_norms",
-    "sink_mass",
     "triangular_slem",
     "uniform_sink_mass",
 ]
-
-from attnjax.analysis.collapse import (  # noqa: E402
-    RateFit,
-    composite_norm,
-    dong_constant,
-    doubly_exponential_sequence,
-    fit_geometric,
-    fit_log_log,
-    head_matrices,
-    is_doubly_exponential,
-    logit_variance,
-    path_products,
-    residual_norm,
-    sample_paths,
-)
-
-__all__ += [
-    "RateFit",
-    "composite_norm",
-    "dong_constant",
-    "doubly_exponential_sequence",
-    "fit_geometric",
-    "fit_log_log",
-    "head_matrices",
-    "is_doubly_exponential",
-    "logit_variance",
-    "path_products",
-    "residual_norm",
-    "sample_paths",
-]
-
-from attnjax.analysis.streaming import AttentionStatistics, attention_statistics  # noqa: E402
-
-__all__ += ["AttentionStatistics", "attention_statistics"]

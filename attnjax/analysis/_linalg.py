@@ -89,9 +89,14 @@ def rank_one_residual_from_singular_values(s: jax.Array) -> jax.Array:
     )
 
 
-def center_rows(x: jax.Array) -> jax.Array:
-    """`X - 1 x̄ᵀ` with `x̄` the mean row: `(I - J) X`, `J = 11ᵀ/T`."""
-    return x - jnp.mean(x, axis=-2, keepdims=True)
+def max_column_sum(m: jax.Array) -> jax.Array:
+    """`‖M‖_1 = max_j Σ_i |m_ij|`, the operator norm induced by the vector 1-norm: `[..., T, S] -> [...]`."""
+    return jnp.max(jnp.sum(jnp.abs(m), axis=-2), axis=-1)
+
+
+def max_row_sum(m: jax.Array) -> jax.Array:
+    """`‖M‖_∞ = max_i Σ_j |m_ij|`, the operator norm induced by the vector ∞-norm: `[..., T, S] -> [...]`."""
+    return jnp.max(jnp.sum(jnp.abs(m), axis=-1), axis=-1)
 
 
 def spectral_radius_by_squaring(b: jax.Array, num_squarings: int) -> jax.Array:

@@ -2,9 +2,10 @@
 
 Dong, Cordonnier & Loukas (2021), "Attention is not all you need: pure
 attention loses rank doubly exponentially with depth" (ICML), measure rank
-collapse by the residual `res(X) = X - 1 xᵀ` in the composite norm
+collapse by the residual `res(X) = X - 1 xᵀ` in their "composite norm"
 `‖M‖_{1,∞} = sqrt(‖M‖_1 ‖M‖_∞)` (`‖M‖_1` the largest column abs-sum,
-`‖M‖_∞` the largest row abs-sum). Their theorem for one single-head
+`‖M‖_∞` the largest row abs-sum; not a norm, it fails the triangle
+inequality: see `attnjax.analysis.residual.composite_norm`). Their theorem for one single-head
 self-attention layer `SA(X) = softmax(X W_QK Xᵀ / sqrt(d_qk)) X W_V` is
 
     ‖res(SA(X))‖_{1,∞} <= (4 γ β / sqrt(d_qk)) ‖res(X)‖_{1,∞}^3,
@@ -17,13 +18,12 @@ the corollary multiplies the constant by H, and stacking L layers gives
 `‖res(X_L)‖ <= c^((3^L - 1)/2) ‖res(X_0)‖^(3^L)`: the logarithm of
 `1/‖res‖` grows by a factor 3 per layer once the bound is below 1.
 
-Centring: the paper takes `x = argmin_x ‖X - 1xᵀ‖`; this module (like the
-paper's own plotting code) uses the mean token `x̄ = (1/T) Σ_t X_t`, which
-bounds the minimum from above. Every residual below is mean-centred.
+The residual itself, absolute and relative, in either norm, and the
+composite quantity are defined in `attnjax.analysis.residual`
+(`residual_norm`, `residual_ratio`, `composite_norm`; mean-centred, which
+bounds the paper's `min_x ‖X - 1xᵀ‖` from above).
 
-What is here: the composite norm and the absolute residual
-(`composite_norm`, `residual_norm`; the relative one is
-`attnjax.analysis.residual_ratio`), the layer constant of the bound from the
+What is here: the layer constant of the bound from the
 actual weights (`dong_constant`, `head_matrices`), the doubly exponential
 prediction (`doubly_exponential_sequence`), least-squares fits of the
 per-layer growth of `log(1/r_l)` and of a geometric rate with confidence
@@ -45,7 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax.analysis._linalg import HIGHEST, as_matrix, center_rows
+from attnjax.analysis._linalg import HIGHEST, as_matrix, max_column_sum
+from attnjax.analysis.residual import composite_norm
 
 # Dong et al.'s exponent: log(1/r) grows by this factor per layer.
 DONG_GROWTH = 3.0
@@ -59,57 +60,6 @@ DONG_GROWTH = 3.0
 DOUBLY_EXPONENTIAL_MIN_GROWTH = 2.0
 # float64 rounding: a relative residual below this is not resolved.
 FLOAT64_FLOOR = 1e-14
-
-
-# --------------------------------------------------------------------------
-# Norms and residuals
-
-
-def _l1_norm(m: jax.Array) -> jax.Array:
-    return jnp.max(jnp.sum(jnp.abs(m), axis=-2), axis=-1)
-
-
-def _inf_norm(m: jax.Array) -> jax.Array:
-    return jnp.max(jnp.sum(jnp.abs(m), axis=-1), axis=-1)
-
-
-@jax.jit
-def composite_norm(m) -> jax.Array:
-    """Dong et al.'s `‖M‖_{1,∞} = sqrt(‖M‖_1 ‖M‖_∞)`: `[..., T, D] -> [...]`.
-
-    `‖M‖_1 = max_j Σ_i |m_ij|` (largest column abs-sum), `‖M‖_∞ = max_i Σ_j
-    |m_ij|` (largest row abs-sum). Not sub-multiplicative in general, but
-    `‖AB‖_{1,∞} <= ‖A‖_{1,∞} ‖B‖_{1,∞}` holds for the two factors separately.
-    """
-    m = as_matrix(m, "m")
-    return jnp.sqrt(_l1_norm(m) * _inf_norm(m))
-
-
-NORMS = ("l1inf", "fro")
-
-
-def residual_norm(x, norm: str = "l1inf") -> jax.Array:
-    """Absolute residual `‖X - 1 x̄ᵀ‖` of hidden states `x [..., T, D]` -> `[...]`.
-
-    `x̄` is the mean token (see the module docstring for the centring). `norm`:
-    `'l1inf'` (Dong et al.'s composite norm) or `'fro'`. Unlike the relative
-    residual `‖res(X)‖ / ‖X‖`, this does not fall when a component shared by
-    every token grows (as in networks with skip connections).
-    """
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {NORMS}; got {norm!r}")
-    return _residual_norm(x, norm)
-
-
-def _residual_norm_impl(x, norm):
-    x = as_matrix(x, "x")
-    r = center_rows(x)
-    if norm == "fro":
-        return jnp.sqrt(jnp.sum(jnp.square(r), axis=(-2, -1)))
-    return jnp.sqrt(_l1_norm(r) * _inf_norm(r))
-
-
-_residual_norm = jax.jit(_residual_norm_impl, static_argnames=("norm",))
 
 
 # --------------------------------------------------------------------------
@@ -161,11 +111,14 @@ def head_matrices(w_q, w_k, w_v, w_o, num_heads: int) -> tuple[jax.Array, jax.Ar
 def dong_constant(w_qk, w_v, head_dim, gamma=1.0) -> jax.Array:
     """The constant `c` of one layer's bound `‖res(SA(X))‖_{1,∞} <= c ‖res(X)‖_{1,∞}^3`.
 
-    `c = 4 γ Σ_h ‖W_QK^h‖_1 ‖W_V^h‖_{1,∞} / sqrt(d_qk)` (Dong et al. 2021,
-    Theorem 2.2 for one head; for H heads the triangle inequality over the
-    summed heads gives this sum, which is at most the corollary's
-    `4 γ H β / sqrt(d_qk)` with `β = max_h ‖W_QK^h‖_1 ‖W_V^h‖_{1,∞}`). A
-    softmax temperature τ divides `W_QK` by τ.
+    `c = 4 γ Σ_h ‖W_QK^h‖_1 ‖W_V^h‖_{1,∞} / sqrt(d_qk)`: Dong et al. 2021,
+    Theorem 2.2, for one head; for H heads, the sum of the per-head
+    constants, which is at most the corollary's `4 γ H β / sqrt(d_qk)` with
+    `β = max_h ‖W_QK^h‖_1 ‖W_V^h‖_{1,∞}`. The sum does not follow from a
+    triangle inequality over the summed heads: `‖·‖_{1,∞}` has none (see
+    `attnjax.analysis.residual.composite_norm`); a bound on a sum of heads
+    goes through `‖·‖_1` and `‖·‖_∞` separately. A softmax temperature τ
+    divides `W_QK` by τ.
 
     Args:
       w_qk: `[..., H, D, D]`; w_v: `[..., H, D, D]` (see `head_matrices`).
@@ -180,7 +133,7 @@ def dong_constant(w_qk, w_v, head_dim, gamma=1.0) -> jax.Array:
         raise ValueError(
             f"w_qk and w_v must both be [..., H, D, D]; got {w_qk.shape} and {w_v.shape}"
         )
-    beta = _l1_norm(w_qk) * jnp.sqrt(_l1_norm(w_v) * _inf_norm(w_v))
+    beta = max_column_sum(w_qk) * composite_norm(w_v)
     return 4.0 * gamma * jnp.sum(beta, axis=-1) / jnp.sqrt(head_dim)
 
 

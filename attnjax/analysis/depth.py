@@ -16,10 +16,11 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from attnjax.analysis.collapse import logit_variance, residual_norm
+from attnjax.analysis.collapse import logit_variance
 from attnjax.analysis.heads import attention_entropy
 from attnjax.analysis.markov import dobrushin, path_product, rank_one_residual, slem
 from attnjax.analysis.rank import rank_report
+from attnjax.analysis.residual import residual_norm, shared_norm
 from attnjax.analysis.sinks import normalized_entropy
 
 HIDDEN_METRICS = (
@@ -58,9 +59,9 @@ def depth_profile(
       A dict of arrays in the input dtype:
       * `[L + 1]`: `residual_fro`, `residual_l1inf` (Dong et al. 2021
         relative residual ||X - 1 x_bar^T|| / ||X|| in the Frobenius and the
-        composite l1,inf norm, x_bar the mean token), `residual_abs_fro`,
+        composite l1,inf quantity, x_bar the mean token), `residual_abs_fro`,
         `residual_abs_l1inf` (the numerators), `mean_token_norm`
-        (||1 x_bar^T||_F = sqrt(T) ||x_bar||, the shared component: with
+        (`shared_norm`: ||1 x_bar^T||_F = sqrt(T) ||x_bar||, the shared component: with
         skip connections it grows while the absolute residual stays put, so
         the relative residual falls without the tokens contracting),
         `token_cosine` (Noci et al. 2022), `stable_rank`, `effective_rank`
@@ -102,9 +103,7 @@ def depth_profile(
         "residual_l1inf": mean_over_batch(ranks.residual_ratio_l1inf),
         "residual_abs_fro": mean_over_batch(residual_norm(hidden, "fro")),
         "residual_abs_l1inf": mean_over_batch(residual_norm(hidden, "l1inf")),
-        "mean_token_norm": mean_over_batch(
-            jnp.sqrt(t * jnp.sum(jnp.square(jnp.mean(hidden, axis=-2)), axis=-1))
-        ),
+        "mean_token_norm": mean_over_batch(shared_norm(hidden)),
         "token_cosine": mean_over_batch(ranks.token_cosine_similarity),
         "stable_rank": mean_over_batch(ranks.stable_rank),
         "effective_rank": mean_over_batch(ranks.effective_rank),

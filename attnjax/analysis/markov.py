@@ -48,8 +48,6 @@ from attnjax.analysis._linalg import (
     vecmat,
     vmap_as_batch,
 )
-from attnjax.analysis.power import PowerIteration, power_iteration  # noqa: F401  (re-exported)
-from attnjax.analysis.stochastic import is_row_stochastic  # noqa: F401  (re-exported with the Markov metrics)
 
 SLEM_METHODS = ("iterative", "eig", "host")
 # Elements of the `[chunk, ..., T, S]` difference tensor `dobrushin` builds at once (64 MiB in float32).

@@ -2,7 +2,9 @@
 
 Every function acts on the last two axes and broadcasts over leading axes; all
 are pure and work under `jax.jit` and `jax.vmap`. Results keep the input dtype
-(float32 or float64; half precision is computed in float32).
+(float32 or float64; half precision is computed in float32). The relative
+residual `‖X - 1 x̄ᵀ‖ / ‖X‖` is defined in `attnjax.analysis.residual`
+(`residual_ratio`); `rank_report` includes it.
 
 The spectral metrics all derive from the singular values
 `σ_1 ≥ … ≥ σ_r ≥ 0`, `r = min(T, D)`. `rank_report` computes them once and
@@ -31,54 +33,12 @@ from jax.scipy.special import xlogy
 
 from attnjax.analysis._linalg import (
     as_matrix,
-    center_rows,
     eps,
     rank_one_residual_from_singular_values,
     safe_divide,
     singular_values,
 )
-
-NORMS = ("fro", "l1inf")
-
-
-def _l1inf_norm(m: jax.Array) -> jax.Array:
-    """`sqrt(‖M‖_1 ‖M‖_∞)`: max column abs-sum times max row abs-sum."""
-    absm = jnp.abs(m)
-    norm_1 = jnp.max(jnp.sum(absm, axis=-2), axis=-1)
-    norm_inf = jnp.max(jnp.sum(absm, axis=-1), axis=-1)
-    return jnp.sqrt(norm_1 * norm_inf)
-
-
-def _matrix_norm(m: jax.Array, norm: str) -> jax.Array:
-    if norm == "fro":
-        return jnp.sqrt(jnp.sum(jnp.square(m), axis=(-2, -1)))
-    return _l1inf_norm(m)
-
-
-@partial(jax.jit, static_argnames=("norm",))
-def residual_ratio(x, norm: str = "fro") -> jax.Array:
-    """Relative distance of `X` from rank one with identical rows.
-
-    `res(X) = X - 1 x̄ᵀ` with `x̄ = (1/T) Σ_t X_t` the mean token, and the ratio
-    `‖res(X)‖ / ‖X‖` (0 for the zero matrix). Dong, Cordonnier & Loukas (2021),
-    "Attention is not all you need: pure attention loses rank doubly
-    exponentially with depth", show `‖res‖_{1,∞}` of pure self-attention
-    decays doubly exponentially with depth.
-
-    Args:
-      x: `[..., T, D]` hidden states.
-      norm: `'fro'` (Frobenius; `x̄` is then the exact minimiser over `x`) or
-        `'l1inf'`, the composite norm `‖M‖_{1,∞} = sqrt(‖M‖_1 ‖M‖_∞)` of Dong et
-        al. (for it the mean token is used, which bounds their minimum over
-        `x` from above).
-
-    Returns:
-      `[...]` ratio in `[0, 1]` for `'fro'`.
-    """
-    x = as_matrix(x, "x")
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {NORMS}; got {norm!r} (x shape {x.shape})")
-    return safe_divide(_matrix_norm(center_rows(x), norm), _matrix_norm(x, norm))
+from attnjax.analysis.residual import residual_ratio
 
 
 @jax.jit

@@ -15,23 +15,22 @@ the trailing axes, broadcast over leading ones and work under `jax.jit` and
   uniform attention over the visible keys would give it.
 * `distance_to_first`: how far each row of a stochastic matrix is from e_1,
   the limit of products of causal attention.
-* `triangular_slem` (from `markov`): |lambda_2| of a triangular stochastic
-  matrix, read off its diagonal.
-* `residual_norms`: the absolute residual ||X - 1 x_bar^T||_F beside the
-  norm of the shared component ||1 x_bar^T||_F, so that growth of the shared
-  component (a sink's massive activation) is not mistaken for collapse.
+
+Read beside them: `attnjax.analysis.markov.triangular_slem` (|lambda_2| of a
+triangular stochastic matrix, read off its diagonal), and
+`attnjax.analysis.residual.residual_norm` with `shared_norm` (the absolute
+residual ||X - 1 x_bar^T||_F beside the norm of the shared component
+||1 x_bar^T||_F, so that growth of the shared component, a sink's massive
+activation, is not mistaken for collapse).
 """
 
 from __future__ import annotations
-
-import math
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import xlogy
 
-from attnjax.analysis._linalg import HIGHEST, as_matrix, center_rows, frobenius, lift, safe_divide
-from attnjax.analysis.markov import triangular_slem  # noqa: F401  (re-exported with the sink measures)
+from attnjax.analysis._linalg import HIGHEST, as_matrix, lift, safe_divide
 
 
 def _visible(visible, weights: jax.Array) -> jax.Array:
@@ -115,20 +114,3 @@ def distance_to_first(p) -> jax.Array:
     """
     p = as_matrix(p, "p")
     return 1 - p[..., 0]
-
-
-@jax.jit
-def residual_norms(x) -> tuple[jax.Array, jax.Array]:
-    """`(‖X - 1 x̄ᵀ‖_F, ‖1 x̄ᵀ‖_F)` of `x [..., T, D]`, each `[...]`, `x̄` the mean token.
-
-    The two parts are orthogonal: `‖X‖_F² = ‖X - 1 x̄ᵀ‖_F² + T ‖x̄‖²`, and
-    the relative residual of Dong et al. 2021 (`residual_ratio`) is the first
-    over `‖X‖_F`. A falling ratio is rank collapse only when the first part
-    shrinks; when the second grows (e.g. one token's massive activation,
-    Sun et al. 2024, "Massive activations in large language models"), the
-    token differences may not have shrunk at all.
-    """
-    x = as_matrix(x, "x")
-    residual = frobenius(center_rows(x))
-    shared = math.sqrt(x.shape[-2]) * jnp.sqrt(jnp.sum(jnp.square(jnp.mean(x, axis=-2)), axis=-1))
-    return residual, shared

@@ -272,7 +272,7 @@ def attention_statistics(
     local_window = checks.window(local_window)
     sinks = _check_sinks(sink_positions, kv_len)
     lse = _check_lse(lse, query)
-    scale = attention_lib.default_scale(query, scale)
+    scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
     dtype = jnp.promote_types(query.dtype, jnp.float32)
     rank = len(target)
 

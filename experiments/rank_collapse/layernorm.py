@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attnjax
-from attnjax.analysis.rank import residual_ratio
+from attnjax.analysis.residual import residual_ratio
 
 CONSTRUCTIONS = ("orthogonal", "full_rank")
 # The full-rank construction's weights: W_V and W_QK diagonal.

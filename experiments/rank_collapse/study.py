@@ -34,7 +34,7 @@ from attnjax import nn, training
 from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
-from attnjax.analysis.rank import residual_ratio
+from attnjax.analysis.residual import residual_norm, residual_ratio
 from experiments import architectures
 from experiments.lab import models
 from experiments.lab.workdir import RunDir
@@ -275,7 +275,7 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
     )
     head_dim = kernel("query").shape[-1] // num_heads
     constant = collapse.dong_constant(w_qk, w_v, head_dim) / temperature  # [L]
-    res_abs = collapse.residual_norm(hidden)  # [L + 1, B]
+    res_abs = residual_norm(hidden, "l1inf")  # [L + 1, B]
     bound = constant[:, None] * res_abs[:-1] ** 3  # [L, B]
     return {
         "dong/constant": constant,

@@ -144,6 +144,19 @@ def test_leading_batch_dims_equal_per_example_calls():
 # --------------------------------------------------------------- identities
 
 
+def test_default_scale_is_one_over_sqrt_d_and_what_no_scale_means():
+    assert attention.default_scale(64) == 0.125
+    assert attention.default_scale(3) == pytest.approx(3**-0.5, rel=1e-15)
+    q, k, v = qkv(3, (2,), 5, 6, 4, 2, 9)
+    np.testing.assert_array_equal(
+        attnjax.dot_product_attention(q, k, v),
+        attnjax.dot_product_attention(q, k, v, scale=attention.default_scale(9)),
+    )
+    assert not np.allclose(
+        attnjax.dot_product_attention(q, k, v), attnjax.dot_product_attention(q, k, v, scale=1.0)
+    )
+
+
 def test_weights_rows_sum_to_one_and_are_nonnegative():
     q, k, _ = qkv(
         11, (2,), 7, 11, 4, 2, 8

@@ -12,51 +12,6 @@ from attnjax import analysis, dot_product_attention, nn
 from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 
-
-def _composite_np(m):
-    m = np.abs(np.asarray(m, np.float64))
-    return math.sqrt(m.sum(axis=0).max() * m.sum(axis=1).max())
-
-
-# --------------------------------------------------------------------------
-# Norms and residuals
-
-
-def test_composite_norm_and_residuals_match_numpy():
-    x = np.random.default_rng(0).normal(size=(3, 7, 5))
-    np.testing.assert_allclose(
-        collapse.composite_norm(jnp.asarray(x)), [_composite_np(m) for m in x], rtol=1e-12
-    )
-    centred = x - x.mean(axis=1, keepdims=True)
-    np.testing.assert_allclose(
-        collapse.residual_norm(jnp.asarray(x)), [_composite_np(m) for m in centred], rtol=1e-12
-    )
-    np.testing.assert_allclose(
-        collapse.residual_norm(jnp.asarray(x), "fro"),
-        np.sqrt((centred**2).sum(axis=(1, 2))),
-        rtol=1e-12,
-    )
-    # The relative residual of analysis.residual_ratio is the absolute one over ||X||.
-    np.testing.assert_allclose(
-        analysis.residual_ratio(jnp.asarray(x), "l1inf"),
-        [_composite_np(c) / _composite_np(m) for c, m in zip(centred, x)],
-        rtol=1e-12,
-    )
-    # A component shared by every token changes the relative residual, not the absolute one.
-    shifted = x + 100.0
-    np.testing.assert_allclose(
-        collapse.residual_norm(jnp.asarray(shifted)),
-        collapse.residual_norm(jnp.asarray(x)),
-        rtol=1e-10,
-    )
-    assert np.all(
-        analysis.residual_ratio(jnp.asarray(shifted), "l1inf")
-        < 0.1 * analysis.residual_ratio(jnp.asarray(x), "l1inf")
-    )
-    with pytest.raises(ValueError, match="norm must be one of"):
-        collapse.residual_norm(jnp.asarray(x), "l2")
-
-
 # --------------------------------------------------------------------------
 # Predictions and fits: the controls
 
@@ -154,12 +109,12 @@ def test_bound_on_a_two_token_example_by_hand():
     one = jnp.ones((1, 1), jnp.float64)
     out = _attention_layer(x, w * one, one, v * one, one, 1)
     # P = [[s, 1 - s], [1 - s, s]] with s = sigmoid(2 w a^2), so out = v a (2 s - 1) [1, -1]^T.
-    measured = collapse.residual_norm(out)
+    measured = analysis.residual_norm(out, "l1inf")
     np.testing.assert_allclose(measured, math.sqrt(2) * v * a * math.tanh(w * a * a), rtol=1e-12)
     w_qk, w_vo = collapse.head_matrices(w * one, one, v * one, one, 1)
     c = collapse.dong_constant(w_qk, w_vo, 1)
     np.testing.assert_allclose(c, 4 * w * v, rtol=1e-12)
-    bound = c * collapse.residual_norm(x) ** 3
+    bound = c * analysis.residual_norm(x, "l1inf") ** 3
     np.testing.assert_allclose(bound, 4 * w * v * (math.sqrt(2) * a) ** 3, rtol=1e-12)
     assert measured <= bound
     np.testing.assert_allclose(
@@ -181,7 +136,12 @@ def test_bound_holds_near_rank_one_on_random_float64_inputs(num_heads):
         for eps in (1e-1, 1e-2, 1e-3):
             x = jnp.asarray(rng.normal(size=(1, d)) + eps * rng.normal(size=(t, d)))
             out = _attention_layer(x, *ws, num_heads)
-            row.append(float(collapse.residual_norm(out) / (c * collapse.residual_norm(x) ** 3)))
+            row.append(
+                float(
+                    analysis.residual_norm(out, "l1inf")
+                    / (c * analysis.residual_norm(x, "l1inf") ** 3)
+                )
+            )
         ratios.append(row)
     ratios = np.asarray(ratios)  # [trial, eps]
     assert np.all(ratios <= 1.0), ratios.max()

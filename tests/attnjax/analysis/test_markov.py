@@ -148,9 +148,7 @@ def test_slem_of_a_triangular_map_is_read_off_its_diagonal(method, dtype):
     np.testing.assert_array_equal(an.slem(np.flip(a, (-2, -1)), method=method), exact.astype(dtype))
     if dtype == np.float32:
         deflated = jnp.asarray(a - an.stationary_distribution(a)[..., None, :])
-        squaring = an.markov.spectral_radius_by_squaring(
-            deflated, an.markov.default_squarings(dtype)
-        )
+        squaring = an.spectral_radius_by_squaring(deflated, an.default_squarings(dtype))
         assert np.max(np.abs(np.asarray(squaring, np.float64) - exact)) > 1e-3
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnjax import analysis
-from attnjax.analysis import sinks
+from attnjax.analysis import markov, sinks
 
 
 def _stochastic(rng, shape, causal=False):
@@ -17,14 +17,7 @@ def _stochastic(rng, shape, causal=False):
 
 
 def test_exported_from_the_package():
-    for name in (
-        "normalized_entropy",
-        "sink_mass",
-        "uniform_sink_mass",
-        "distance_to_first",
-        "triangular_slem",
-        "residual_norms",
-    ):
+    for name in ("normalized_entropy", "sink_mass", "uniform_sink_mass", "distance_to_first"):
         assert getattr(analysis, name) is getattr(sinks, name)
 
 
@@ -101,23 +94,5 @@ def test_distance_to_first_and_triangular_slem():
         sinks.distance_to_first(jnp.asarray(a)), 0.5 * np.abs(a - np.eye(7)[0]).sum(-1), rtol=1e-12
     )
     eig = np.sort(np.abs(np.linalg.eigvals(a)), axis=-1)[:, -2]
-    np.testing.assert_allclose(sinks.triangular_slem(jnp.asarray(a)), eig, rtol=1e-10)
-    assert float(sinks.triangular_slem(jnp.ones((1, 1)))) == 0
-
-
-def test_residual_norms_split_the_frobenius_norm():
-    x = np.random.default_rng(5).normal(size=(2, 5, 3)) + np.array([10.0, 0.0, -3.0])
-    residual, shared = map(np.asarray, sinks.residual_norms(jnp.asarray(x)))
-    mean = x.mean(-2, keepdims=True)
-    np.testing.assert_allclose(
-        residual, np.linalg.norm((x - mean).reshape(2, -1), axis=-1), rtol=1e-12
-    )
-    np.testing.assert_allclose(residual**2 + shared**2, (x**2).sum((-2, -1)), rtol=1e-12)
-    np.testing.assert_allclose(
-        residual / np.sqrt((x**2).sum((-2, -1))),
-        analysis.residual_ratio(jnp.asarray(x)),
-        rtol=1e-12,
-    )
-    # Identical rows: no residual, however large the shared part.
-    residual, shared = sinks.residual_norms(jnp.full((4, 2), 1e3))
-    assert float(residual) == 0 and float(shared) == pytest.approx(1e3 * np.sqrt(8))
+    np.testing.assert_allclose(markov.triangular_slem(jnp.asarray(a)), eig, rtol=1e-10)
+    assert float(markov.triangular_slem(jnp.ones((1, 1)))) == 0

