@@ -314,9 +314,10 @@ def dot_product_attention(
       `return_residual`, lse comes last: `(out, lse)` or `(out, weights, lse)`.
 
     Raises:
-      ValueError / TypeError, naming the argument and shapes, for inputs of the
-      wrong rank, mismatched heads or dims, masks/biases/lengths that do not
-      broadcast, or bad options; raised while tracing, before any compute.
+      ValueError: naming the argument and shapes, for inputs of the wrong rank,
+        mismatched heads or dims, masks/biases/lengths that do not broadcast, or
+        bad options; raised while tracing, before any compute.
+      TypeError: likewise, for an argument of the wrong type or dtype.
     """
     query, key, value = checks.as_arrays(query, key, value)
     mask, bias = _prepare(query, key, value, mask, bias, temperature)

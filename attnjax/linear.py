@@ -294,9 +294,11 @@ def linear_attention(
       `[..., T, H, Dv]` in value's dtype.
 
     Raises:
-      ValueError / TypeError naming the argument and shapes for wrong ranks,
-      mismatched heads or dims, non-key masks, chunk_size < 1, a feature_map
-      that is not callable or whose projection dim is not D; at trace time.
+      ValueError: naming the argument and shapes, for wrong ranks, mismatched
+        heads or dims, non-key masks, chunk_size < 1, or a feature_map whose
+        projection dim is not D; at trace time.
+      TypeError: likewise, for a feature_map that is not callable, a non-boolean
+        mask or an argument of the wrong type.
     """
     query, key, value = checks.as_arrays(query, key, value)
     valid = _prepare(query, key, value, mask, feature_map, eps, chunk_size)
@@ -426,7 +428,8 @@ def linear_attention_step(
     Args:
       state: `LinearAttentionState` from `init_state` or a previous step.
       q_t: `[..., H, D]`; k_t: `[..., K, D]`; v_t: `[..., K, Dv]`; K divides H.
-      feature_map, eps: as `linear_attention`.
+      feature_map: as `linear_attention`.
+      eps: as `linear_attention`.
 
     Returns:
       (new state, out_t `[..., H, Dv]` in v_t's dtype). Scanning this over

@@ -113,6 +113,7 @@ TESTS = Path(__file__).resolve().parent
 SLOWEST_FIRST = (
     "experiments/lab/test_studies.py",
     "experiments/benchmark/test_benchmark.py",
+    "experiments/test_colab.py",
     "attnjax/test_distributed.py",
     "experiments/lab/test_launch.py",
     "attnjax/test_multi_device.py",
@@ -151,6 +152,7 @@ SLOW_FILES = frozenset(
         "attnjax/test_upstream_attention.py",
         "experiments/test_pretrained.py",
         "experiments/benchmark/test_benchmark.py",
+        "experiments/test_colab.py",
         "attnjax/pretrained/test_bert.py",
         "attnjax/pretrained/test_llama.py",
         "experiments/test_rank_collapse.py",

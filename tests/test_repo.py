@@ -1,13 +1,13 @@
 """The repository's promises about itself: CI runs the README's test command, and the committed
-pretrained-model and power-iteration reports and their README sections are the committed summaries
-rendered (no model needed)."""
+pretrained-model and power-iteration reports and the results sections of their documentation pages
+are the committed summaries rendered (no model needed)."""
 
 import json
 import re
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import REPO, link_from, study_page
 
 
 def _readme_commands() -> list[str]:
@@ -18,9 +18,10 @@ def _readme_commands() -> list[str]:
 def test_the_readme_opens_with_exactly_two_set_up_commands():
     study, tests = _readme_commands()
     assert "python -m experiments.rank_collapse --config configs/rank_collapse.py" in study
-    assert (
-        'pip install -e ".[experiments]"' in study and "pytest" in tests and "ruff check ." in tests
-    )
+    # The study command installs the lab's extra, which a study needs (the library alone does not run one).
+    assert 'pip install -e ".[experiments]"' in study
+    assert "pytest" in tests and "ruff check ." in tests
+    assert "mkdocs build --strict && " in tests  # the documentation builds, warnings failing it
 
 
 def test_ci_runs_the_readme_test_command():
@@ -48,13 +49,20 @@ def test_committed_pretrained_reports_are_their_summaries_rendered(results):
 
 
 def test_readme_pretrained_section_is_the_committed_summaries_rendered():
+    """The results section of the study's documentation page, its links relative to the page."""
     from experiments.pretrained import report
 
-    dirs = PRETRAINED_RESULTS
-    results = {d: json.loads((REPO / d / "summary.json").read_text()) for d in dirs}
-    times = {d: json.loads((REPO / d / "timing.json").read_text())["default"] for d in dirs}
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Results: pretrained models") :]
+    page = study_page("pretrained")
+    dirs = {link_from(page, d): d for d in PRETRAINED_RESULTS}
+    results = {
+        link: json.loads((REPO / d / "summary.json").read_text()) for link, d in dirs.items()
+    }
+    times = {
+        link: json.loads((REPO / d / "timing.json").read_text())["default"]
+        for link, d in dirs.items()
+    }
+    text = page.read_text()
+    section = text[text.index("## Results: pretrained models") :]
     assert section.startswith(report.readme_section(results, times) + "\n")
 
 
@@ -63,7 +71,8 @@ POWER_ITERATION_RESULTS = REPO / "experiments/power_iteration/results"
 
 def test_committed_power_iteration_results_are_their_summary_rendered():
     """The checks give the committed verdicts again; the template gives report.md byte for byte, and the
-    README's power-iteration section starts where its heading is and ends where the next section starts."""
+    results section of the study's documentation page (its links relative to the page) starts where its
+    heading is and ends where the page ends."""
     from attnjax.serialization import json_form
     from experiments.power_iteration import checks, report
 
@@ -72,7 +81,16 @@ def test_committed_power_iteration_results_are_their_summary_rendered():
     assert report.markdown(summary) == (POWER_ITERATION_RESULTS / "report.md").read_text()
     assert sorted(p.name for p in (POWER_ITERATION_RESULTS / "plots").iterdir()) == summary["plots"]
     times = json.loads((POWER_ITERATION_RESULTS / "timing.json").read_text())
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Results: power iteration") :]
-    rendered = report.readme_section(summary, times) + "\n"
-    assert section.startswith(rendered) and section[len(rendered) :].startswith(("## ", "<!--"))
+    page = study_page("power_iteration")
+    text = page.read_text()
+    section = text[text.index("## Results: power iteration") :]
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(summary, times, results=links) + "\n"
+
+
+def test_readme_links_name_files_of_the_repository():
+    """Every relative link of the README (reports, documentation pages, the notebook) names a file that
+    exists; the documentation build checks the links of the pages under docs/."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (REPO / "README.md").read_text())
+    relative = [link for link in links if ":" not in link and not link.startswith("#")]
+    assert relative and not [link for link in relative if not (REPO / link).is_file()]

@@ -70,8 +70,10 @@ def head_matrices(w_q, w_k, w_v, w_o, num_heads: int) -> tuple[jax.Array, jax.Ar
     """Per-head `W_QK^h = W_q^h W_k^hᵀ` and `W_V^h = W_v^h W_o^h`, each `[H, D, D]`.
 
     Args:
-      w_q, w_k, w_v: `[D, H Dh]` projection kernels (`q = x W_q`), the columns of
+      w_q: `[D, H Dh]` query projection kernel (`q = x W_q`), the columns of
         head h being `h Dh : (h + 1) Dh`.
+      w_k: `[D, H Dh]` key projection kernel, laid out as `w_q`.
+      w_v: `[D, H Dh]` value projection kernel, laid out as `w_q`.
       w_o: `[H Dh, D]` output kernel (rows of head h likewise).
       num_heads: H, dividing `H Dh`.
 
@@ -373,7 +375,9 @@ def path_products(attention, layers, heads, examples) -> jax.Array:
 
     Args:
       attention: `[L, B, H, T, T]` row-stochastic.
-      layers, heads: `[N, k]` (layers ascending); examples: `[N]` (see `sample_paths`).
+      layers: `[N, k]`, ascending along k (see `sample_paths`).
+      heads: `[N, k]`.
+      examples: `[N]`.
 
     Returns:
       `[N, T, T]`, row-stochastic: the first chosen layer acts first, as in

@@ -258,7 +258,8 @@ def attention_statistics(
       and grad-safe.
 
     Raises:
-      ValueError / TypeError naming the argument and shapes, before any compute.
+      ValueError: naming the argument and shapes, before any compute.
+      TypeError: likewise, for an argument of the wrong type or dtype.
     """
     _check_options(query, key, value, chunk_size, window)
     _check_chunk("query_chunk_size", query_chunk_size, "query", query)

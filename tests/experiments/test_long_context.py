@@ -13,7 +13,7 @@ import pytest
 from attnjax.serialization import json_form
 from configs import long_context as long_context_config
 from experiments.long_context import checks, study, summary, text
-from tests.paths import REPO
+from tests.paths import REPO, link_from, study_page
 
 
 def test_band_mask_matches_the_definition():
@@ -177,8 +177,9 @@ def test_an_unresolved_interval_is_not_measured():
 
 
 def test_committed_results_are_their_summary_rendered():
-    """The committed report and README section are the committed default summary rendered; its checks give
-    its verdicts; the run is the default config."""
+    """The committed report and the results section that ends the study's documentation page (its links
+    relative to the page) are the committed default summary rendered; its checks give its verdicts; the run is
+    the default config."""
     import json
 
     from experiments.long_context import report
@@ -191,6 +192,9 @@ def test_committed_results_are_their_summary_rendered():
     assert json_form(checks.predictions(committed)) == committed["predictions"]
     assert (results / "report.md").read_text() == report.markdown(committed)
     assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]
-    readme = (repo / "README.md").read_text()
-    start = readme.index("<!-- long_context results -->\n") + len("<!-- long_context results -->\n")
-    assert readme[start:].startswith(report.readme_section(committed, timing) + "\n")
+    page = study_page("long_context")
+    text = page.read_text()
+    # The section runs to the end of the page.
+    section = text[text.index("## Results: attention sinks at long context\n") :]
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(committed, timing, results=links) + "\n"

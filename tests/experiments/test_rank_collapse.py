@@ -17,7 +17,7 @@ from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
 from tests.attnjax.nn.test_params import _models
 from tests.experiments.lab.test_studies import finished, rank_collapse_test_config
-from tests.paths import REPO
+from tests.paths import REPO, link_from, study_page
 
 TRAIN_RUN = "train-softmax-skip_mlp-L04-t1-edefault"
 INIT_RUN = "init-softmax-attention_only-L04-t1-e1"
@@ -207,8 +207,9 @@ def test_config_variants():
 
 
 def test_readme_results_are_the_committed_summary_rendered():
-    """The templates render the committed summary byte for byte into the committed report and README section;
-    its predictions are the checks of that summary."""
+    """The templates render the committed summary byte for byte into the committed report and the results
+    section that ends the study's documentation page (its links relative to the page); its predictions are the
+    checks of that summary."""
 
     from experiments.rank_collapse import checks, report
 
@@ -216,12 +217,11 @@ def test_readme_results_are_the_committed_summary_rendered():
     results = repo / report.README_RESULTS
     summary = json.loads((results / "summary.json").read_text())
     timing = json.loads((results / "timing.json").read_text())
-    readme = (repo / "README.md").read_text()
-    start = readme.index("## Results\n")
-    end = min(
-        readme.find(m, start) + 1 for m in ("\n## ", "\n<!--") if m in readme[start:]
-    )  # the next section
-    assert readme[start:end] == report.readme_section(summary, timing) + "\n"
+    page = study_page("rank_collapse")
+    text = page.read_text()
+    section = text[text.index("## Results\n") :]  # to the end of the page
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(summary, timing, results=links) + "\n"
     # The committed report, predictions and plots are those of the committed summary.
     assert (results / "report.md").read_text() == report.markdown(summary)
     assert json_form(checks.predictions(summary)) == summary["predictions"]

@@ -12,7 +12,7 @@ from configs import softmax_scaling as config_lib
 from experiments.softmax_scaling import checks, gradients, rate, report, study
 from experiments.softmax_scaling import summary as summary_lib
 from tests.experiments.lab.test_studies import finished
-from tests.paths import REPO
+from tests.paths import REPO, link_from, study_page
 
 DIMS = (4, 64, 1024)
 
@@ -262,7 +262,8 @@ def test_input_families_have_unit_variance_and_low_rank_breaks_the_footnote():
 
 
 def test_committed_results_are_their_summary_rendered():
-    """The committed report and README section are the committed summary rendered; its checks give its verdicts."""
+    """The committed report and the results section that ends the study's documentation page (its links
+    relative to the page) are the committed summary rendered; its checks give its verdicts."""
 
     repo = REPO
     results = repo / report.README_RESULTS
@@ -271,8 +272,8 @@ def test_committed_results_are_their_summary_rendered():
     assert json_form(checks.predictions(committed)) == committed["predictions"]
     assert (results / "report.md").read_text() == report.markdown(committed)
     assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]
-    readme = (repo / "README.md").read_text()
-    start = readme.index("<!-- softmax_scaling results -->\n") + len(
-        "<!-- softmax_scaling results -->\n"
-    )
-    assert readme[start:].startswith(report.readme_section(committed, timing) + "\n")
+    page = study_page("softmax_scaling")
+    text = page.read_text()
+    section = text[text.index("## Results: softmax scaling\n") :]  # to the end of the page
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(committed, timing, results=links) + "\n"
