@@ -94,3 +94,9 @@ def test_readme_links_name_files_of_the_repository():
     links = re.findall(r"\]\(([^)\s]+)\)", (REPO / "README.md").read_text())
     relative = [link for link in links if ":" not in link and not link.startswith("#")]
     assert relative and not [link for link in relative if not (REPO / link).is_file()]
+
+
+def test_the_readme_shows_the_tested_custom_attention_example_verbatim():
+    """The README's custom-attention example is the file its test runs, character for character."""
+    example = (REPO / "docs" / "examples" / "custom_attention.py").read_text()
+    assert f"```python\n{example}```\n" in (REPO / "README.md").read_text()
