@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from attnjax.serialization import json_form
 from experiments.lab.stats import interval
 from experiments.lab.study import select
 from experiments.long_context.study import STATISTICS
@@ -171,5 +172,6 @@ def derive(summary: dict) -> dict:
 
 
 def summarize(rows: list[dict], config) -> dict:
-    """The study's summary: `derive(aggregate(rows, config))`."""
-    return derive(aggregate(rows, config))
+    """The study's summary: `derive` of the `aggregate` in its JSON form (as summary.json holds it, so that
+    a committed summary derives the same numbers again)."""
+    return derive(json_form(aggregate(rows, config)))

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from attnjax.serialization import json_form
 from experiments.lab.study import distinct, select
 from experiments.softmax_scaling.constants import SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
@@ -282,5 +283,6 @@ def derive(summary: dict) -> dict:
 
 
 def summarize(rows: list[dict], config) -> dict:
-    """The study's summary: `derive(aggregate(rows, config))`."""
-    return derive(aggregate(rows, config))
+    """The study's summary: `derive` of the `aggregate` in its JSON form (as summary.json holds it, so that
+    a committed summary derives the same numbers again)."""
+    return derive(json_form(aggregate(rows, config)))
