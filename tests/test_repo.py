@@ -40,10 +40,14 @@ PRETRAINED_RESULTS = ("experiments/pretrained/results", "experiments/pretrained/
 
 @pytest.mark.parametrize("results", PRETRAINED_RESULTS)
 def test_committed_pretrained_reports_are_their_summaries_rendered(results):
-    """The checks give the committed verdicts again, and the templates the committed report, byte for byte."""
+    """The summary holds its derived numbers, the checks give the committed verdicts again, and the templates
+    the committed report, byte for byte."""
+    from attnjax.serialization import json_form
     from experiments.pretrained import checks, report
+    from experiments.pretrained import summary as summary_lib
 
     summary = json.loads((REPO / results / "summary.json").read_text())
+    assert json_form(summary_lib.derive(summary)) == summary
     assert json.loads(json.dumps(checks.predictions(summary))) == summary["predictions"]
     assert report.markdown(summary) == (REPO / results / "report.md").read_text()
 

@@ -2,7 +2,7 @@
 
 Every threshold below was written before the first run and is not to be
 relaxed. A prediction is judged on the 95% interval over text segments
-(`summary.interval`); an interval with a NaN bound (too few segments, a
+(`experiments.lab.stats.interval`); an interval with a NaN bound (too few segments, a
 non-finite value) is "not measured".
 
 Predictions:
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 
+from experiments.lab.render import interval_text
 from experiments.lab.study import prediction
 
 BARBERO = "Barbero et al. 2025"
@@ -49,26 +50,23 @@ N_SINK_RECOVERY = 4
 PREFIX_TOLERANCE = 1e-3  # float32 statistics, different key-chunk partitions
 EARLY_TOLERANCE = 1e-3  # nll (nats): the same mask rows, float32
 ENTROPY_RANGE = (0.02, 0.98)
+DIGITS = ".4g"  # an interval's numbers, as the records and the report print them
 
 
 def _resolved(iv: dict) -> bool:
     return math.isfinite(iv["low"]) and math.isfinite(iv["high"])
 
 
-def _ci(iv: dict) -> str:
-    return f"{iv['mean']:.4g} [{iv['low']:.4g}, {iv['high']:.4g}]"
-
-
 def _lower(name, source, text, iv, threshold, note="", strict=False) -> dict:
     """Pass iff the interval's lower end is >= `threshold` (> when `strict`)."""
     low = iv["low"]
     passed = (low > threshold if strict else low >= threshold) if _resolved(iv) else None
-    return prediction(name, source, text, _ci(iv), passed, note)
+    return prediction(name, source, text, interval_text(iv, DIGITS), passed, note)
 
 
 def _upper(name, source, text, iv, threshold, note="") -> dict:
     passed = (iv["high"] <= threshold) if _resolved(iv) else None
-    return prediction(name, source, text, _ci(iv), passed, note)
+    return prediction(name, source, text, interval_text(iv, DIGITS), passed, note)
 
 
 def predictions(summary: dict) -> list[dict]:
@@ -129,7 +127,7 @@ def predictions(summary: dict) -> list[dict]:
             kind="sanity",
         )
     )
-    early = max(win["early_gap"] for win in sm["windows"].values())
+    early = summary["early_gap"]
     out.append(
         prediction(
             "window masks equal full attention before the window fills",

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from experiments.lab.render import render
+from experiments.lab.render import interval_text, render
+from experiments.long_context.checks import DIGITS
 
 README_RESULTS = "experiments/long_context/results"
 
 
+def ci(x: dict) -> str:
+    """An interval as the report prints it: 'mean [low, high]' (`interval_text`, `DIGITS`)."""
+    return interval_text(x, DIGITS)
+
+
 def context(summary: dict) -> dict:
-    """The template's context: the summary, its predictions and sanity checks apart."""
+    """The template's context: the summary, its predictions and sanity checks apart, and `ci`."""
     records = summary["predictions"]
     return {
         **summary,
+        "ci": ci,
         "predictions": [p for p in records if p.get("kind") != "sanity"],
         "sanity": [p for p in records if p.get("kind") == "sanity"],
     }

@@ -1,7 +1,10 @@
 """The long-context study's summary: rows -> one dict of numbers, each with a 95% interval over text segments.
 
-An interval is `{"mean", "low", "high", "n"}`: mean +- t_{0.975, n-1} s / sqrt(n)
-over the n segments (Student t; s the sample standard deviation).
+An interval is `experiments.lab.stats.interval` over the n segments,
+`{"mean", "low", "high", "n"}`: mean +- t_{0.975, n-1} s / sqrt(n) (Student t;
+s the sample standard deviation).
+
+`summarize(rows, config)` is `derive(aggregate(rows, config))`. `aggregate` keeps:
 
 * `statistics`: per length T, the model mean (over layers and heads) and the
   per-layer mean (over heads) of each statistic for a T-token input (mean
@@ -15,6 +18,9 @@ over the n segments (Student t; s the sample standard deviation).
   largest |nll(window variant) - nll(full)| at positions p < W (an identity).
 * `ablation`: perplexity ratio to the unedited model per edited layer and for
   all layers.
+
+`derive` adds the numbers the checks read that are not measurements
+themselves: `early_gap`, the largest of the windows' early gaps.
 """
 
 from __future__ import annotations
@@ -22,20 +28,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats as scipy_stats
 
+from attnjax.serialization import json_form
+from experiments.lab.stats import interval
 from experiments.lab.study import select
 from experiments.long_context.study import STATISTICS
-
-
-def interval(values) -> dict:
-    """Mean and 95% Student-t interval of `values` over segments; NaN bounds when not all finite."""
-    v = np.asarray(values, np.float64)
-    n, mean = len(v), float(np.mean(v))
-    if n < 2 or not np.all(np.isfinite(v)):
-        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n}
-    half = float(scipy_stats.t.ppf(0.975, n - 1) * np.std(v, ddof=1) / math.sqrt(n))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def _segments(rows, part):
@@ -158,10 +155,23 @@ def _ablation_summary(rows) -> dict:
     }
 
 
-def summarize(rows: list[dict], config) -> dict:
-    """The summary of every run's rows (see the module docstring)."""
+def aggregate(rows: list[dict], config) -> dict:
+    """The numbers of every run's rows (see the module docstring)."""
     return {
         "statistics": _statistics_summary(rows, config),
         "stream": _stream_summary(rows, config),
         "ablation": _ablation_summary(rows),
     }
+
+
+def derive(summary: dict) -> dict:
+    """`summary` (an `aggregate`, or a summary.json) with `early_gap` added: the largest |nll(window
+    variant) - nll(full)| at positions p < W over every window W (each window's `early_gap`)."""
+    windows = summary["stream"]["windows"].values()
+    return {**summary, "early_gap": max(win["early_gap"] for win in windows)}
+
+
+def summarize(rows: list[dict], config) -> dict:
+    """The study's summary: `derive` of the `aggregate` in its JSON form (as summary.json holds it, so that
+    a committed summary derives the same numbers again)."""
+    return derive(json_form(aggregate(rows, config)))

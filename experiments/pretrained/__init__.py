@@ -1,9 +1,11 @@
 """Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional) and SmolLM2-135M (causal).
 
 `study.py` declares and measures the runs (`paths.py`: the single-head paths);
-`summary.py` turns their rows into one dict of numbers, `checks.py` gives each
+`summary.py` turns their rows into one dict of every number (`readings.py` and
+`activations.py`: the numbers of the papers' claims), `checks.py` gives each
 prediction its verdict, `figures.py` draws the plots, and `report.py` renders
-`templates/` (the report and the README section) over `context.py`'s numbers.
+`templates/` (the report and the README section) over `context.py`, which
+formats the summary's numbers; `constants.py` holds the thresholds and labels.
 """
 
 from experiments.lab.study import Study

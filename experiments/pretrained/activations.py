@@ -1,27 +1,42 @@
-"""The pretrained study's checks of Sun, Chen, Kolter & Liu 2024, "Massive activations in large language models".
+"""The numbers of Sun, Chen, Kolter & Liu 2024, "Massive activations in large language models", from the
+full model's hidden states.
 
 Their claims (for LLaMA2, Mixtral, GPT-2 and others): a few activations are
 massive, >= 100 in size and about 1000x the median |activation| of their
 hidden state or more (up to about 10^5x); they sit on the starting token and
 on delimiter tokens (the first period or newline); they lie in a few fixed
 feature dimensions; their values are largely constant across inputs. Each
-check returns (measured, passed) from arrays; `predictions` names them.
+function reads arrays, so a test can hand it hidden states where a claim
+holds and where it does not; `readings` is what the summary keeps, and the
+checks compare it with the thresholds (`constants.py`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from experiments.lab.render import fmt
-from experiments.lab.study import prediction
-from experiments.pretrained.study import MASSIVE_FACTOR, MASSIVE_VALUE
-from experiments.pretrained.summary import array, massive
+from experiments.pretrained.constants import FEW_DIMS, MASSIVE_FACTOR, MASSIVE_VALUE
+from experiments.pretrained.readings import array
 
-# On the starting token or a delimiter in 90% of sentences; 90% of the sentences' largest activations in the
-# same 3 dimensions; spread (std / mean) of the largest activation over inputs <= 25%.
-MASSIVE_SHARE = 0.9
-FEW_DIMS = 3
-MASSIVE_SPREAD = 0.25
+
+def massive(variant: dict) -> dict:
+    """Sun et al. 2024's readings per hidden state `[L + 1]`: `ratio` (largest |a| / median, mean over
+    sentences), `value` (largest |a|, mean), `spread` (its std / mean over sentences), `count` (massive
+    activations per sentence), `first`, `delimiter`, `other` (shares of sentences whose largest |a| sits there),
+    `dims` (per state, `[dimension, sentences]` pairs, most sentences first)."""
+    value, square = array(variant["massive_value"]), array(variant["massive_value_sq"])
+    first, delimiter = array(variant["massive_first"]), array(variant["massive_delimiter"])
+    spread = np.sqrt(np.maximum(square - value**2, 0)) / np.maximum(value, 1e-300)
+    return {
+        "ratio": array(variant["massive_ratio"]),
+        "value": value,
+        "spread": spread,
+        "count": array(variant["massive_count"]),
+        "first": first,
+        "delimiter": delimiter,
+        "other": 1 - first - delimiter,
+        "dims": variant["massive_dims"],
+    }
 
 
 def massive_layers(
@@ -33,102 +48,69 @@ def massive_layers(
     return [layer for layer in range(1, len(r)) if r[layer] >= factor and v[layer] >= minimum]
 
 
-def massive_exist_check(ratio, value) -> tuple[float, bool, list]:
-    """(largest ratio of layers 1..L, some layer is massive, the massive layers)."""
-    layers = massive_layers(ratio, value)
-    return float(np.max(array(ratio)[1:])), bool(layers), layers
-
-
-def massive_location_check(
-    first, delimiter, layers, share: float = MASSIVE_SHARE
-) -> tuple[float | None, bool | None]:
-    """Over the massive layers, the mean share of sentences whose largest |a| is on the first token or a
-    delimiter >= share; None without massive layers."""
+def location_share(first, delimiter, layers) -> float | None:
+    """Over the massive `layers`, the mean share of sentences whose largest |a| is on the first token or a
+    delimiter; None without massive layers."""
     if not layers:
-        return None, None
-    value = float(np.mean((array(first) + array(delimiter))[layers]))
-    return value, bool(value >= share)
+        return None
+    return float(np.mean((array(first) + array(delimiter))[layers]))
 
 
-def massive_dims_check(
-    dims, layers, few: int = FEW_DIMS, share: float = MASSIVE_SHARE
-) -> tuple[float | None, bool | None, list]:
-    """Pooled over the massive layers, the share of sentences' largest |a| in the `few` most frequent
-    dimensions >= share; `dims[l]`: `[dimension, sentences]` pairs. Returns (share, passed, those dimensions)."""
+def pooled_dims(dims, layers, few: int = FEW_DIMS) -> tuple[float | None, list]:
+    """Pooled over the massive `layers`, the share of sentences' largest |a| in the `few` most frequent
+    dimensions, and those dimensions; `dims[l]`: `[dimension, sentences]` pairs. (None, []) without layers."""
     if not layers:
-        return None, None, []
+        return None, []
     counts = {}
     for layer in layers:
         for dim, n in dims[layer]:
             counts[int(dim)] = counts.get(int(dim), 0) + n
     top = sorted(counts, key=lambda d: -counts[d])[:few]
-    value = sum(counts[d] for d in top) / sum(counts.values())
-    return float(value), bool(value >= share), top
+    return float(sum(counts[d] for d in top) / sum(counts.values())), top
 
 
-def massive_constant_check(
-    spread, layers, bound: float = MASSIVE_SPREAD
-) -> tuple[float | None, bool | None]:
-    """The median over the massive layers of std / mean of the largest |a| over sentences <= bound."""
+def median_spread(spread, layers) -> float | None:
+    """The median over the massive `layers` of std / mean of the largest |a| over sentences; None without."""
     if not layers:
-        return None, None
-    value = float(np.median(array(spread)[layers]))
-    return value, bool(value <= bound)
+        return None
+    return float(np.median(array(spread)[layers]))
 
 
-def predictions(full: dict) -> list[dict]:
-    """Sun et al.'s four claims on the full model's hidden states."""
-    m, source = massive(full), "Sun et al. 2024"
-    ratio, passed, layers = massive_exist_check(m["ratio"], m["value"])
-    named = ", ".join(str(a) for a in layers) or "none"
-    checks = [
-        prediction(
-            "massive activations exist",
-            source,
-            f"some layer's largest |a| >= {MASSIVE_VALUE:g} and >= {MASSIVE_FACTOR:g} x the median |a| "
-            "(means over sentences)",
-            ratio,
-            passed,
-            f"largest ratio over layers 1..L; largest |a| {fmt(float(np.max(m['value'][1:])))}; "
-            f"massive layers: {named}",
-        )
-    ]
-    absent = "" if layers else "not measured: no massive layer"
-    share, passed = massive_location_check(m["first"], m["delimiter"], layers)
-    checks.append(
-        prediction(
-            "massive activations sit on the first token or delimiters",
-            source,
-            f"share of sentences >= {MASSIVE_SHARE:g} (mean over the massive layers)",
-            share,
-            passed,
-            absent
-            or f"first token {fmt(float(np.mean(m['first'][layers])))}, delimiters "
-            f"{fmt(float(np.mean(m['delimiter'][layers])))}",
-        )
-    )
-    share, passed, dims = massive_dims_check(m["dims"], layers)
-    checks.append(
-        prediction(
-            "massive activations in a few fixed dimensions",
-            source,
-            f"share of sentences' largest |a| in the {FEW_DIMS} most frequent dimensions >= "
-            f"{MASSIVE_SHARE:g} (pooled over the massive layers)",
-            share,
-            passed,
-            absent or "dimensions " + ", ".join(str(d) for d in dims),
-        )
-    )
-    spread, passed = massive_constant_check(m["spread"], layers)
-    checks.append(
-        prediction(
-            "massive activations constant across inputs",
-            source,
-            f"std / mean of the largest |a| over sentences <= {MASSIVE_SPREAD:g} (median over the "
-            "massive layers)",
-            spread,
-            passed,
-            absent,
-        )
-    )
-    return checks
+def _mean_over(values, layers) -> float | None:
+    return float(np.mean(values[layers])) if layers else None
+
+
+def _dim_shares(pairs: list) -> list:
+    """The three most frequent `[dimension, sentences]` pairs of one state as `[dimension, share]`."""
+    total = sum(n for _, n in pairs) or 1
+    return [[d, n / total] for d, n in pairs[:3]]
+
+
+def readings(variant: dict) -> dict:
+    """Every number of Sun et al.'s four claims on one variant's hidden states (the full model's).
+
+    `layers`: the massive hidden states (`massive_layers`); `top`: the state 1..L with the largest ratio,
+    `top_ratio`, `top_value` its ratio and largest |a|; `largest_value`: the largest |a| over states 1..L;
+    `location` (`location_share`), `first`, `delimiter` (their means over the massive layers);
+    `dims_share`, `dims` (`pooled_dims`); `spread` (`median_spread`); `per_layer`: `massive`'s
+    per-state arrays, `dims` as the three most frequent `[dimension, share]` of each state.
+    """
+    m = massive(variant)
+    layers = massive_layers(m["ratio"], m["value"])
+    top = int(np.argmax(m["ratio"][1:])) + 1
+    share, dims = pooled_dims(m["dims"], layers)
+    per_layer = {k: v.tolist() for k, v in m.items() if k != "dims"}
+    return {
+        "layers": layers,
+        "top": top,
+        "top_ratio": float(m["ratio"][top]),
+        "top_value": float(m["value"][top]),
+        "largest_value": float(np.max(m["value"][1:])),
+        "location": location_share(m["first"], m["delimiter"], layers),
+        "first": _mean_over(m["first"], layers),
+        "delimiter": _mean_over(m["delimiter"], layers),
+        "dims_share": share,
+        "dims": dims,
+        "spread": median_spread(m["spread"], layers),
+        "per_layer": {**per_layer, "dims": [_dim_shares(pairs) for pairs in m["dims"]]},
+    }

@@ -22,11 +22,9 @@ from attnjax.sentences import docstring_sentences, split_sentences
 MODELS = {"minilm": "bert", "smollm2": "llama"}
 # Sink categories per family; the first is the union, the headline number.
 SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
-SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
 # The sink tokens left out of the sink-excluded residual and cosine, as (first, last) token counts dropped
 # from each sentence: the first token (causal LM), [CLS] and [SEP] (BERT, whose sentences are [CLS] ... [SEP]).
 CONTENT_SPAN = {"bert": (1, 1), "llama": (1, 0)}
-CONTENT_LABELS = {"bert": "[CLS] and [SEP]", "llama": "the first token"}
 # Space markers of byte-level and SentencePiece tokens, stripped before a token is classed.
 SPACE_MARKERS = "\u0120\u2581 "
 

@@ -1,33 +1,30 @@
-"""The pretrained study's figures (`attnjax.plotting`, its one style), from the summary."""
+"""The pretrained study's figures (`attnjax.plotting`, its one style), from the summary (its per-layer
+means over heads: `head_means`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from attnjax import plotting
-from experiments.pretrained.summary import (
-    VARIANT_LABELS,
-    array,
-    head_mean,
-    massive,
-    model_label,
-    sink,
-    sink_label,
-    uniform_sink,
-    variant_names,
-)
+from experiments.pretrained.constants import VARIANT_LABELS
+from experiments.pretrained.context import model_label, sink_label
+
+
+def _array(values) -> np.ndarray:
+    """A summary's list (with the strings 'nan' and 'inf' of summary.json) as floats to draw."""
+    return np.asarray(values, dtype=np.float64)
 
 
 def _surgery_figures(summary) -> dict:
     v = summary["variants"]
-    names = variant_names(summary)
+    names = summary["variant_names"]
     out = {}
     for metric, label in (
         ("residual", "||X - 1 x_bar^T||_F / ||X||_F"),
         ("residual_abs", "||X - 1 x_bar^T||_F"),
     ):
         fig = plotting.metric_vs_depth(
-            {VARIANT_LABELS[n]: array(v[n][metric]) for n in names},
+            {VARIANT_LABELS[n]: _array(v[n][metric]) for n in names},
             ylabel=label,
             start=0,
             title=f"{model_label(summary)}: surgery",
@@ -37,13 +34,13 @@ def _surgery_figures(summary) -> dict:
 
 
 def _attention_figure(summary):
-    v = summary["variants"]["full"]
+    means = summary["head_means"]["full"]
     lines = {
-        "entropy / log(keys)": head_mean(v["entropy"]),
-        "abs(lambda_2)": head_mean(v["slem"]),
-        "tau": head_mean(v["tau"]),
-        "sink mass": head_mean(sink(v)),
-        "Perron sink mass": head_mean(sink(v, "perron_sink")),
+        "entropy / log(keys)": _array(means["entropy"]),
+        "abs(lambda_2)": _array(means["slem"]),
+        "tau": _array(means["tau"]),
+        "sink mass": _array(means["attention_sink"]["sinks"]),
+        "Perron sink mass": _array(means["perron_sink"]["sinks"]),
     }
     fig = plotting.metric_vs_depth(
         lines,
@@ -52,14 +49,14 @@ def _attention_figure(summary):
         title="Attention of the full model per layer",
     )
     ax = fig.axes[0]
-    ax.axhline(uniform_sink(v), color="grey", linestyle=":", label="uniform sink mass")
+    uniform = float(summary["variants"]["full"]["uniform_sink"]["sinks"])
+    ax.axhline(uniform, color="grey", linestyle=":", label="uniform sink mass")
     ax.legend(fontsize=8)
     return fig
 
 
 def _sink_heatmap(summary):
-    v = summary["variants"]["full"]
-    mass = sink(v)
+    mass = _array(summary["variants"]["full"]["attention_sink"]["sinks"])  # [L, H]
     L, H = mass.shape
     fig = plotting.figure(1.2 + 0.45 * H, 1.0 + 0.22 * L)
     ax = fig.add_subplot()
@@ -76,12 +73,11 @@ def _sink_heatmap(summary):
 
 def _examples_figure(summary):
     examples = summary["examples"]
-    model = summary["variants"]["full"]
-    heads = array(model["entropy"]).shape[1]
+    heads = summary["model"]["num_heads"]
     n = len(examples[0]["tokens"])
     maps = np.zeros((heads, n, n))
     for e in examples:
-        maps[e["head"]] = array(e["values"])
+        maps[e["head"]] = _array(e["values"])
     layer = examples[0]["layer"] + 1
     title = f"layer {layer}: " + "; ".join(f"head {e['head']} ({e['reason']})" for e in examples)
     tokens = [
@@ -100,7 +96,7 @@ def _examples_figure(summary):
 def _paths_figure(paths):
     fig = plotting.figure(6.0, 4.0)
     ax = fig.add_subplot()
-    data = [np.maximum(array(r), 1e-12) for r in paths["residual"]]
+    data = [np.maximum(_array(r), 1e-12) for r in paths["residual"]]
     ax.boxplot(data, positions=range(len(data)), widths=0.6, showfliers=True)
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels([str(k) for k in paths["lengths"]])
@@ -119,16 +115,19 @@ def _products_figure(summary):
     metric = "path_first_max" if causal else "path_tau"
     label = "max_i TV(row i of P_l, e_1)" if causal else "tau(P_l)"
     return plotting.metric_vs_depth(
-        {VARIANT_LABELS[n]: array(v[n][metric]) for n in variant_names(summary)},
+        {VARIANT_LABELS[n]: _array(v[n][metric]) for n in summary["variant_names"]},
         ylabel=label,
         title="P_l = A_l ... A_1 (head-averaged attention)",
     )
 
 
 def _massive_figure(summary):
-    m = massive(summary["variants"]["full"])
+    per_layer = summary["massive"]["per_layer"]
     return plotting.metric_vs_depth(
-        {"largest |a| / median |a|": m["ratio"], "largest |a|": m["value"]},
+        {
+            "largest |a| / median |a|": _array(per_layer["ratio"]),
+            "largest |a|": _array(per_layer["value"]),
+        },
         ylabel="mean over sentences",
         start=0,
         title=f"{model_label(summary)}: massive activations (Sun et al. 2024)",
@@ -136,8 +135,8 @@ def _massive_figure(summary):
 
 
 def _sink_class_figure(summary):
-    v = summary["variants"]["full"]
-    lines = {c: head_mean(sink(v, category=c)) for c in summary["sink_categories"][1:]}
+    mass = summary["head_means"]["full"]["attention_sink"]
+    lines = {c: _array(mass[c]) for c in summary["sink_categories"][1:]}
     return plotting.metric_vs_depth(
         lines,
         ylabel="attention (mean over heads and sentences)",

@@ -90,6 +90,7 @@ from attnjax.analysis import (
 )
 from attnjax.pretrained.hf import MODEL_TYPES
 from experiments.lab.workdir import RunDir
+from experiments.pretrained.constants import MASSIVE_FACTOR, MASSIVE_VALUE
 from experiments.pretrained.corpus import (
     CONTENT_SPAN,
     MODELS,
@@ -313,10 +314,6 @@ WORST = ("slem_over_tau", "slem_diagonal_error")
 PER_SENTENCE = ("sentence_log_residual",)
 # Per-head metrics of `attention_sums` (head on the last axis).
 PER_HEAD = ("entropy", "slem", "tau", "attention_sink", "perron_sink", "diagonal_mean")
-
-
-# Sun et al. 2024's criterion for one massive activation: |a| >= 100 and >= 1000 x the median |a| of its hidden state.
-MASSIVE_VALUE, MASSIVE_FACTOR = 100.0, 1000.0
 
 
 def _content_metrics(hidden: jax.Array, start: int, stop: int) -> tuple[jax.Array, jax.Array]:

@@ -1,61 +1,76 @@
-"""The pretrained-attention study's summary: rows -> one dict of numbers, and the named readings of it.
+"""The pretrained-attention study's summary: rows -> one dict of every number its readers quote.
 
-`summarize` keeps, per surgery variant, every metric of `study.depth_run`
-(means over sentences: `[L, H]` per head, `[L + 1]` per hidden state, `[L]`
-per layer; sink masses as `{metric: {category: values}}`), the heatmap
-examples and the single-head paths. The readers below (`head_mean`, `sink`,
-`geometric_residual`, ...) are the one definition of each number that the
-checks, the report and the figures quote.
+`summarize(rows, config)` is two steps. `aggregate` keeps, per surgery
+variant, every metric of `study.depth_run` (means over sentences: `[L, H]` per
+head, `[L + 1]` per hidden state, `[L]` per layer; sink masses as `{metric:
+{category: values}}`; each sentence's decay `rates`), the heatmap examples and
+the single-head paths, rounded to 5 significant digits (the summary is
+committed). `derive` reads that (as summary.json holds it) and adds what the
+checks, the figures and the report quote (`readings.py`, `activations.py`):
+
+* `sentences`: how many sentences the model read (over every group);
+* `variant_names`: the measured variants in `study.VARIANTS` order;
+* `head_means`: per variant, each per-head metric's mean over heads `[L]`
+  (`gap` = 1 - |lambda_2|; sink masses per category);
+* `collapse`: per attention-only variant, the overflow layer, r_L / r_0, the
+  log-ratios of Dong et al.'s rate, the per-sentence rates of Wu et al.'s and
+  the maps' |lambda_2| and tau;
+* `surgery`: the variants with skips or MLPs against attention only, and the
+  full model without its sinks; `absolute`: the variants whose r falls, and
+  the first token's norm;
+* `path_readings`, `sinks`, `massive`, `causal_readings`, `heads` and
+  `bound`: the single-head paths, the sink masses, Sun et al.'s readings,
+  the products of causal maps, each head of the full model, and the largest
+  |lambda_2| - tau.
+
+The derived numbers are not rounded: the report prints them as they are.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnjax.analysis import PATTERN_NAMES
+from attnjax.serialization import json_form
 from experiments.lab.study import distinct, select
-from experiments.pretrained.corpus import SINK_LABELS, SINKS, model_name
-from experiments.pretrained.study import VARIANTS
-
-# Below this relative residual float32 rounding dominates, and ratios of
-# log-residuals mean nothing (as in the rank-collapse study).
-RESIDUAL_FLOOR = 1e-5
-# A per-sentence decay rate is fitted on at least this many resolved layers >= 1.
-MIN_RATE_LAYERS = 3
-VARIANT_LABELS = {
-    "full": "full model",
-    "no_skip": "no skips",
-    "no_mlp": "no MLPs",
-    "attention_only": "attention only",
-    "no_norm": "attention only, no norms",
-}
-# The variants without skips and MLPs: the attention-only networks whose collapse the papers predict.
-ATTENTION_ONLY = ("attention_only", "no_norm")
-MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
-
+from experiments.pretrained import activations
+from experiments.pretrained.constants import (
+    ATTENTION_ONLY,
+    BOTTOM_LAYERS,
+    FIRST_TOLERANCE,
+    MASSIVE_RATIO,
+    RELATIVE_FALL,
+    RESIDUAL_FLOOR,
+    SINK_SHARE,
+)
+from experiments.pretrained.corpus import SINKS, model_name
+from experiments.pretrained.readings import (
+    array,
+    end_ratio,
+    first_below,
+    fraction_above,
+    geometric_rate,
+    geometric_residual,
+    growth_factor,
+    head_mean,
+    largest_rise,
+    log_ratios,
+    map_rates,
+    middle_layers,
+    overflow_layer,
+    path_medians,
+    rate_quantiles,
+    ratio_of,
+    resolved_rates,
+    sentence_rates,
+    sink,
+    slower_at,
+    uniform_sink,
+)
+from experiments.pretrained.study import PER_HEAD, VARIANTS
 
 # --------------------------------------------------------------------------
-# Rows -> summary
-
-
-def sentence_rates(
-    log_residual, floor: float = RESIDUAL_FLOOR, min_layers: int = MIN_RATE_LAYERS
-) -> list:
-    """Each sentence's decay factor per layer: exp of the least-squares slope of log r_l over layers l >= 1.
-
-    log_residual `[S, L + 1]`. The fit uses layers 1, 2, ... while r_l >=
-    `floor` (layer 0, the embeddings, is left out: the first layer's drop is
-    not part of a per-layer rate); None for a sentence with fewer than
-    `min_layers` such layers.
-    """
-    rates = []
-    for logs in array(log_residual):
-        resolved = logs[1:] >= np.log(floor)
-        stop = int(np.argmin(resolved)) if not resolved.all() else len(resolved)
-        layers, values = np.arange(1, stop + 1), logs[1 : stop + 1]
-        rates.append(
-            float(np.exp(np.polyfit(layers, values, 1)[0])) if stop >= min_layers else None
-        )
-    return rates
+# Rows -> the aggregate
 
 
 def _variant_summary(rows: list[dict]) -> dict:
@@ -97,7 +112,8 @@ def _rounded(value, digits: int = 5):
     return value
 
 
-def summarize(rows: list[dict], config) -> dict:
+def aggregate(rows: list[dict], config) -> dict:
+    """Every run's rows as one dict (see the module docstring), rounded (`_rounded`)."""
     depth = select(rows, part="depth")
     model = {
         k: v
@@ -128,96 +144,240 @@ def summarize(rows: list[dict], config) -> dict:
 
 
 # --------------------------------------------------------------------------
-# Named selections
+# The aggregate -> the derived numbers
 
 
-def array(values) -> np.ndarray:
-    return np.asarray(values, dtype=np.float64)
+def _head_means(variant: dict) -> dict:
+    """`{metric: [L]}` of each per-head metric (sink masses `{category: [L]}`), and `gap` = 1 - |lambda_2|."""
+    out = {}
+    for metric in PER_HEAD:
+        values = variant[metric]
+        if isinstance(values, dict):
+            out[metric] = {c: head_mean(v).tolist() for c, v in values.items()}
+        else:
+            out[metric] = head_mean(values).tolist()
+    out["gap"] = [1 - x for x in out["slem"]]
+    return out
 
 
-def model_label(summary: dict) -> str:
-    """The model's display name (its config name when it has none)."""
-    name = summary["model"]["name"]
-    return MODEL_LABELS.get(name, name)
-
-
-def mask(summary: dict) -> str:
-    """The model's attention mask: 'causal' or 'bidirectional'."""
-    return "causal" if summary["model"]["causal"] else "bidirectional"
-
-
-def sink_label(summary: dict) -> str:
-    """What the sink tokens are, in words ('the first token', '[CLS], [SEP] and punctuation')."""
-    return SINK_LABELS[summary["model"]["family"]]
-
-
-def variant_names(summary: dict) -> list[str]:
-    """The measured surgery variants, in `VARIANTS` order."""
-    return [n for n in VARIANTS if n in summary["variants"]]
-
-
-def head_mean(values) -> np.ndarray:
-    """`[L, H]` -> `[L]`: mean over heads."""
-    return array(values).mean(axis=-1)
-
-
-def sink(variant: dict, metric: str = "attention_sink", category: str = "sinks") -> np.ndarray:
-    return array(variant[metric][category])
-
-
-def uniform_sink(variant: dict) -> float:
-    """The sink mass uniform attention would give (mean over queries)."""
-    return float(array(variant["uniform_sink"]["sinks"]))
-
-
-def geometric_residual(variant: dict) -> np.ndarray:
-    """`[L + 1]`: the geometric mean over sentences of r_l. If every sentence decays with
-    log r_(l+1) >= c log r_l, so does this mean (it is linear in the logs); the arithmetic mean need not."""
-    return np.exp(array(variant["log_residual"]))
-
-
-def resolved_rates(variant: dict) -> np.ndarray:
-    """The per-sentence decay factors that could be fitted (`sentence_rates`), `[S']`."""
-    return array([r for r in variant["rates"] if r is not None])
-
-
-def massive(variant: dict) -> dict:
-    """Sun et al. 2024's readings per hidden state `[L + 1]`: `ratio` (largest |a| / median, mean over
-    sentences), `value` (largest |a|, mean), `spread` (its std / mean over sentences), `count` (massive
-    activations per sentence), `first`, `delimiter`, `other` (shares of sentences whose largest |a| sits there),
-    `dims` (per state, `[dimension, sentences]` pairs, most sentences first)."""
-    value, square = array(variant["massive_value"]), array(variant["massive_value_sq"])
-    first, delimiter = array(variant["massive_first"]), array(variant["massive_delimiter"])
-    spread = np.sqrt(np.maximum(square - value**2, 0)) / np.maximum(value, 1e-300)
+def _collapse(variant: dict) -> dict:
+    """An attention-only variant's collapse: `overflow` (the first hidden state that is not finite, or None;
+    then `growth`, the token differences' factor per layer before it, `before`, r the layer before, and
+    `entropy_low`, the lowest head-mean entropy of the layers before); `ratio` r_L / r_0 (None on overflow);
+    Dong et al.'s `log_ratios` of the geometric-mean residual and their `worst` (smallest) and `rate`, the mean
+    factor per layer (`geometric_rate`); Wu et al.'s per-sentence factors: `median`, `interval` (quantiles),
+    `sentences` (how many could be fitted); the maps' `slem` and `tau` (`map_rates`), and where the median
+    factor lies: `place` 'below' |lambda_2|, 'above' tau or 'between'."""
+    r, geometric = array(variant["residual"]), geometric_residual(variant)
+    overflow = overflow_layer(variant)
+    ratios = log_ratios(geometric)
+    rates = resolved_rates(variant)
+    median, interval = rate_quantiles(rates)
+    lam2, tau = map_rates(variant)
+    place = (
+        None
+        if median is None
+        else ("below" if median < lam2 else "above" if median > tau else "between")
+    )
     return {
-        "ratio": array(variant["massive_ratio"]),
-        "value": value,
-        "spread": spread,
-        "count": array(variant["massive_count"]),
-        "first": first,
-        "delimiter": delimiter,
-        "other": 1 - first - delimiter,
-        "dims": variant["massive_dims"],
+        "overflow": overflow,
+        "growth": growth_factor(variant, overflow) if overflow is not None else None,
+        "before": float(r[overflow - 1]) if overflow else None,
+        "entropy_low": float(head_mean(variant["entropy"])[:overflow].min()) if overflow else None,
+        "ratio": end_ratio(r) if overflow is None else None,
+        "log_ratios": ratios,
+        "worst": min(ratios) if ratios else None,
+        "rate": geometric_rate(geometric),
+        "median": median,
+        "interval": interval,
+        "sentences": len(rates),
+        "slem": lam2,
+        "tau": tau,
+        "place": place,
     }
 
 
-def path_medians(paths: dict) -> np.ndarray:
-    return np.asarray([np.median(array(r)) for r in paths["residual"]])
+def _surgery(variants: dict) -> dict:
+    """The variants with skips or MLPs against attention only, and the full model without its sinks:
+
+    `counteract` (no MLPs, skips kept): `ratio` of its r_L to attention only's; `slows` (no skips, MLPs
+    kept): at the first `layer` where attention only has fallen to COLLAPSE_FACTOR x r_0, `ratio` of its r
+    to attention only's, `mlp` and `pure` those r, `end_ratio` its own r_L / r_0; `keeps` (full): `ratio`
+    r_L / r_0 without the sinks, `all_tokens` the same over every token, `low` and `low_layer` the lowest r
+    without the sinks and where. None for a comparison whose variants were not run."""
+    out = {"counteract": None, "slows": None, "keeps": None}
+    if "attention_only" in variants:
+        pure = array(variants["attention_only"]["residual"])
+        if "no_mlp" in variants:
+            kept = array(variants["no_mlp"]["residual"])[-1]
+            out["counteract"] = {"ratio": ratio_of(kept, pure[-1])}
+        if "no_skip" in variants:
+            mlp = array(variants["no_skip"]["residual"])
+            ratio, layer = slower_at(mlp, pure)
+            out["slows"] = {
+                "ratio": ratio,
+                "layer": layer,
+                "mlp": None if layer is None else float(mlp[layer]),
+                "pure": None if layer is None else float(pure[layer]),
+                "end_ratio": end_ratio(mlp),
+            }
+    if "full" in variants:
+        full = variants["full"]
+        content = array(full["residual_content"])
+        out["keeps"] = {
+            "ratio": end_ratio(content),
+            "all_tokens": end_ratio(full["residual"]),
+            "low": float(content.min()),
+            "low_layer": int(np.argmin(content)),
+        }
+    return out
 
 
-# --------------------------------------------------------------------------
-# Derived numbers
+def _absolute(variants: dict) -> dict:
+    """`falls`: each variant (finite hidden states) whose r_L < RELATIVE_FALL x r_0, with the `factor` r
+    falls, whether the absolute residual rises (`absolute_rises`), and the absolute residual and the shared
+    component at layers 0 and L; `first_norm`: the full model's largest first-token norm over the median
+    token's, its `layer`, and whether it is `massive` (>= MASSIVE_RATIO); None without the full model."""
+    falls = []
+    for name, v in variants.items():
+        r, res, shared = array(v["residual"]), array(v["residual_abs"]), array(v["shared_norm"])
+        if not np.isfinite(res).all() or r[-1] >= RELATIVE_FALL * r[0]:
+            continue
+        falls.append(
+            {
+                "variant": name,
+                "factor": float(r[0] / max(r[-1], 1e-300)),
+                "absolute_rises": bool(res[-1] >= res[0]),
+                "absolute": res[[0, -1]].tolist(),
+                "shared": shared[[0, -1]].tolist(),
+            }
+        )
+    first = None
+    if "full" in variants:
+        ratio = array(variants["full"]["first_norm_ratio"])
+        layer = int(np.argmax(ratio))
+        first = {
+            "ratio": float(ratio[layer]),
+            "layer": layer,
+            "massive": bool(ratio[layer] >= MASSIVE_RATIO),
+        }
+    return {"falls": falls, "first_norm": first}
 
 
-def first_below(values, level: float):
-    """The first index whose value is <= level, or None."""
-    hits = np.nonzero(array(values) <= level)[0]
-    return int(hits[0]) if hits.size else None
+def _path_readings(paths: dict | None) -> dict | None:
+    """Per path length: the `medians` and the `quantiles` (10, 25, 50, 75, 90%) of the paths' residuals and
+    their `counts`; `rise`, the largest rise of the medians >= RESIDUAL_FLOOR (float32 rounding below it);
+    `long_ratio`, the longest paths' median over the shortest's. None without the paths run."""
+    if not paths:
+        return None
+    medians = path_medians(paths)
+    return {
+        "medians": medians.tolist(),
+        "rise": largest_rise(medians[medians >= RESIDUAL_FLOOR]),
+        "long_ratio": float(medians[-1] / medians[0]) if medians[0] > 0 else float("nan"),
+        "quantiles": [
+            np.percentile(array(r), [10, 25, 50, 75, 90]).tolist() for r in paths["residual"]
+        ],
+        "counts": [len(r) for r in paths["residual"]],
+    }
 
 
-def geometric_rate(residual, floor: float = RESIDUAL_FLOOR):
-    """Mean factor per layer, (r_b / r_a)^(1 / (b - a)), between layer a = 0 and the last layer b above `floor`."""
-    r = array(residual)
-    above = np.nonzero(r >= floor)[0]
-    b = int(above[-1]) if above.size else 0
-    return float((r[b] / r[0]) ** (1 / b)) if b > 0 and r[0] > 0 else None
+def _sinks(summary: dict) -> dict | None:
+    """The full model's attention on its sinks (mean over heads): `mean` over layers, `uniform` (what uniform
+    attention gives), `top` (1-based layer with the most) and `top_mass`, `perron` (the Perron vectors' mean
+    mass). Causal: `fraction` of the layers past the bottom BOTTOM_LAYERS above SINK_SHARE, `bottom` (those
+    layers' masses). Bidirectional: `middle` (1-based middle layers), per category (after the union)
+    `categories` `{category: {"mean", "middle"}}` (over all layers, over the middle ones), `largest` (the
+    category with the most), `sep_top` and `sep_top_mass` ([SEP]'s layer with the most and its mass). None
+    without the full model."""
+    full = summary["variants"].get("full")
+    if full is None:
+        return None
+    mass, perron = head_mean(sink(full)), head_mean(sink(full, "perron_sink"))
+    top = int(np.argmax(mass))
+    out = {
+        "mean": float(mass.mean()),
+        "uniform": uniform_sink(full),
+        "top": top + 1,
+        "top_mass": float(mass[top]),
+        "perron": float(perron.mean()),
+    }
+    if summary["model"]["causal"]:
+        out.update(
+            fraction=fraction_above(mass[BOTTOM_LAYERS:], SINK_SHARE),
+            bottom=mass[:BOTTOM_LAYERS].tolist(),
+        )
+        return out
+    middle = middle_layers(len(mass))
+    means = {c: head_mean(sink(full, "attention_sink", c)) for c in summary["sink_categories"][1:]}
+    out["middle"] = [a + 1 for a in middle]
+    out["categories"] = {
+        c: {"mean": float(m.mean()), "middle": float(np.mean(m[middle]))} for c, m in means.items()
+    }
+    out["largest"] = max(means, key=lambda c: float(means[c].mean()))
+    sep = means["[SEP]"]
+    out["sep_top"], out["sep_top_mass"] = int(np.argmax(sep)) + 1, float(sep.max())
+    return out
+
+
+def _causal_readings(summary: dict) -> dict | None:
+    """A causal model's full-model maps: `diagonal` and `slem`, the mean over layers and heads of a_ii (i >= 2)
+    and of |lambda_2|; `first`, the first layer whose product P_l has every row within FIRST_TOLERANCE of
+    e_1 (0-based, or None). None for a bidirectional model or without the full model."""
+    full = summary["variants"].get("full")
+    if not summary["model"]["causal"] or full is None:
+        return None
+    return {
+        "diagonal": float(head_mean(full["diagonal_mean"]).mean()),
+        "slem": float(head_mean(full["slem"]).mean()),
+        "first": first_below(full["path_first_max"], FIRST_TOLERANCE),
+    }
+
+
+def _heads(summary: dict) -> list | None:
+    """Per layer of the full model: `patterns` (`[class name, heads]`, most heads first), the head with the
+    most sink mass (`sink_head`, `sink_mass`) and the one with the lowest entropy (`sharpest_head`,
+    `entropy`). None without the full model."""
+    v = summary["variants"].get("full")
+    if v is None:
+        return None
+    rows = []
+    for a, row in enumerate(np.asarray(v["pattern"], dtype=int)):
+        counts = {PATTERN_NAMES[c]: int(np.sum(row == c)) for c in np.unique(row)}
+        rows.append(
+            {
+                "patterns": [[k, n] for k, n in sorted(counts.items(), key=lambda kv: -kv[1])],
+                "sink_head": int(np.argmax(sink(v)[a])),
+                "sink_mass": float(np.max(sink(v)[a])),
+                "sharpest_head": int(np.argmin(array(v["entropy"])[a])),
+                "entropy": float(np.min(array(v["entropy"])[a])),
+            }
+        )
+    return rows
+
+
+def derive(summary: dict) -> dict:
+    """`summary` (an `aggregate` as summary.json holds it, or a summary.json) with the derived numbers added
+    (see the module docstring)."""
+    variants = summary["variants"]
+    return {
+        **summary,
+        "sentences": sum(summary["corpus"]["counts"]),
+        "variant_names": [n for n in VARIANTS if n in variants],
+        "head_means": {name: _head_means(v) for name, v in variants.items()},
+        "collapse": {n: _collapse(variants[n]) for n in ATTENTION_ONLY if n in variants},
+        "surgery": _surgery(variants),
+        "absolute": _absolute(variants),
+        "path_readings": _path_readings(summary["paths"]),
+        "sinks": _sinks(summary),
+        "massive": activations.readings(variants["full"]) if "full" in variants else None,
+        "causal_readings": _causal_readings(summary),
+        "heads": _heads(summary),
+        "bound": max(float(v["slem_over_tau"]) for v in variants.values()),
+    }
+
+
+def summarize(rows: list[dict], config) -> dict:
+    """The study's summary: `derive` of the `aggregate` in its JSON form (as summary.json holds it, so that
+    a committed summary derives the same numbers again)."""
+    return derive(json_form(aggregate(rows, config)))

@@ -17,8 +17,7 @@ seeds. Every threshold is a config value fixed before the run.
 
 from __future__ import annotations
 
-from experiments.lab.study import prediction
-from experiments.softmax_scaling.summary import config_of
+from experiments.lab.study import config_of, prediction
 
 VASWANI = "Vaswani et al. 2017, §3.2.1"
 QUOTE = (
@@ -121,7 +120,7 @@ def rate_prediction(summary: dict) -> dict:
         "E||J||_2 of the unscaled softmax ~ d_k^(-1/2)",
         "derived here (rate.py: gap of the two largest logits)",
         f"fitted log-log slope within {r['tolerance']:g} of -1/2 in every seed",
-        r["high"] if abs(r["high"] + 0.5) > abs(r["low"] + 0.5) else r["low"],
+        summary["worst_slope"],
         r["pass"],
         f"slopes [{r['low']:.3f}, {r['high']:.3f}] over seeds, d_k from {dims[0]} to {dims[-1]}",
     )

@@ -9,15 +9,19 @@ from __future__ import annotations
 import numpy as np
 
 from attnjax import plotting
-from experiments.softmax_scaling.summary import dims, series
 
 UNSCALED, SCALED = "C3", "C0"
+
+
+def series(summary: dict, scaling: str, stat: str) -> list[float]:
+    """`[d_k]`: one saturation statistic of one scaling, read from the summary's saturation rows."""
+    return [row[scaling][stat] for row in summary["saturation"]]
 
 
 def variance(summary: dict):
     """Var(q.k) and Var(q.k / sqrt(d_k)) against their predictions, and their relative errors."""
     rows = summary["variance"]
-    d = np.array([r["d_k"] for r in rows], float)
+    d = np.array(summary["dims"], float)
     fig = plotting.figure(10, 4)
     ax, err = fig.subplots(1, 2)
     ax.loglog(d, d, "k--", label="predicted d_k")
@@ -42,7 +46,7 @@ def variance(summary: dict):
 
 def saturation(summary: dict):
     """Mean max weight and mean entropy of both scalings, with the scaled limit and the uniform softmax."""
-    d = dims(summary)
+    d = np.array(summary["dims"], float)
     fig = plotting.figure(10, 4)
     titles = {"max_weight": "Mean max weight", "entropy": "Mean entropy (nats)"}
     for ax, (stat, title) in zip(fig.subplots(1, 2), titles.items()):
@@ -53,7 +57,7 @@ def saturation(summary: dict):
             d, series(summary, "scaled", stat), "s-", color=SCALED, label="scaled q·k / √d_k"
         )
         ax.axhline(summary["limit"][stat], color=SCALED, ls=":", label="scaled, d_k → ∞ limit")
-        bound = 1.0 / summary["num_keys"] if stat == "max_weight" else summary["log_num_keys"]
+        bound = summary["uniform_max_weight"] if stat == "max_weight" else summary["log_num_keys"]
         ax.axhline(
             bound, color="k", ls="--", label="uniform (1/T)" if stat == "max_weight" else "log T"
         )
@@ -64,7 +68,7 @@ def saturation(summary: dict):
 
 def jacobian(summary: dict):
     """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed, with d_k^(-1/2)."""
-    d = dims(summary)
+    d = np.array(summary["dims"], float)
     fig = plotting.figure(10, 4)
     ax, rate = fig.subplots(1, 2)
     ax.loglog(
@@ -93,25 +97,28 @@ def jacobian(summary: dict):
             alpha=0.6,
             label="one line per seed" if seed == 0 else None,
         )
-    rate.loglog(
-        widths, values[:, 0].mean() * np.sqrt(widths[0] / widths), "k--", lw=1, label="∝ d_k^(−1/2)"
-    )
+    rate.loglog(widths, summary["rate_reference"], "k--", lw=1, label="∝ d_k^(−1/2)")
     rate.set(xlabel="d_k", ylabel="E ||J||₂", title="Unscaled, logits = |q| u (rate run)")
     rate.legend(fontsize=8)
     return fig
 
 
+def _floored(spread: list[dict], key: str) -> np.ndarray:
+    """`[d_k]`: `key` of each spread over seeds, an underflowed median drawn at the axis floor."""
+    return np.maximum([x[key] for x in spread], np.finfo(float).tiny)
+
+
 def gradient(summary: dict):
     """Median ||dL/dq|| per input family against d_k, both scalings, min-max band over seeds."""
-    d = dims(summary)
-    families = list(summary["gradients"])
+    d = np.array(summary["dims"], float)
+    families = list(summary["gradient_spread"])
     fig = plotting.figure(4 * len(families), 4)
     for ax, family in zip(np.atleast_1d(fig.subplots(1, len(families))), families):
         for scaling, color in (("unscaled", UNSCALED), ("scaled", SCALED)):
-            m = np.array(summary["gradients"][family][scaling]["grad_query"])  # [d_k, seed]
-            m = np.maximum(m, np.finfo(float).tiny)  # an underflowed median drawn at the axis floor
-            ax.fill_between(d, m.min(axis=1), m.max(axis=1), color=color, alpha=0.25)
-            ax.loglog(d, np.median(m, axis=1), "o-", color=color, label=f"{scaling}")
+            spread = summary["gradient_spread"][family][scaling]["grad_query"]  # [d_k]
+            low, high = _floored(spread, "low"), _floored(spread, "high")
+            ax.fill_between(d, low, high, color=color, alpha=0.25)
+            ax.loglog(d, _floored(spread, "median"), "o-", color=color, label=f"{scaling}")
         ax.set(xlabel="d_k", ylabel="median ||∂L/∂q||", title=family)
         ax.set_ylim(bottom=max(ax.get_ylim()[0], 1e-8))
         ax.legend(fontsize=8)

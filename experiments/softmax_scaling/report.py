@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from experiments.lab.render import label, render
-from experiments.softmax_scaling.summary import config_of
+from experiments.lab.study import config_of
+from experiments.softmax_scaling.constants import SCALINGS, STATS
 
 README_RESULTS = "experiments/softmax_scaling/results"
-STATS_SHOWN = ("max_weight", "entropy", "jacobian_spectral", "jacobian_frobenius")
 DIGITS = {
     "max_weight": ".4f",
     "entropy": ".4f",
@@ -40,11 +38,7 @@ def saturation_rows(summary: dict) -> list[list]:
     return [
         [
             r["d_k"],
-            *[
-                format(r[scaling][stat], DIGITS[stat])
-                for stat in STATS_SHOWN
-                for scaling in ("unscaled", "scaled")
-            ],
+            *[format(r[scaling][stat], DIGITS[stat]) for stat in STATS for scaling in SCALINGS],
         ]
         for r in summary["saturation"]
     ]
@@ -52,22 +46,20 @@ def saturation_rows(summary: dict) -> list[list]:
 
 def limit_cells(summary: dict) -> list[str]:
     """The d_k -> infinity limit (scaled only) in the saturation table's columns after the first."""
-    return [
-        cell for stat in STATS_SHOWN for cell in ("", format(summary["limit"][stat], DIGITS[stat]))
-    ]
+    return [cell for stat in STATS for cell in ("", format(summary["limit"][stat], DIGITS[stat]))]
 
 
-def _spread(values) -> str:
-    """Median [min, max] of per-seed values."""
-    return f"{np.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]"
+def _spread(x: dict) -> str:
+    """A spread over seeds (`summary.spread`) as 'median [min, max]'."""
+    return f"{x['median']:.3g} [{x['low']:.3g}, {x['high']:.3g}]"
 
 
 def gradient_rows(summary: dict) -> list[list]:
     """Per input family, scaling and gradient: the median over samples at each d_k, as median [min, max] over seeds."""
     names = {"grad_query": "‖∂L/∂q‖", "grad_key": "‖∂L/∂K‖_F"}
     return [
-        [family, scaling, names[grad], *[_spread(per_seed) for per_seed in by_dim]]
-        for family, scalings in summary["gradients"].items()
+        [family, scaling, names[grad], *[_spread(x) for x in by_dim]]
+        for family, scalings in summary["gradient_spread"].items()
         for scaling, grads in scalings.items()
         for grad, by_dim in grads.items()
     ]
@@ -94,13 +86,11 @@ def context(summary: dict) -> dict:
         checks=summary["checks"],
         predictions=_of_kind(summary, "prediction"),
         sanity=_of_kind(summary, "sanity"),
-        dims=[r["d_k"] for r in summary["variance"]],
-        worst_se=max(r["relative_standard_error"] for r in summary["variance"]),
         variance_rows=variance_rows(summary),
         saturation_rows=saturation_rows(summary),
         limit_cells=limit_cells(summary),
         gradient_rows=gradient_rows(summary),
-        gradient_dims=[f"d_k={r['d_k']}" for r in summary["variance"]],
+        gradient_dims=[f"d_k={d}" for d in summary["dims"]],
         rate_rows=rate_rows(summary),
         rate_dims=[f"d_k={d}" for d in summary["rate"]["dims"]],
     )

@@ -45,12 +45,11 @@ import numpy as np
 from attnjax import checks
 from experiments.lab.workdir import RunDir
 from experiments.softmax_scaling import gradients, rate
-from experiments.softmax_scaling.jacobian import jacobian_norms, softmax_jacobian, softmax_stats  # noqa: F401
+from experiments.softmax_scaling.constants import SCALINGS, STATS
+from experiments.softmax_scaling.jacobian import softmax_stats
 from experiments.softmax_scaling.sampling import _dot, float_dtype, map_samples
 
 Array = jax.Array
-SCALINGS = ("unscaled", "scaled")
-STATS = ("max_weight", "entropy", "jacobian_spectral", "jacobian_frobenius")
 
 
 @dataclasses.dataclass(frozen=True)

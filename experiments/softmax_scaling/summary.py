@@ -1,14 +1,17 @@
 """The softmax-scaling study's summary: the rows as one dict of measurements against the predictions.
 
-`summarize` keeps, per d_k (ascending), the variance of the logits
-(`variance`), the saturation statistics of both scalings (`saturation`), the
-scaled case's d_k -> infinity limit (`limit`), the median gradients through
-the softmax per input family and seed (`gradients`), the unscaled Jacobian
-norm at the rate widths and its fitted exponent per seed (`rate`), and the
-named outcomes the checks and the report read (`checks`: each a `pass` and
-its numbers, e.g. `gradients.gaussian.vanishes.high`). The outcome functions
-(`vanishes`, `flat`, `rate_check`) take plain numbers, so a test can hand them
-an input where a claim does not hold.
+`summarize(rows, config)` is two steps. `aggregate` keeps, per d_k
+(ascending), the variance of the logits (`variance`), the saturation
+statistics of both scalings (`saturation`), the scaled case's d_k -> infinity
+limit (`limit`), the median gradients through the softmax per input family
+and seed (`gradients`), the unscaled Jacobian norm at the rate widths and its
+fitted exponent per seed (`rate`), and the named outcomes (`checks`: each a
+`pass` and its numbers, e.g. `gradients.gaussian.vanishes.high`). `derive`
+adds every number the checks, the figures and the report quote that is not a
+measurement itself (`dims`, the largest standard error, the spread of each
+gradient over seeds, the rate's reference line, the worst fitted slope).
+The outcome functions (`vanishes`, `flat`, `rate_check`) take plain numbers,
+so a test can hand them an input where a claim does not hold.
 """
 
 from __future__ import annotations
@@ -16,17 +19,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ml_collections import ConfigDict
 
+from attnjax.serialization import json_form
 from experiments.lab.study import distinct, select
+from experiments.softmax_scaling.constants import SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
 from experiments.softmax_scaling.rate import log_log_slope
-from experiments.softmax_scaling.study import SCALINGS, STATS, relative_standard_error
-
-
-def config_of(summary: dict) -> ConfigDict:
-    """The study's config, from the dict the runner stored in the summary."""
-    return ConfigDict(summary["config"])
+from experiments.softmax_scaling.study import relative_standard_error
 
 
 def _records(rows: list[dict]) -> list[dict]:
@@ -212,7 +211,8 @@ def _checks(records, variance, limit, config) -> dict:
     }
 
 
-def summarize(rows: list[dict], config) -> dict:
+def aggregate(rows: list[dict], config) -> dict:
+    """The measurements of every run and their outcomes against the config's thresholds."""
     records, limit = _records(rows), _limit(rows)
     variance = _variance_table(records, config)
     dims_ = [r["d_k"] for r in records]
@@ -235,11 +235,54 @@ def summarize(rows: list[dict], config) -> dict:
     }
 
 
-def dims(summary: dict) -> np.ndarray:
-    """`[d_k]` of the saturation rows, as floats (a plot's x)."""
-    return np.array([r["d_k"] for r in summary["saturation"]], float)
+def spread(values) -> dict:
+    """`{"median", "low", "high"}` of per-seed values `[seeds]`: their median, min and max."""
+    return {"median": float(np.median(values)), "low": min(values), "high": max(values)}
 
 
-def series(summary: dict, scaling: str, stat: str) -> np.ndarray:
-    """`[d_k]`: one saturation statistic of one scaling."""
-    return np.array([row[scaling][stat] for row in summary["saturation"]])
+def worst_slope(check: dict) -> float:
+    """Of the fitted slopes' extremes (`rate_check`'s `low`, `high`), the one farther from the prediction."""
+    far = abs(check["high"] - check["predicted"]) > abs(check["low"] - check["predicted"])
+    return check["high"] if far else check["low"]
+
+
+def derive(summary: dict) -> dict:
+    """`summary` (an `aggregate`, or a summary.json) with the numbers its readers quote added:
+
+    * `dims`: `[d_k]`, ascending;
+    * `worst_standard_error`: the largest relative standard error of a sample variance, and
+      `tolerance_in_standard_errors`: the variance tolerance over it;
+    * `uniform_max_weight`: 1 / T, the max weight of a uniform softmax;
+    * `gradient_spread`: `{inputs: {scaling: {gradient: [spread over seeds per d_k]}}}`;
+    * `rate_reference`: `[rate width]`, c d_k^(-1/2) through the seeds' mean at the smallest width;
+    * `worst_slope`: the fitted exponent farthest from -1/2 (`worst_slope`).
+    """
+    variance, rate = summary["variance"], summary["rate"]
+    worst_se = max(r["relative_standard_error"] for r in variance)
+    widths = np.array(rate["dims"], float)
+    start = np.array(rate["values"])[:, 0].mean()
+    return {
+        **summary,
+        "dims": [r["d_k"] for r in variance],
+        "worst_standard_error": worst_se,
+        "tolerance_in_standard_errors": summary["checks"]["variance_unscaled"]["tolerance"]
+        / worst_se,
+        "uniform_max_weight": 1.0 / summary["num_keys"],
+        "gradient_spread": {
+            family: {
+                scaling: {
+                    grad: [spread(per_seed) for per_seed in by_dim] for grad, by_dim in g.items()
+                }
+                for scaling, g in scalings.items()
+            }
+            for family, scalings in summary["gradients"].items()
+        },
+        "rate_reference": (start * np.sqrt(widths[0] / widths)).tolist(),
+        "worst_slope": worst_slope(summary["checks"]["jacobian_rate"]),
+    }
+
+
+def summarize(rows: list[dict], config) -> dict:
+    """The study's summary: `derive` of the `aggregate` in its JSON form (as summary.json holds it, so that
+    a committed summary derives the same numbers again)."""
+    return derive(json_form(aggregate(rows, config)))

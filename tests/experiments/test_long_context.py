@@ -12,6 +12,7 @@ import pytest
 
 from attnjax.serialization import json_form
 from configs import long_context as long_context_config
+from experiments.lab import stats
 from experiments.long_context import checks, study, summary, text
 from tests.paths import REPO, link_from, study_page
 
@@ -39,12 +40,12 @@ def test_token_nll_is_the_negative_log_probability_of_the_next_token():
 
 
 def test_interval_is_the_student_t_interval():
-    iv = summary.interval([1.0, 2.0, 3.0])
+    iv = stats.interval([1.0, 2.0, 3.0])
     half = 4.302652729911275 * 1.0 / np.sqrt(3)  # t_{0.975, 2} * s / sqrt(n)
     assert iv["mean"] == 2.0 and iv["n"] == 3
     np.testing.assert_allclose([iv["low"], iv["high"]], [2 - half, 2 + half], rtol=1e-9)
-    assert np.isnan(summary.interval([1.0])["low"]) and np.isnan(
-        summary.interval([1.0, np.inf])["high"]
+    assert np.isnan(stats.interval([1.0])["low"]) and np.isnan(
+        stats.interval([1.0, np.inf])["high"]
     )
 
 
@@ -113,7 +114,8 @@ def _summary():
 
 
 def _verdicts(s):
-    return {p["name"]: p["verdict"] for p in checks.predictions(s)}
+    """The verdicts of the checks on `s`, its derived numbers recomputed (`summary.derive`)."""
+    return {p["name"]: p["verdict"] for p in checks.predictions(summary.derive(s))}
 
 
 def _one(s, start):
@@ -189,6 +191,7 @@ def test_committed_results_are_their_summary_rendered():
     committed = json.loads((results / "summary.json").read_text())
     timing = json.loads((results / "timing.json").read_text())
     assert committed["config"] == json.loads(json.dumps(long_context_config.get_config().to_dict()))
+    assert json_form(summary.derive(committed)) == committed  # it holds its derived numbers
     assert json_form(checks.predictions(committed)) == committed["predictions"]
     assert (results / "report.md").read_text() == report.markdown(committed)
     assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]

@@ -24,10 +24,22 @@ import pytest
 from flax import nnx
 
 from attnjax import nn
+from attnjax.serialization import json_form
 from configs import pretrained as pretrained_config
 from experiments.lab import cli
 from experiments.lab import study as study_lib
-from experiments.pretrained import STUDY, activations, checks, corpus, paths, report, study, summary
+from experiments.pretrained import (
+    STUDY,
+    activations,
+    checks,
+    constants,
+    corpus,
+    paths,
+    readings,
+    report,
+    study,
+    summary,
+)
 from tests.experiments.lab.test_studies import Finished, refuse, run_in_tempdir
 from tests.paths import REPO
 
@@ -420,32 +432,41 @@ def test_sample_paths_are_ordered_seeded_and_padded():
 # Every check can fail, and passes where it should
 
 
+def doubly_exponential(residual):
+    """(smallest log-ratio, verdict, the log-ratios) of a residual sequence: its `readings.log_ratios`, then
+    the check, as the summary and the checks take them."""
+    ratios = readings.log_ratios(residual)
+    worst = min(ratios) if ratios else None
+    return worst, checks.doubly_exponential_check(worst, len(ratios)), ratios
+
+
 def test_collapse_and_doubly_exponential_checks():
     doubly = 0.9 ** (
         3.0 ** np.arange(6)
     )  # r_l = r_(l-1)^3: ratios 3 from layer 1 on, 3 of them above the floor
     geometric = 0.5 ** np.arange(1, 12)
     flat = np.full(6, 0.9)
-    assert checks.collapse_check(doubly)[1] and not checks.collapse_check(flat)[1]
-    worst, passed, ratios = checks.doubly_exponential_check(doubly)
+    assert checks.collapse_check(readings.end_ratio(doubly))
+    assert not checks.collapse_check(readings.end_ratio(flat))
+    worst, passed, ratios = doubly_exponential(doubly)
     assert passed and len(ratios) == 3 and worst == pytest.approx(3.0)
-    assert checks.doubly_exponential_check(geometric)[1] is False
-    assert checks.doubly_exponential_check(flat)[1] is False
-    assert checks.doubly_exponential_check(np.ones(4))[1] is None  # nothing below 1: not measured
+    assert doubly_exponential(geometric)[1] is False
+    assert doubly_exponential(flat)[1] is False
+    assert doubly_exponential(np.ones(4))[1] is None  # nothing below 1: not measured
     # Two ratios are too few, however doubly exponential they are; layer 0 starts no ratio.
-    worst, passed, ratios = checks.doubly_exponential_check(doubly[:4])
+    worst, passed, ratios = doubly_exponential(doubly[:4])
     assert passed is None and len(ratios) == 2 and worst == pytest.approx(3.0)
-    assert len(checks.log_ratios([0.9, 0.5, 0.25, 0.125])) == 2
+    assert len(readings.log_ratios([0.9, 0.5, 0.25, 0.125])) == 2
 
 
 def test_exponential_check_and_sentence_rates():
     q = np.linspace(0.4, 0.6, 40)
-    median, passed, interval = checks.exponential_check(q)
-    assert passed and median == pytest.approx(0.5) and interval[1] < 0.6
+    median, interval = readings.rate_quantiles(q)
+    assert checks.exponential_check(interval) and median == pytest.approx(0.5) and interval[1] < 0.6
     assert (
-        checks.exponential_check(np.r_[q, np.full(5, 1.02)])[1] is False
+        checks.exponential_check(readings.rate_quantiles(np.r_[q, np.full(5, 1.02)])[1]) is False
     )  # 11% of sentences do not decay
-    assert checks.exponential_check([])[1] is None
+    assert checks.exponential_check(readings.rate_quantiles([])[1]) is None
     layers = np.arange(8)
     logs = np.stack(
         [
@@ -456,69 +477,80 @@ def test_exponential_check_and_sentence_rates():
             np.r_[-0.1, -1.0, -2.0, np.full(5, np.log(1e-9))],
         ]
     )  # only 2 resolved layers >= 1
-    rates = summary.sentence_rates(logs)
+    rates = readings.sentence_rates(logs)
     assert rates[0] == pytest.approx(0.3) and rates[1] == pytest.approx(0.9) and rates[2] is None
-    truncated = summary.sentence_rates(
+    truncated = readings.sentence_rates(
         np.r_[0.0, np.log(0.1) * layers[1:]][None]
     )  # below 1e-5 from layer 5
     assert truncated[0] == pytest.approx(0.1)
 
 
 def test_sink_share_and_massive_checks():
-    assert checks.middle_layers(6) == [2, 3, 4] and checks.middle_layers(12) == [5, 6, 7, 8, 9]
-    assert checks.middle_share_check([0.1, 0.1, 0.6, 0.7, 0.6, 0.1])[1]
-    assert not checks.middle_share_check([0.9, 0.9, 0.1, 0.1, 0.1, 0.9])[1]
+    assert readings.middle_layers(6) == [2, 3, 4] and readings.middle_layers(12) == [5, 6, 7, 8, 9]
+    assert checks.middle_share_check(readings.middle_mean([0.1, 0.1, 0.6, 0.7, 0.6, 0.1]))
+    assert not checks.middle_share_check(readings.middle_mean([0.9, 0.9, 0.1, 0.1, 0.1, 0.9]))
     ratio, value = np.array([5e3, 10, 2e3, 3e3]), np.array([500, 1, 50, 300])
     assert activations.massive_layers(ratio, value) == [3]  # 0: the input; 2: |a| < 100
-    exist = activations.massive_exist_check
-    assert exist(ratio, value)[1] and not exist(ratio / 10, value)[1]
+
+    def exist(r, v):
+        return checks.massive_exist_check(activations.massive_layers(r, v))
+
+    assert exist(ratio, value) and not exist(ratio / 10, value)
     first, delimiter = np.array([0, 0.5, 0.5, 0.95]), np.array([0, 0.3, 0.3, 0.0])
-    assert activations.massive_location_check(first, delimiter, [3])[1]
-    assert activations.massive_location_check(first, delimiter, [1, 2])[1] is False
-    assert activations.massive_location_check(first, delimiter, [])[1] is None
+
+    def location(layers):
+        return checks.massive_location_check(activations.location_share(first, delimiter, layers))
+
+    assert location([3])
+    assert location([1, 2]) is False
+    assert location([]) is None
     fixed, scattered = [[[7, 95], [3, 5]]], [[[d, 10] for d in range(10)]]
-    assert activations.massive_dims_check(fixed, [0]) == (1.0, True, [7, 3])
-    assert activations.massive_dims_check(scattered, [0])[1] is False
-    assert activations.massive_dims_check(fixed, [])[1] is None
+    share, top = activations.pooled_dims(fixed, [0])
+    assert (share, checks.massive_dims_check(share), top) == (1.0, True, [7, 3])
+    assert checks.massive_dims_check(activations.pooled_dims(scattered, [0])[0]) is False
+    assert checks.massive_dims_check(activations.pooled_dims(fixed, [])[0]) is None
     spread = np.array([0.9, 0.1, 0.2, 0.8])
-    constant = activations.massive_constant_check
-    assert constant(spread, [1, 2])[1] and not constant(spread, [0, 3])[1]
-    assert activations.massive_constant_check(spread, [])[1] is None
+
+    def constant(layers):
+        return checks.massive_constant_check(activations.median_spread(spread, layers))
+
+    assert constant([1, 2]) and not constant([0, 3])
+    assert constant([]) is None
 
 
 def test_comparison_checks():
-    assert checks.counteract_check(0.5, 1e-7)[1] and not checks.counteract_check(0.5, 0.4)[1]
-    assert not checks.counteract_check(0.0, 0.0)[1]
+    assert checks.counteract_check(readings.ratio_of(0.5, 1e-7))
+    assert not checks.counteract_check(readings.ratio_of(0.5, 0.4))
+    assert not checks.counteract_check(readings.ratio_of(0.0, 0.0))
     fast, slow = 0.9 * 0.01 ** np.arange(5), 0.9 * 0.1 ** np.arange(5)
-    assert checks.slows_check(slow, fast)[1] and not checks.slows_check(fast, slow)[1]
-    assert checks.slows_check(np.ones(3), np.ones(3))[1] is None
-    assert checks.keeps_check([0.9, 0.8])[1] and not checks.keeps_check([0.9, 0.01])[1]
-    assert (
-        checks.non_increasing_check([0.5, 0.2, 0.1])[1]
-        and not checks.non_increasing_check([0.5, 0.6, 0.1])[1]
-    )
-    assert checks.at_most_check(1e-6, 1e-5)[1] and not checks.at_most_check(1e-3, 1e-5)[1]
-    assert (
-        checks.majority_check([0.6, 0.7, 0.2], 0.5)[1]
-        and not checks.majority_check([0.6, 0.2], 0.5)[1]
-    )
+    assert checks.slows_check(readings.slower_at(slow, fast)[0])
+    assert not checks.slows_check(readings.slower_at(fast, slow)[0])
+    assert checks.slows_check(readings.slower_at(np.ones(3), np.ones(3))[0]) is None
+    assert checks.keeps_check(readings.end_ratio([0.9, 0.8]))
+    assert not checks.keeps_check(readings.end_ratio([0.9, 0.01]))
+    assert checks.non_increasing_check(readings.largest_rise([0.5, 0.2, 0.1]))
+    assert not checks.non_increasing_check(readings.largest_rise([0.5, 0.6, 0.1]))
+    assert checks.at_most_check(1e-6, 1e-5) and not checks.at_most_check(1e-3, 1e-5)
+    assert checks.majority_check(readings.fraction_above([0.6, 0.7, 0.2], 0.5))
+    assert not checks.majority_check(readings.fraction_above([0.6, 0.2], 0.5))
 
 
 @needs_models
 def test_the_report_follows_the_measurements():
     """Make attention only not decay: its checks fail and the text says it contradicts the paper."""
-    summary = copy.deepcopy(finished("smoke").summary)
-    pure = summary["variants"]["attention_only"]
+    edited = copy.deepcopy(finished("smoke").summary)
+    pure = edited["variants"]["attention_only"]
     layers = len(pure["residual"])
     pure["residual"] = [0.9] * layers
     pure["log_residual"] = [float(np.log(0.9))] * layers
     pure["residual_abs"] = [30.0] * layers
-    summary["predictions"] = checks.predictions(summary)
-    verdicts = {p["name"]: p["verdict"] for p in summary["predictions"]}
+    edited = json_form(summary.derive(edited))
+    edited["predictions"] = checks.predictions(edited)
+    verdicts = {p["name"]: p["verdict"] for p in edited["predictions"]}
     assert verdicts["attention only (norms kept) collapses"] == "fail"
     assert verdicts["attention only (norms kept): doubly exponential decay"] == "fail"
     assert verdicts["skip connections counteract collapse"] == "fail"
-    text = report.markdown(summary)
+    text = report.markdown(edited)
     assert "contradicts the paper's doubly exponential rate" in text and "0.900, 0.900" in text
 
 
@@ -589,7 +621,10 @@ def committed(results: str) -> dict:
 
 
 def verdicts_of(summary_: dict) -> dict:
-    return {p["name"]: p["verdict"] for p in checks.predictions(summary_)}
+    """The verdicts of the checks on `summary_`, its derived numbers recomputed (`summary.derive`)."""
+    return {
+        p["name"]: p["verdict"] for p in checks.predictions(json_form(summary.derive(summary_)))
+    }
 
 
 MINILM_VERDICTS = SMOKE_VERDICTS["smoke"]  # the default MiniLM run gives the smoke run's verdicts
@@ -669,37 +704,37 @@ FAILING = [
         (
             r,
             _edits(_finite(v), _set(f"variants/{v}/residual", _flat)),
-            f"{checks.CHECK_LABELS[v]} collapses",
+            f"{constants.CHECK_LABELS[v]} collapses",
         )
         for r in COMMITTED_VERDICTS
-        for v in summary.ATTENTION_ONLY
+        for v in constants.ATTENTION_ONLY
     ],
     *[
         (
             r,
             _set(f"variants/{v}/residual_abs", lambda x: x[:-1] + ["inf"]),
-            f"{checks.CHECK_LABELS[v]}: hidden states finite",
+            f"{constants.CHECK_LABELS[v]}: hidden states finite",
         )
         for r in COMMITTED_VERDICTS
-        for v in summary.ATTENTION_ONLY
+        for v in constants.ATTENTION_ONLY
     ],
     *[
         (
-            "pretrained",
+            "results",
             _set(
                 f"variants/{v}/log_residual", lambda x: list(np.log(0.5) * np.arange(1, len(x) + 1))
             ),
-            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+            f"{constants.CHECK_LABELS[v]}: doubly exponential decay",
         )
-        for v in summary.ATTENTION_ONLY
+        for v in constants.ATTENTION_ONLY
     ],
     *[
         (
-            "pretrained_causal",
+            "results_causal",
             _edits(_finite(v), _set(f"variants/{v}/rates", lambda x: [1.01] * len(x))),
-            f"{checks.CHECK_LABELS[v]}: exponential collapse",
+            f"{constants.CHECK_LABELS[v]}: exponential collapse",
         )
-        for v in summary.ATTENTION_ONLY
+        for v in constants.ATTENTION_ONLY
     ],
     *[
         (
@@ -735,17 +770,17 @@ FAILING = [
         for r in COMMITTED_VERDICTS
     ],
     (
-        "pretrained_causal",
+        "results_causal",
         _set("variants/full/attention_sink/sinks", lambda x: [[0.1] * len(x[0])] * len(x)),
         "attention sink on the first token",
     ),
     (
-        "pretrained_causal",
+        "results_causal",
         _set("variants/full/path_first_max", lambda x: [0.5] * len(x)),
         "products of causal attention converge to 1 e_1^T",
     ),
     (
-        "pretrained",
+        "results",
         _set("variants/full/attention_sink/[SEP]", lambda x: [[0.1] * len(x[0])] * len(x)),
         "[SEP] gets over half of the attention in the middle layers",
     ),
@@ -803,23 +838,23 @@ FAILING = [
 PASSING = [
     *[
         (
-            "pretrained",
+            "results",
             _set(
                 f"variants/{v}/log_residual",
                 lambda x: list(np.log(0.99) * 3.0 ** np.arange(len(x))),
             ),
-            f"{checks.CHECK_LABELS[v]}: doubly exponential decay",
+            f"{constants.CHECK_LABELS[v]}: doubly exponential decay",
         )
-        for v in summary.ATTENTION_ONLY
+        for v in constants.ATTENTION_ONLY
     ],
     (
-        "pretrained",
+        "results",
         _set("variants/full/attention_sink/[SEP]", lambda x: [[0.6] * len(x[0])] * len(x)),
         "[SEP] gets over half of the attention in the middle layers",
     ),
     *[
         (
-            "pretrained_causal",
+            "results_causal",
             _edits(_finite("no_norm"), _set("variants/no_norm/rates", lambda x: [0.5] * len(x))),
             name,
         )
@@ -829,7 +864,7 @@ PASSING = [
         )
     ],
     (
-        "pretrained_causal",
+        "results_causal",
         _edits(
             _finite("no_norm"),
             _set("variants/no_norm/residual", lambda x: [0.9] + [1e-6] * (len(x) - 1)),

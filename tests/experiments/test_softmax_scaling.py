@@ -9,8 +9,9 @@ import pytest
 
 from attnjax.serialization import json_form
 from configs import softmax_scaling as config_lib
-from experiments.softmax_scaling import checks, gradients, rate, report, study
+from experiments.softmax_scaling import checks, gradients, jacobian, rate, report, study
 from experiments.softmax_scaling import summary as summary_lib
+from experiments.softmax_scaling.constants import SCALINGS, STATS
 from tests.experiments.lab.test_studies import finished
 from tests.paths import REPO, link_from, study_page
 
@@ -32,15 +33,15 @@ def test_rows_plots_and_report(run):
     rows = [json.loads(line) for line in open(run.workdir / "metrics.jsonl")]
     config = config_lib.get_config("smoke")
     seeds, families = 3, len(gradients.INPUTS)
-    per_dim = 2 * (1 + len(study.STATS)) + seeds * families * 2 * 2  # variance + stats, gradients
-    assert len(rows) == len(DIMS) * per_dim + len(study.STATS) + seeds * len(config.rate_dims)
+    per_dim = 2 * (1 + len(STATS)) + seeds * families * 2 * 2  # variance + stats, gradients
+    assert len(rows) == len(DIMS) * per_dim + len(STATS) + seeds * len(config.rate_dims)
     assert {
         (r["d_k"], r["quantity"], r["scaling"])
         for r in rows
         if "inputs" not in r and r["part"] == "dim"
-    } == {(d, q, s) for d in DIMS for q in ("variance",) + study.STATS for s in study.SCALINGS}
+    } == {(d, q, s) for d in DIMS for q in ("variance",) + STATS for s in SCALINGS}
     assert {(r["quantity"], r["scaling"]) for r in rows if r["part"] == "limit"} == {
-        (q, "scaled") for q in study.STATS
+        (q, "scaled") for q in STATS
     }
     assert {(r["width"], r["seed"]) for r in rows if r["part"] == "rate"} == {
         (w, s) for w in config.rate_dims for s in range(seeds)
@@ -100,17 +101,17 @@ def test_smoke_saturation_follows_the_predictions(run):
 
 def test_softmax_jacobian_and_norms_against_numpy():
     p = jax.nn.softmax(jnp.asarray([2.0, -1.0, 0.5, 0.0, 3.0], jnp.float64))
-    jac = np.asarray(study.softmax_jacobian(p))
+    jac = np.asarray(jacobian.softmax_jacobian(p))
     reference = np.asarray(jax.jacobian(jax.nn.softmax)(jnp.log(p)))
     np.testing.assert_allclose(jac, reference, atol=1e-12)
-    spectral, frobenius = study.jacobian_norms(p)
+    spectral, frobenius = jacobian.jacobian_norms(p)
     assert float(spectral) == pytest.approx(np.linalg.norm(jac, 2), rel=1e-10)
     assert float(frobenius) == pytest.approx(np.linalg.norm(jac), rel=1e-10)
     # Saturated: p = (1 - e, e) has ||J||_2 = 2 e (1 - e), even when 1 - e rounds to 1.
     eps = 1e-20
-    spectral, _ = study.jacobian_norms(jnp.asarray([1.0, eps], jnp.float64))
+    spectral, _ = jacobian.jacobian_norms(jnp.asarray([1.0, eps], jnp.float64))
     assert float(spectral) == pytest.approx(2 * eps, rel=1e-10)
-    spectral, frobenius = study.jacobian_norms(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))
+    spectral, frobenius = jacobian.jacobian_norms(jnp.asarray([1.0, 0.0, 0.0], jnp.float64))
     assert float(spectral) == 0.0 and float(frobenius) == 0.0
 
 
@@ -215,10 +216,19 @@ def test_rate_fails_off_minus_one_half():
         rate.log_log_slope([1, 10], [1.0])
 
 
+def test_derived_numbers_are_spreads_over_seeds_and_the_worst_slope():
+    assert summary_lib.spread([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "low": 1.0, "high": 10.0}
+    rate = {"predicted": -0.5, "tolerance": 0.1}
+    assert summary_lib.worst_slope({**rate, "low": -0.7, "high": -0.45}) == -0.7
+    assert summary_lib.worst_slope({**rate, "low": -0.55, "high": -0.2}) == -0.2
+
+
 def test_a_failing_outcome_reaches_the_report_as_fail(run):
     broken = json.loads(json.dumps(run.summary))
     broken["checks"]["gradients"]["gaussian"]["vanishes"].update({"pass": False, "high": 0.9})
     broken["checks"]["jacobian_rate"].update({"pass": False, "high": -0.2})
+    broken = summary_lib.derive(broken)
+    assert broken["worst_slope"] == -0.2
     records = {p["name"]: p for p in checks.predictions(broken)}
     assert (
         records["without the scale the gradient to q, K vanishes (gaussian)"]["verdict"] == "fail"
@@ -269,6 +279,7 @@ def test_committed_results_are_their_summary_rendered():
     results = repo / report.README_RESULTS
     committed = json.loads((results / "summary.json").read_text())
     timing = json.loads((results / "timing.json").read_text())
+    assert json_form(summary_lib.derive(committed)) == committed  # it holds its derived numbers
     assert json_form(checks.predictions(committed)) == committed["predictions"]
     assert (results / "report.md").read_text() == report.markdown(committed)
     assert sorted(p.name for p in (results / "plots").iterdir()) == committed["plots"]

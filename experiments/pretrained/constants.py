@@ -1,0 +1,72 @@
+"""The pretrained study's thresholds, names and labels, read by the summary, the checks and the report.
+
+Every threshold was fixed before the first run; none is to be relaxed.
+"""
+
+# --------------------------------------------------------------------------
+# Thresholds
+
+# Below this relative residual float32 rounding dominates, and ratios of
+# log-residuals mean nothing (as in the rank-collapse study).
+RESIDUAL_FLOOR = 1e-5
+# A per-sentence decay rate is fitted on at least this many resolved layers >= 1.
+MIN_RATE_LAYERS = 3
+# Collapse: the relative residual falls by three orders of magnitude.
+COLLAPSE_FACTOR = 1e-3
+# Doubly exponential decay, r_(l+1) <= r_l^c with c >= 2: log r_(l+1) / log r_l >= 2, on resolved layers >= 1.
+DOUBLY_EXPONENTIAL_RATIO = 2.0
+FIRST_RATIO_LAYER = 1
+# Fewer log-ratios cannot tell the rates apart: r_l = q^l (exponential from layer 0) gives ratios (l + 1) / l,
+# 2 and 1.5 on the pairs from layer 1, so two ratios separate it from doubly exponential decay by one ratio only.
+MIN_LOG_RATIOS = 3
+# Wu et al. 2024: exponential collapse, the per-sentence decay factor per layer below 1 on this interval.
+RATE_QUANTILES = (0.05, 0.95)
+# "Counteracts": skips keep the last layer's residual at least 10x that of attention only.
+COUNTERACT_FACTOR = 10.0
+# "Keeps rank": the full model's tokens without the sinks lose less than a factor 10 of relative residual.
+KEEP_FACTOR = 0.1
+# "Long paths collapse": the median residual of the longest paths is 1% of the shortest's or less.
+LONG_PATH_FACTOR = 1e-2
+# Xiao et al. 2023: more than half of the attention on the first token, in most layers past the bottom two.
+SINK_SHARE = 0.5
+BOTTOM_LAYERS = 2
+# Clark et al. 2019: layers 6-10 of BERT-base's 12, as fractions of the depth.
+MIDDLE_LAYERS = (6 / 12, 10 / 12)
+# Wu et al. 2024: the rows of P_L are within this total-variation distance of e_1.
+FIRST_TOLERANCE = 1e-3
+# |lambda_2| <= tau up to float32 rounding of both.
+BOUND_TOLERANCE = 1e-5
+# Sun et al. 2024's criterion for one massive activation: |a| >= 100 and >= 1000 x the median |a| of its
+# hidden state.
+MASSIVE_VALUE, MASSIVE_FACTOR = 100.0, 1000.0
+# Sun et al. 2024: on the starting token or a delimiter in 90% of sentences; 90% of the sentences' largest
+# activations in the same 3 dimensions; spread (std / mean) of the largest activation over inputs <= 25%.
+MASSIVE_SHARE = 0.9
+FEW_DIMS = 3
+MASSIVE_SPREAD = 0.25
+# A variant whose relative residual falls below this fraction of r_0 is discussed in the text.
+RELATIVE_FALL = 0.5
+# A first-token norm this many times the median token's is a massive activation (Sun et al. 2024).
+MASSIVE_RATIO = 10
+
+# --------------------------------------------------------------------------
+# Names and labels
+
+VARIANT_LABELS = {
+    "full": "full model",
+    "no_skip": "no skips",
+    "no_mlp": "no MLPs",
+    "attention_only": "attention only",
+    "no_norm": "attention only, no norms",
+}
+# The variants without skips and MLPs: the attention-only networks whose collapse the papers predict.
+ATTENTION_ONLY = ("attention_only", "no_norm")
+# The attention-only variants as the check names call them.
+CHECK_LABELS = {
+    "attention_only": "attention only (norms kept)",
+    "no_norm": "attention only, no norms",
+}
+MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
+# What the sink tokens are, per model family, and the sink tokens the sink-excluded metrics leave out.
+SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
+CONTENT_LABELS = {"bert": "[CLS] and [SEP]", "llama": "the first token"}
