@@ -3,7 +3,7 @@ of the suite).
 
     python -m tests.mutation [--json out.json] [--only SUBSTRING]
 
-Each mutant replaces one snippet of one file in a temporary copy of the
+Mutants are `MUTANTS` below and those of each module in `tests/mutants/`. Each mutant replaces one snippet of one file in a temporary copy of the
 tracked tree, runs only the test files (or test ids) listed for it there,
 and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
@@ -17,6 +17,7 @@ flipped by one mutant each.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -24,17 +25,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
+
+from tests.mutant import Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Mutant(NamedTuple):
-    file: str
-    original: str
-    replacement: str
-    description: str
-    tests: tuple[str, ...]
 
 
 REF = ("tests/attnjax/nn/test_reference_transformer.py",)
@@ -427,6 +421,15 @@ MUTANTS = (
 )
 
 
+def all_mutants() -> tuple[Mutant, ...]:
+    """`MUTANTS` above, then each module of `tests/mutants/` (its `MUTANTS`), in file-name order."""
+    modules = sorted(
+        p.stem for p in (ROOT / "tests" / "mutants").glob("*.py") if p.stem != "__init__"
+    )
+    found = [importlib.import_module(f"tests.mutants.{name}").MUTANTS for name in modules]
+    return MUTANTS + tuple(m for group in found for m in group)
+
+
 def _copy_tree(dest: Path) -> None:
     """The tracked (and untracked, not ignored) files of the repository into `dest`."""
     files = subprocess.run(
@@ -511,7 +514,7 @@ def main(argv=None) -> int:
         "--only", default="", help="run the mutants whose file or description contains this"
     )
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if args.only in m.file or args.only in m.description]
+    chosen = [m for m in all_mutants() if args.only in m.file or args.only in m.description]
     rows = run(chosen, args.json)
     survived = [r for r in rows if not r["killed"]]
     print(f"{len(rows) - len(survived)} of {len(rows)} mutants killed; table in {args.json}")

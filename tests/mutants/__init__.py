@@ -1,0 +1,1 @@
+"""Mutants by area, one module each (`MUTANTS = (Mutant(...), ...)`), found by `tests.mutation`."""
