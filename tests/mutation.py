@@ -3,7 +3,8 @@ of the suite).
 
     python -m tests.mutation [--json out.json] [--only SUBSTRING]
 
-Mutants are `MUTANTS` below and those of each module in `tests/mutants/`. Each mutant replaces one snippet of one file in a temporary copy of the
+Mutants are `MUTANTS` below and those of each module in `tests/mutants/`.
+Each mutant replaces one snippet of one file in a temporary copy of the
 tracked tree, runs only the test files (or test ids) listed for it there,
 and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
