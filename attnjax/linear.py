@@ -42,6 +42,7 @@ negative).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple, Optional
 
 import einops
@@ -68,9 +69,10 @@ def _check_options(feature_map: Callable, eps: float, chunk_size: Optional[int] 
     if (
         not isinstance(eps, (int, float, np.floating, np.integer))
         or isinstance(eps, bool)
+        or not math.isfinite(eps)
         or eps < 0
     ):
-        raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+        raise ValueError(f"eps must be a non-negative finite float, got {eps}")
     if chunk_size is not None:
         if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool):
             raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__}")
@@ -287,16 +289,16 @@ def linear_attention(
         means more work inside chunks, fewer sequential steps and fewer saved
         states. On CPU at D = 64, M = 256, C from 32 to 128 run alike; on a
         GPU, where each step costs a kernel launch, larger C (e.g. 256) pays.
-      eps: added to the normaliser (default 0: exact ratio). Rows whose
-        normaliser is exactly 0 give a zero output.
+      eps: added to the normaliser, a finite float >= 0 (default 0: exact
+        ratio). Rows whose normaliser is exactly 0 give a zero output.
 
     Returns:
       `[..., T, H, Dv]` in value's dtype.
 
     Raises:
       ValueError: naming the argument and shapes, for wrong ranks, mismatched
-        heads or dims, non-key masks, chunk_size < 1, or a feature_map whose
-        projection dim is not D; at trace time.
+        heads or dims, non-key masks, chunk_size < 1, eps negative, NaN or
+        infinite, or a feature_map whose projection dim is not D; at trace time.
       TypeError: likewise, for a feature_map that is not callable, a non-boolean
         mask or an argument of the wrong type.
     """

@@ -449,3 +449,18 @@ def test_validation_errors_at_trace_time():
         step((state.kv, state.normalizer), q[0], k[0], v[0])
     with pytest.raises(ValueError, match="num_features must be a positive int"):
         linear.init_state((), 2, 0, 8)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), np.float32("nan"), -1e-3])
+def test_eps_must_be_finite_and_non_negative(eps):
+    """eps = nan made every output NaN and eps = inf every output 0; each form refuses them."""
+    q, k, v = qkv(38, (), 4, 4, 2, 2, 8)  # float64
+    phi = features.elu_plus_one
+    message = r"eps must be a non-negative finite float, got -?(nan|inf|0\.001)"
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention(q, k, v, feature_map=phi, eps=eps)
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention_weights(q, k, feature_map=phi, eps=eps)
+    state = linear.init_state((), 2, 8, 8, jnp.float64)
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention_step(state, q[0], k[0], v[0], feature_map=phi, eps=eps)
