@@ -16,9 +16,14 @@ import os
 
 import jinja2
 
-from experiments.lab.study import verdict
+from experiments.lab.study import KINDS, VERDICTS, verdict
 
-LABELS = {"pass": "PASS", "fail": "FAIL", "not measured": "not measured"}
+LABELS = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "not measured": "not measured",
+    "not applicable": "not applicable",
+}
 
 
 def fmt(value) -> str:
@@ -74,6 +79,15 @@ def markdown_table(header, rows, align: str | None = None, pad_empty: bool = Tru
 def count(predictions, which: str) -> int:
     """How many prediction records have verdict `which`."""
     return sum(p["verdict"] == which for p in predictions)
+
+
+def kind_counts(records) -> dict[str, dict[str, int]]:
+    """`{kind: {verdict: count}}` over the row records, for every kind of `KINDS` (a record
+    without a kind is a prediction): what a report heading says of each kind."""
+    counts = {kind: {v: 0 for v in VERDICTS} for kind in KINDS}
+    for p in records:
+        counts[p.get("kind", "prediction")][p["verdict"]] += 1
+    return counts
 
 
 def predictions_table(predictions) -> list[str]:
