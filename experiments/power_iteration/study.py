@@ -81,7 +81,8 @@ from attnjax.analysis import (
     slem,
     stationary_distribution,
 )
-from experiments import architectures, models
+from experiments import architectures
+from experiments.lab import models
 from experiments.lab.workdir import RunDir
 from experiments.power_iteration import dynamics
 from experiments.power_iteration.products import attention_products, worst_cases

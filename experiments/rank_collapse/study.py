@@ -35,7 +35,8 @@ from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
 from attnjax.analysis.rank import residual_ratio
-from experiments import architectures, models
+from experiments import architectures
+from experiments.lab import models
 from experiments.lab.workdir import RunDir
 from experiments.rank_collapse import layernorm
 
