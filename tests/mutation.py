@@ -1,5 +1,5 @@
-"""Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks, run on demand (not part
-of the suite).
+"""Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks (and the summary numbers
+they read), run on demand (not part of the suite).
 
     python -m tests.mutation [--json out.json] [--only SUBSTRING]
 
@@ -262,7 +262,7 @@ MUTANTS = (
         POWER,
     ),
     Mutant(
-        "experiments/power_iteration/checks.py",
+        "experiments/power_iteration/summary.py",
         "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
         "ENTROPY_RANGE[0] <= h",
         "regime check: upper entropy bound dropped",
