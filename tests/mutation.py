@@ -306,8 +306,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        'exponent["layers"] >= s.DONG_MIN_LAYERS, f"layers',
-        'exponent["layers"] < s.DONG_MIN_LAYERS, f"layers',
+        'exponent["layers"] >= DONG_MIN_LAYERS,',
+        'exponent["layers"] < DONG_MIN_LAYERS,',
         "Dong 'resolved' flipped",
         DONG,
     ),
@@ -320,8 +320,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "worst, worst <= 1,",
-        "worst, worst > 1,",
+        "worst <= 1,",
+        "worst > 1,",
         "Dong bound flipped",
         DONG,
     ),
@@ -355,22 +355,24 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
-        "not (ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+        'full["rank_min"] == 2\n                    and full["with_min"] >= NO_COLLAPSE\n'
+        '                    and full["without_max"] < NO_COLLAPSE',
+        'not (full["rank_min"] == 2 and full["with_min"] >= NO_COLLAPSE'
+        ' and full["without_max"] < NO_COLLAPSE)',
         "Wu LayerNorm construction flipped",
         LAYERNORM,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(last.min() >= NO_COLLAPSE)",
-        "not last.min() >= NO_COLLAPSE",
+        'bool(run["min"] >= NO_COLLAPSE)',
+        'not run["min"] >= NO_COLLAPSE',
         "Wu LayerNorm random init flipped",
         LAYERNORM,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(accs) and min(accs) >= RECALL_MIN_ACCURACY",
-        "not (bool(accs) and min(accs) >= RECALL_MIN_ACCURACY)",
+        'bool(accs) and run["accuracy_min"] >= RECALL_MIN_ACCURACY',
+        'not (bool(accs) and run["accuracy_min"] >= RECALL_MIN_ACCURACY)',
         "training recall flipped",
         TRAINING,
     ),
