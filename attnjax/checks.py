@@ -42,6 +42,12 @@ def positive_number(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
+def finite(name: str, value) -> None:
+    """`value` (a number) is finite: not inf, not NaN."""
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 def temperature(value) -> None:
     """A softmax temperature: a positive number, or a scalar array (possibly traced, so its value is unchecked)."""
     if isinstance(value, _NUMBERS):
@@ -80,6 +86,23 @@ def choice(name: str, value, choices) -> None:
     """`value` is one of `choices` (a tuple, or the keys of a dict)."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def floating_dtype(name: str, value, *, optional: bool = False) -> None:
+    """`value` is a floating-point dtype in any spelling `jnp.dtype` resolves (`jnp.float32`,
+    `'bfloat16'`, `np.float16`, `float`), or None when `optional`; a TypeError otherwise."""
+    if optional and value is None:
+        return
+    try:
+        dtype = None if value is None else jnp.dtype(value)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        got = f"{value!r}" if dtype is None else str(dtype)
+        raise TypeError(
+            f"{name} must be a floating-point dtype (a dtype or its name: float32, bfloat16, "
+            f"float16, float64){' or None' if optional else ''}, got {got}"
+        )
 
 
 def nonempty_lengths(query, key) -> None:
