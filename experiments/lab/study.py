@@ -256,12 +256,13 @@ def prepare(
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
-    touched or anything compiles. The workdir reports on `progress` (e.g. a
-    corrupt run record moved aside).
+    touched or anything compiles. The workdir reads only the records of these
+    specs' runs, each checked against its spec, and reports on `progress` (a
+    corrupt record moved aside, a stray one left alone).
     """
     specs = study.specs(config)
     _check_specs(specs)
-    wd = Workdir(workdir, log=progress)
+    wd = Workdir(workdir, log=progress, specs={s.run_id: dataclasses.asdict(s) for s in specs})
     wd.write_config(config.to_dict())
     return specs, wd
 

@@ -562,6 +562,50 @@ def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "record", [{}, [], {"spec": {"x": 2}}, {"spec": {"x": 5}, "metrics": [{"metric": "square"}]}]
+)
+def test_malformed_run_record_is_redone_and_named(tmp_path, record):
+    """A record that is JSON but not a record of its run (empty, not an object, without metrics, of
+    another spec) is moved aside with its file named, and only its run is redone."""
+    config = ConfigDict({"xs": (1, 2, 3)})
+    first = study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    path = tmp_path / "runs" / "x2.json"
+    path.write_text(json.dumps(record))
+    redone, messages = [], []
+
+    def counted(spec, config, run):
+        redone.append(spec.run_id)
+        return [{"metric": "square", "value": spec.x**2}]
+
+    assert (
+        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append)
+        == first
+    )
+    (moved,) = [m for m in messages if "is not a run record" in m]
+    assert redone == ["x2"] and moved.startswith(str(path))
+    assert moved.endswith(f"moved to {path}.corrupt, run x2 will be redone")
+    assert json.loads((tmp_path / "runs" / "x2.json.corrupt").read_text()) == record
+
+
+def test_a_stray_record_is_reported_and_not_merged(tmp_path):
+    """A record in runs/ that is not of the study's runs (another study's, a copy) is named once, left
+    alone, and never merged into metrics.jsonl."""
+    config = ConfigDict({"xs": (1, 2, 3)})
+    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    stray = json.dumps({"spec": {"x": 7}, "metrics": [{"metric": "square", "value": 49}] * 4})
+    (tmp_path / "runs" / "other.json").write_text(stray)
+    messages = []
+    study_lib.run(_toy(run_one=refuse), config, str(tmp_path), progress=messages.append)
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+    assert [m for m in messages if "other.json" in m] == [
+        f"{tmp_path / 'runs'} holds records that are not of this study's runs, left alone and not "
+        "read: other.json"
+    ]
+    assert (tmp_path / "runs" / "other.json").read_text() == stray
+
+
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
     study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):

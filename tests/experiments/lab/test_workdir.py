@@ -85,3 +85,65 @@ def test_corrupt_run_record_is_named_and_moved_aside(tmp_path):
     )
     assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text[: len(text) // 2]
     assert wd.finished_runs() == [] and wd.read_metrics() == []
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{}", "no 'metrics' list"),
+        ("[]", "a JSON array, not an object"),
+        ('{"spec": {"x": 1}}', "no 'metrics' list"),
+        ('{"spec": {"x": 1}, "metrics": [1.5]}', "'metrics' holds a number, not an object"),
+        ('{"spec": [1], "metrics": []}', "'spec' is a JSON array, not an object"),
+    ],
+)
+def test_malformed_run_record_is_named_and_moved_aside(tmp_path, text, reason):
+    """Valid JSON that is not a run record is treated as a torn one: named, moved aside, redone."""
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append)
+    record = tmp_path / "runs" / "r0.json"
+    record.write_text(text)
+    with pytest.raises(ValueError, match=rf"run record {record} is not a run record \({reason}\)"):
+        wd.load_run("r0")
+    assert not wd.is_done("r0")
+    assert len(logged) == 1 and logged[0].startswith(f"{record} is not a run record ({reason})")
+    assert f"moved to {record}.corrupt, run r0 will be redone" in logged[0]
+    assert (tmp_path / "runs" / "r0.json.corrupt").read_text() == text
+    assert wd.finished_runs() == [] and wd.read_metrics() == []
+
+
+def test_a_record_of_another_spec_is_moved_aside(tmp_path):
+    """With the study's specs, a record is checked against its run's spec (a record of an older spec
+    would lend its rows the wrong fields)."""
+    workdir_lib.Workdir(str(tmp_path)).finish_run("r0", {"spec": {"x": 2}}, [{"v": 1.0}])
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append, specs={"r0": {"x": (1,)}})
+    record = tmp_path / "runs" / "r0.json"
+    assert not wd.is_done("r0")
+    assert logged == [
+        f"{record} is not a run record (its spec {{'x': 2}} is not the run's {{'x': [1]}}); "
+        f"moved to {record}.corrupt, run r0 will be redone"
+    ]
+    wd.finish_run("r0", {"spec": {"x": (1,)}}, [{"v": 1.0}])
+    assert wd.is_done("r0") and wd.run_rows("r0") == [{"run": "r0", "x": [1], "v": 1.0}]
+
+
+def test_only_the_studys_records_are_read_and_others_reported_once(tmp_path):
+    """A stray record in runs/ (another study's, a copy) is named once and left alone, never merged into
+    metrics.jsonl."""
+    workdir_lib.Workdir(str(tmp_path)).finish_run("other", {"spec": {}}, [{"v": 9.0}] * 3)
+    stray = (tmp_path / "runs" / "other.json").read_text()
+    logged = []
+    wd = workdir_lib.Workdir(str(tmp_path), log=logged.append, specs={"r0": {}, "r1": {}})
+    assert logged == [
+        f"{tmp_path / 'runs'} holds records that are not of this study's runs, left alone and not "
+        "read: other.json"
+    ]
+    wd.finish_run("r1", {"spec": {}}, [{"v": 1.0}])
+    wd.finish_run("r0", {"spec": {}}, [{"v": 0.0}])
+    assert wd.finished_runs() == ["r0", "r1"] and len(logged) == 1
+    assert [json.loads(line) for line in open(tmp_path / "metrics.jsonl")] == [
+        {"run": "r0", "v": 0.0},
+        {"run": "r1", "v": 1.0},
+    ]
+    assert (tmp_path / "runs" / "other.json").read_text() == stray
