@@ -256,9 +256,10 @@ def prepare(
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
-    touched or anything compiles. The workdir reads only the records of these
-    specs' runs, each checked against its spec, and reports on `progress` (a
-    corrupt record moved aside, a stray one left alone).
+    touched or anything compiles; a workdir that cannot be written is refused
+    here, before any run. The workdir reads only the records of these specs'
+    runs, each checked against its spec, and reports on `progress` (a corrupt
+    record moved aside, a stray one left alone).
     """
     specs = study.specs(config)
     _check_specs(specs)

@@ -26,10 +26,16 @@ The workdir trusts no file it did not write:
   is redone.
 * Given the study's specs, only the records of its runs are read; any other
   `runs/*.json` (another study's, a copy) is named once and left alone.
+* Opening a workdir checks that it can be written (before any run is
+  computed, whose work would otherwise be lost), and removes the temporary
+  files that processes of this host no longer running left behind (a write
+  that failed removes its own; a killed process cannot). Temporary files of
+  other hosts are left alone: their writer may still run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -40,15 +46,29 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 from attnjax.serialization import dumps, json_form, to_json
 
 
+def temporary_path(path: str) -> str:
+    """The temporary file of this process for `path`: `<path>.tmp.<host>.<pid>` (jobs on several hosts
+    may share the workdir)."""
+    return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory and an atomic rename."""
+    """Write `data` to `path` via a temporary file in the same directory and an atomic rename.
+
+    A write that fails (a full disk, an interrupt) removes its temporary file and raises.
+    """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"  # jobs on several hosts may share the workdir
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = temporary_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -108,6 +128,29 @@ def record_problem(record: Any, spec: Optional[dict] = None) -> Optional[str]:
     return None
 
 
+def _process_runs(pid: int) -> bool:
+    """Whether process `pid` of this host runs (one we may not signal runs too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_temporary_files(directory: str) -> list[str]:
+    """The temporary files (`temporary_path`) in `directory` of processes of this host that no longer
+    run: no writer will rename them into place."""
+    marker = f".tmp.{socket.gethostname()}."
+    stale = []
+    for name in sorted(os.listdir(directory)):
+        head, found, pid = name.rpartition(marker)
+        if found and head and pid.isdigit() and not _process_runs(int(pid)):
+            stale.append(os.path.join(directory, name))
+    return stale
+
+
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     """What a study's `run_one` gets from the runner: its run id, a scratch
@@ -126,7 +169,8 @@ class Workdir:
     `specs`: the study's runs, `{run_id: spec fields}` (a dict each; None: any
     record in runs/ is a run's). With them, only these runs' records are read,
     each checked against its spec, and the other files of runs/ are named once
-    (on `log`) and left alone.
+    (on `log`) and left alone. Opening checks that the workdir can be written
+    (OSError naming the directory) and removes stale temporary files.
     """
 
     def __init__(
@@ -137,8 +181,17 @@ class Workdir:
     ):
         self.path, self.log = path, log
         self.specs = None if specs is None else {k: json_form(v) for k, v in specs.items()}
-        os.makedirs(os.path.join(path, "runs"), exist_ok=True)
-        os.makedirs(os.path.join(path, "plots"), exist_ok=True)
+        directories = (path, self.file("runs"), self.file("plots"))
+        for directory in directories:
+            self._check_writable(directory)
+        stale = [name for directory in directories for name in stale_temporary_files(directory)]
+        for name in stale:
+            os.remove(name)
+        if stale:
+            log(
+                f"removed {len(stale)} temporary files left by processes of this host that no longer "
+                f"run: {', '.join(sorted(stale))}"
+            )
         if self.specs is not None:
             records = [n for n in sorted(os.listdir(self.file("runs"))) if n.endswith(".json")]
             strays = [n for n in records if n[: -len(".json")] not in self.specs]
@@ -147,6 +200,21 @@ class Workdir:
                     f"{self.file('runs')} holds records that are not of this study's runs, "
                     f"left alone and not read: {', '.join(strays)}"
                 )
+
+    @staticmethod
+    def _check_writable(directory: str) -> None:
+        """Make `directory` if needed and write (then remove) a file in it; else an OSError naming it."""
+        try:
+            os.makedirs(directory, exist_ok=True)
+            probe = temporary_path(os.path.join(directory, ".writable"))
+            with open(probe, "wb"):
+                pass
+            os.remove(probe)
+        except OSError as error:
+            raise type(error)(
+                f"workdir directory {directory} is not writable ({error}); nothing was run: "
+                "choose a workdir this process can write"
+            ) from error
 
     def file(self, *parts: str) -> str:
         return os.path.join(self.path, *parts)

@@ -606,6 +606,26 @@ def test_a_stray_record_is_reported_and_not_merged(tmp_path):
     assert (tmp_path / "runs" / "other.json").read_text() == stray
 
 
+def test_a_read_only_workdir_is_refused_before_any_run(tmp_path, monkeypatch):
+    """A workdir that cannot be written is refused, naming it, before any run is computed (whose work
+    would be lost when its record cannot be written)."""
+    from tests.experiments.lab.test_workdir import _read_only
+
+    config = ConfigDict({"xs": (1, 2, 3)})
+    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    (tmp_path / "runs" / "x3.json").unlink()
+    _read_only(tmp_path, monkeypatch)
+    ran = []
+
+    def counted(spec, config, run):
+        ran.append(spec.run_id)
+        return [{"metric": "square", "value": spec.x**2}]
+
+    with pytest.raises(OSError, match=rf"workdir directory {tmp_path} is not writable"):
+        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=lambda line: None)
+    assert ran == []
+
+
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
     study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):

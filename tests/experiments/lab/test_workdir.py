@@ -147,3 +147,87 @@ def test_only_the_studys_records_are_read_and_others_reported_once(tmp_path):
         {"run": "r1", "v": 1.0},
     ]
     assert (tmp_path / "runs" / "other.json").read_text() == stray
+
+
+def _read_only(directory, monkeypatch):
+    """`directory` as a read-only file system shows it to a process: opening a file under it for writing
+    raises EROFS. (Patched rather than made with file modes, which do not stop root.)"""
+    import builtins
+    import errno
+    import os
+
+    def inside(path):
+        return os.path.abspath(os.fsdecode(path)).startswith(os.path.abspath(directory) + os.sep)
+
+    def refuse(path):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+    real_open, real_os_open = builtins.open, os.open
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") and inside(file):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and inside(path):
+            refuse(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    monkeypatch.setattr(os, "open", guarded_os_open)
+
+
+def test_a_read_only_workdir_is_refused_when_opened(tmp_path, monkeypatch):
+    workdir_lib.Workdir(str(tmp_path)).write_config({"a": 1})
+    _read_only(tmp_path, monkeypatch)
+    with pytest.raises(OSError, match=rf"workdir directory {tmp_path} is not writable .*Errno 30"):
+        workdir_lib.Workdir(str(tmp_path))
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A full disk (ENOSPC while the file is written) raises, and leaves neither the file nor its
+    temporary."""
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        workdir_lib.atomic_write_json(str(tmp_path / "s.json"), {"v": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_temporary_files_of_dead_processes_of_this_host_are_removed(tmp_path):
+    """A temporary file of a process of this host that no longer runs is removed when the workdir is
+    opened; those of other hosts (maybe still writing) and of live processes are left alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    host = socket.gethostname()
+    stale = [
+        tmp_path / "runs" / f"x1.json.tmp.{host}.{child.pid}",
+        tmp_path / "plots" / f"a.png.tmp.{host}.{child.pid}",
+        tmp_path / f"summary.json.tmp.{host}.{child.pid}",
+    ]
+    kept = [
+        tmp_path / "runs" / f"x2.json.tmp.elsewhere.{child.pid}",
+        tmp_path / "runs" / f"x3.json.tmp.{host}.{os.getpid()}",
+        tmp_path / "runs" / f"x4.json.tmp.{host}.{child.pid}.bak",
+    ]
+    for path in stale + kept:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("{")
+    logged = []
+    workdir_lib.Workdir(str(tmp_path), log=logged.append)
+    assert [p.exists() for p in stale + kept] == [False] * 3 + [True] * 3
+    assert logged == [
+        f"removed 3 temporary files left by processes of this host that no longer run: "
+        f"{', '.join(sorted(str(p) for p in stale))}"
+    ]
