@@ -233,12 +233,14 @@ def _summary(study: Study, config, specs: list, wd: Workdir) -> dict:
 def _write_outputs(
     study: Study, summary: dict, wd: Workdir, progress: Callable[[str], None]
 ) -> None:
-    """summary.json (with the plots' names), plots/*.png and report.md; then the verdicts and the report's path."""
+    """plots/*.png, then summary.json (with the plots' names) and report.md; then the verdicts and the
+    report's path. The summary is written after the figures it lists, so a kill in between leaves no
+    summary naming a plot that is not there."""
     figures = study.figures(summary)
     summary["plots"] = sorted(f"{name}.png" for name in figures)
-    wd.write_summary(summary)
     for name, figure in figures.items():
         wd.write_figure(name, figure)
+    wd.write_summary(summary)
     path = wd.write_report(study.report(summary))
     for kind, title in (("sanity", "sanity checks"), ("prediction", "predictions")):
         mine = [p for p in summary["predictions"] if p.get("kind", "prediction") == kind]

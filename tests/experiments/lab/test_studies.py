@@ -626,6 +626,41 @@ def test_a_read_only_workdir_is_refused_before_any_run(tmp_path, monkeypatch):
     assert ran == []
 
 
+def test_summary_lists_only_figures_already_written(tmp_path, monkeypatch):
+    """summary.json is written after the figures it lists: a run killed while they are written leaves no
+    summary naming a missing plot (the next run writes them all)."""
+    from attnjax import plotting
+    from experiments.lab.workdir import Workdir
+
+    def figures(summary):
+        out = {}
+        for name in ("a", "b"):
+            out[name] = plotting.figure(2, 2)
+            out[name].add_subplot().plot(summary["xs"])
+        return out
+
+    write_figure = Workdir.write_figure
+
+    def killed_at_b(self, name, figure):
+        if name == "b":
+            raise KeyboardInterrupt("killed while plots/b.png is written")
+        return write_figure(self, name, figure)
+
+    monkeypatch.setattr(Workdir, "write_figure", killed_at_b)
+    config = ConfigDict({"xs": (1, 2)})
+    with pytest.raises(KeyboardInterrupt):
+        study_lib.run(_toy(figures=figures), config, str(tmp_path), progress=lambda line: None)
+    summary = tmp_path / "summary.json"
+    listed = json.loads(summary.read_text())["plots"] if summary.exists() else []
+    assert all((tmp_path / "plots" / name).exists() for name in listed)
+    monkeypatch.undo()
+    summary = study_lib.run(
+        _toy(figures=figures), config, str(tmp_path), progress=lambda line: None
+    )
+    assert summary["plots"] == ["a.png", "b.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == summary["plots"]
+
+
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
     study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):
