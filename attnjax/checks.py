@@ -1,9 +1,10 @@
 """Argument checks shared by the library's functions, modules and configs.
 
 Each raises a `ValueError` (a bad value) or `TypeError` (a bad type) whose
-message names the argument and what it got, before any compute. All are
-static: they read shapes, dtypes and Python values only, so they run while
-tracing and never on traced values.
+message names the argument and what it got, before any compute. They read
+shapes, dtypes and Python values, so they run while tracing; a few also read
+the values of concrete (not traced) arrays where a check needs them (a float
+mask), and let traced ones pass unchecked.
 
 Attention's inputs follow `jax.nn.dot_product_attention`: query
 `[..., T, H, D]`, key `[..., S, K, D]`, value `[..., S, K, Dv]`, logits (and
@@ -40,6 +41,11 @@ def positive_number(name: str, value) -> None:
     """`value` is a number > 0 (not a bool, not NaN)."""
     if not isinstance(value, _NUMBERS) or isinstance(value, bool) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def concrete(value) -> bool:
+    """Whether `value` has a value now: not a tracer (inside `jit`, `vmap`, `grad`, its value is unknown)."""
+    return not isinstance(value, jax.core.Tracer)
 
 
 def temperature(value) -> None:
@@ -182,13 +188,29 @@ def broadcastable(name: str, x, target: tuple[int, ...]):
 
 
 def bool_mask(mask):
-    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`."""
+    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`.
+
+    A concrete floating-point mask must hold only 0 and 1: an additive mask (0 where
+    a key is kept, -inf or -1e9 where it is not, as jax.nn's `bias` takes) read as
+    nonzero = attend would attend to exactly the masked keys, so it raises a
+    ValueError pointing to `bias=`. A traced float mask cannot be read: it is taken
+    as nonzero = attend, unchecked. Integer masks are nonzero = attend.
+    """
     if mask is None or mask.dtype == jnp.bool_:
         return mask
     if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
         raise TypeError(
             f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}"
         )
+    if jnp.issubdtype(mask.dtype, jnp.floating) and concrete(mask):
+        values = np.asarray(mask)
+        other = values[(values != 0) & (values != 1)]
+        if other.size:
+            raise ValueError(
+                f"mask must be boolean or 0/1 (nonzero = attend); this float mask of shape "
+                f"{tuple(mask.shape)} also holds {float(other.ravel()[0])}: an additive mask "
+                f"(0 to keep, -inf to mask) belongs in bias=, not mask="
+            )
     return mask != 0
 
 

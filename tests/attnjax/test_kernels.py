@@ -134,3 +134,23 @@ def test_kernel_as_the_attention_fn_of_a_module():
         with jax.default_matmul_precision("highest"):
             outs.append(layer(x, is_causal=True))
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_keys_no_query_reaches_cannot_make_nan():
+    """Causal with S > T: keys s >= T are masked for every query. NaN and inf there (padding garbage) leave the
+    output and the gradients of the GPU kernel (interpret mode) as they are with finite keys, 0 for those keys."""
+    fn = _kernel("gpu")
+    q, k, v, cotangent = _inputs(16, 2, 2)
+    q, cotangent = q[:, :8], cotangent[:, :8]
+    garbage = (jnp.arange(16) >= 8)[None, :, None, None]
+    k_bad, v_bad = jnp.where(garbage, jnp.inf, k), jnp.where(garbage, jnp.nan, v)
+    with jax.default_matmul_precision("highest"):
+        out, grads = _value_and_grads(fn, q, k_bad, v_bad, cotangent, is_causal=True)
+        ref_out, ref_grads = _value_and_grads(
+            attnjax.dot_product_attention, q, k, v, cotangent, is_causal=True
+        )
+    np.testing.assert_allclose(out, ref_out, atol=1e-5, rtol=1e-5)
+    for grad, ref_grad, arg in zip(grads, ref_grads, "qkv"):
+        np.testing.assert_allclose(grad, ref_grad, atol=1e-5, rtol=1e-5, err_msg=f"d/d{arg}")
+    np.testing.assert_array_equal(grads[1][:, 8:], 0.0)
+    np.testing.assert_array_equal(grads[2][:, 8:], 0.0)
