@@ -358,9 +358,12 @@ def dot_product_attention(
         (an unbatched query with a `[1, H, T, S]` mask). A concrete float mask
         holding anything but 0 and 1 (an additive mask) raises, pointing to
         `bias=`; a traced one is read as nonzero = attend, unchecked.
-      scale: logits scale; default 1/sqrt(D).
+      scale: logits scale, any finite number (0 gives uniform weights, a
+        negative one ranks keys in reverse); default 1/sqrt(D). NaN or inf
+        raise when concrete; a traced scale is unchecked.
       is_causal: also apply the causal mask (query t attends to keys s <= t,
-        top-left aligned as in jax.nn).
+        top-left aligned as in jax.nn). A bool (as are `return_weights` and
+        `return_residual`; anything else raises a TypeError).
       query_seq_lengths: integer `[...]` (jax.nn: `[B]`): queries t >= length
         are padding; their rows are fully masked (zero output).
       key_value_seq_lengths: integer `[...]`: keys s >= length are masked.
@@ -369,7 +372,9 @@ def dot_product_attention(
       implementation: None (cuDNN on a GPU for bf16/fp16 when no weights or
         dropout are asked for and it accepts the shapes, else the XLA core),
         'xla' (always the core) or 'cudnn' (cuDNN or an error).
-      temperature: positive scalar dividing the scaled, biased logits.
+      temperature: positive scalar dividing the scaled, biased logits (a
+        number > 0, +inf the uniform limit, or a scalar array; 0, negative
+        or NaN raise when concrete, a traced one is unchecked).
       return_weights: also return the attention weights.
       dropout_rate: in [0, 1); when > 0, each weight is dropped with this
         probability (needs `dropout_rng`) and kept ones are scaled by
@@ -392,13 +397,20 @@ def dot_product_attention(
 
     Raises:
       ValueError: naming the argument and shapes, for inputs of the wrong rank,
-        mismatched heads or dims, masks/biases/lengths that do not broadcast,
-        an additive float mask, or bad options; raised while tracing, before
-        any compute.
+        mismatched heads or dims, a head dim D = 0, masks/biases/lengths that do
+        not broadcast, an additive float mask, or bad options and scalars;
+        raised while tracing, before any compute.
       TypeError: likewise, for an argument of the wrong type or dtype.
     """
     query, key, value = checks.as_arrays(query, key, value)
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
+    checks.scale(scale)
+    for name, flag in (
+        ("is_causal", is_causal),
+        ("return_weights", return_weights),
+        ("return_residual", return_residual),
+    ):
+        checks.boolean(name, flag)
     batch_shape = query.shape[:-3]
     query_seq_lengths = checks.lengths("query_seq_lengths", query_seq_lengths, batch_shape)
     key_value_seq_lengths = checks.lengths(

@@ -67,14 +67,18 @@ def _check_call(
     bias,
     mask,
     *,
+    scale=None,
+    is_causal=False,
     return_weights=False,
     dropout_rate=0.0,
     query_seq_lengths=None,
     key_value_seq_lengths=None,
     **ignored,
 ) -> tuple[int, int]:
-    """Reject what a kernel cannot do, and check shapes; returns (H, K)."""
+    """Reject what a kernel cannot do, and check shapes and scalars; returns (H, K)."""
     del ignored  # implementation, dropout_rng: nothing to do
+    checks.boolean("is_causal", is_causal)
+    checks.scale(scale)
     unsupported = {
         "bias": bias is not None,
         "mask": mask is not None,
@@ -102,6 +106,11 @@ def _check_call(
         raise ValueError(
             f"{kernel}: key and value must have one shape [..., S, K, D], with query's batch axes "
             f"and D, got query {query.shape}, key {key.shape}, value {value.shape}"
+        )
+    if query.shape[-1] < 1:
+        raise ValueError(
+            f"{kernel}: query and key must have a head dim D >= 1, got query {query.shape}, "
+            f"key {key.shape}"
         )
     heads, kv_heads = query.shape[-2], key.shape[-2]
     if heads % kv_heads:
@@ -228,7 +237,17 @@ def splash_attention(*, interpret: bool = False) -> Callable:
         local_window_size=None,
         **options,
     ):
-        heads, kv_heads = _check_call("splash_attention", query, key, value, bias, mask, **options)
+        heads, kv_heads = _check_call(
+            "splash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         q_len, kv_len = query.shape[-3], key.shape[-3]
         if q_len % SPLASH_BLOCK or kv_len % SPLASH_BLOCK:
             raise ValueError(
@@ -280,7 +299,17 @@ def tpu_flash_attention(*, interpret: bool = False) -> Callable:
         local_window_size=None,
         **options,
     ):
-        heads, _ = _check_call("tpu_flash_attention", query, key, value, bias, mask, **options)
+        heads, _ = _check_call(
+            "tpu_flash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         _no_window("tpu_flash_attention", local_window_size)
         from jax.experimental.pallas import tpu as pltpu
         from jax.experimental.pallas.ops.tpu import flash_attention as flash
@@ -340,7 +369,17 @@ def gpu_flash_attention(
         local_window_size=None,
         **options,
     ):
-        heads, _ = _check_call("gpu_flash_attention", query, key, value, bias, mask, **options)
+        heads, _ = _check_call(
+            "gpu_flash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         _no_window("gpu_flash_attention", local_window_size)
         from jax.experimental.pallas.ops.gpu import attention as gpu
 

@@ -238,7 +238,7 @@ def attention_statistics(
       bias: additive logits bias broadcastable to `[..., H, T, S]` (a full one
         is a T x S array too); -inf entries are masked entries.
       is_causal: query i attends to keys j <= i.
-      scale: logits scale; default 1/sqrt(D).
+      scale: logits scale, a finite number; default 1/sqrt(D).
       temperature: positive scalar dividing the scaled, biased logits.
       key_padding: boolean `[..., S]`, True for real keys (built per chunk).
       local_window: w or (left, right): query i attends to keys
@@ -271,6 +271,7 @@ def attention_statistics(
     _check_options(query, key, value, chunk_size, window)
     _check_chunk("query_chunk_size", query_chunk_size, "query", query)
     checks.temperature(temperature)
+    checks.scale(scale)
     checks.boolean("is_causal", is_causal)
     batch_shape, (q_len, num_heads), kv_len = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
     target = batch_shape + (num_heads, q_len, kv_len)

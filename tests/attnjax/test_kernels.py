@@ -154,3 +154,23 @@ def test_keys_no_query_reaches_cannot_make_nan():
         np.testing.assert_allclose(grad, ref_grad, atol=1e-5, rtol=1e-5, err_msg=f"d/d{arg}")
     np.testing.assert_array_equal(grads[1][:, 8:], 0.0)
     np.testing.assert_array_equal(grads[2][:, 8:], 0.0)
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(scale=float("nan")), ValueError, r"scale must be a finite number, got nan"),
+        (dict(scale="0.1"), TypeError, r"scale must be a number"),
+        (dict(is_causal="False"), TypeError, r"is_causal must be a bool, got 'False'"),
+    ],
+)
+def test_bad_scalars_raise_naming_them(options, error, message):
+    q, k, v, _ = _inputs(16, 2, 2)
+    with pytest.raises(error, match=message):
+        kernels.gpu_flash_attention(interpret=True)(q, k, v, **options)
+
+
+def test_a_zero_head_dim_raises():
+    q = jnp.zeros((1, 16, 2, 0), jnp.float32)
+    with pytest.raises(ValueError, match=r"head dim D >= 1.*\(1, 16, 2, 0\)"):
+        kernels.gpu_flash_attention(interpret=True)(q, q, q)

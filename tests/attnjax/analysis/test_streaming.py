@@ -346,6 +346,20 @@ def test_a_row_of_minus_inf_bias_is_a_fully_masked_row():
     assert np.asarray(got.max_weight)[0, 0, 4] > 0
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"scale": float("nan")}, ValueError, r"scale must be a finite number, got nan"),
+        ({"temperature": "abc"}, TypeError, r"temperature must be a number"),
+        ({"mask": np.where(np.eye(T, S) > 0, 0.0, -np.inf)}, ValueError, r"bias="),
+    ],
+)
+def test_bad_scalars_and_additive_masks_raise_naming_them(kwargs, error, message):
+    q = jnp.zeros((B, T, H, D), jnp.float32)
+    with pytest.raises(error, match=message):
+        attention_statistics(q, jnp.zeros((B, S, H, D), jnp.float32), **kwargs)
+
+
 def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
     """T = S = 4096, H = 8, D = 64, float32: the program never holds a [H, T, T] array."""
     t, h, d = 4096, 8, 64
