@@ -199,7 +199,8 @@ def load_bert(
         index), tokenizer.json.
       dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
       param_dtype: parameter dtype (float32, or float64 for references).
-      strict, tokenizer: as `from_pretrained`'s.
+      strict: as `from_pretrained`'s.
+      tokenizer: as `from_pretrained`'s.
 
     Returns:
       `(model, tokenizer)`: an `nn.Transformer` without output head and a
