@@ -54,6 +54,12 @@ VERDICTS = ("pass", "fail", "not measured", "not applicable")
 #              resolution condition: fails only on a bug;
 # not applicable  the paper's setting differs from what the run offers (the note says which part).
 KINDS = ("prediction", "replication", "hypothesis", "sanity", "not applicable")
+PROGRESS_TITLES = {
+    "prediction": "predictions",
+    "replication": "replications",
+    "hypothesis": "hypotheses",
+    "sanity": "sanity checks",
+}
 
 
 def verdict(passed: Optional[bool]) -> str:
@@ -262,7 +268,7 @@ def _write_outputs(
             progress(f"{kind}: {len(mine)}")
         elif mine or kind == "prediction":
             progress(
-                f"{kind}: {counts['pass']} pass, {counts['fail']} fail, "
+                f"{PROGRESS_TITLES[kind]}: {counts['pass']} pass, {counts['fail']} fail, "
                 f"{counts['not measured']} not measured"
             )
     progress(f"report: {path}")
