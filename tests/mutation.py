@@ -1,5 +1,5 @@
-"""Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks, run on demand (not part
-of the suite).
+"""Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks (and the summary numbers
+they read), run on demand (not part of the suite).
 
     python -m tests.mutation [--json out.json] [--only SUBSTRING]
 
@@ -257,7 +257,7 @@ MUTANTS = (
         POWER,
     ),
     Mutant(
-        "experiments/power_iteration/checks.py",
+        "experiments/power_iteration/summary.py",
         "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
         "ENTROPY_RANGE[0] <= h",
         "regime check: upper entropy bound dropped",
@@ -301,8 +301,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        'exponent["layers"] >= s.DONG_MIN_LAYERS, f"layers',
-        'exponent["layers"] < s.DONG_MIN_LAYERS, f"layers',
+        'exponent["layers"] >= DONG_MIN_LAYERS,',
+        'exponent["layers"] < DONG_MIN_LAYERS,',
         "Dong 'resolved' flipped",
         DONG,
     ),
@@ -315,8 +315,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "worst, worst <= 1,",
-        "worst, worst > 1,",
+        "worst <= 1,",
+        "worst > 1,",
         "Dong bound flipped",
         DONG,
     ),
@@ -350,22 +350,24 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
-        "not (ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE)",
+        'full["rank_min"] == 2\n                    and full["with_min"] >= NO_COLLAPSE\n'
+        '                    and full["without_max"] < NO_COLLAPSE',
+        'not (full["rank_min"] == 2 and full["with_min"] >= NO_COLLAPSE'
+        ' and full["without_max"] < NO_COLLAPSE)',
         "Wu LayerNorm construction flipped",
         LAYERNORM,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(last.min() >= NO_COLLAPSE)",
-        "not last.min() >= NO_COLLAPSE",
+        'bool(run["min"] >= NO_COLLAPSE)',
+        'not run["min"] >= NO_COLLAPSE',
         "Wu LayerNorm random init flipped",
         LAYERNORM,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
-        "bool(accs) and min(accs) >= RECALL_MIN_ACCURACY",
-        "not (bool(accs) and min(accs) >= RECALL_MIN_ACCURACY)",
+        'bool(accs) and run["accuracy_min"] >= RECALL_MIN_ACCURACY',
+        'not (bool(accs) and run["accuracy_min"] >= RECALL_MIN_ACCURACY)',
         "training recall flipped",
         TRAINING,
     ),

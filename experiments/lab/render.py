@@ -16,9 +16,15 @@ import os
 
 import jinja2
 
-from experiments.lab.study import verdict
+from experiments.lab.stats import number
+from experiments.lab.study import KINDS, VERDICTS, verdict
 
-LABELS = {"pass": "PASS", "fail": "FAIL", "not measured": "not measured"}
+LABELS = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "not measured": "not measured",
+    "not applicable": "not applicable",
+}
 
 
 def fmt(value) -> str:
@@ -76,6 +82,15 @@ def count(predictions, which: str) -> int:
     return sum(p["verdict"] == which for p in predictions)
 
 
+def kind_counts(records) -> dict[str, dict[str, int]]:
+    """`{kind: {verdict: count}}` over the row records, for every kind of `KINDS` (a record
+    without a kind is a prediction): what a report heading says of each kind."""
+    counts = {kind: {v: 0 for v in VERDICTS} for kind in KINDS}
+    for p in records:
+        counts[p.get("kind", "prediction")][p["verdict"]] += 1
+    return counts
+
+
 def predictions_table(predictions) -> list[str]:
     """Markdown table lines of prediction records."""
     rows = [
@@ -93,8 +108,10 @@ def predictions_table(predictions) -> list[str]:
 
 
 def interval_text(x: dict, spec: str = ".3g") -> str:
-    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`."""
-    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+    """An interval dict (`experiments.lab.stats.interval`, or its JSON form with 'nan' ends) as
+    'mean [low, high]', each `format(., spec)`."""
+    mean, low, high = (number(x[k]) for k in ("mean", "low", "high"))
+    return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def num(value, spec: str) -> str:

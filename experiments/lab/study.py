@@ -45,8 +45,21 @@ from ml_collections import ConfigDict
 from attnjax.serialization import json_form
 from experiments.lab.workdir import RunDir, Workdir
 
-VERDICTS = ("pass", "fail", "not measured")
-KINDS = ("prediction", "sanity")
+VERDICTS = ("pass", "fail", "not measured", "not applicable")
+# The five kinds of row of a report (see each study's report heading):
+# prediction   a paper's own claim, in the paper's setting; may fail; evidence about the paper;
+# replication  a paper's own number (table entry, ratio, range) against ours measured the same way;
+# hypothesis   a claim of this codebase, labelled so; may fail; not evidence about a paper;
+# sanity       an identity, a theorem whose hypotheses hold, a construction, a regime or
+#              resolution condition: fails only on a bug;
+# not applicable  the paper's setting differs from what the run offers (the note says which part).
+KINDS = ("prediction", "replication", "hypothesis", "sanity", "not applicable")
+PROGRESS_TITLES = {
+    "prediction": "predictions",
+    "replication": "replications",
+    "hypothesis": "hypotheses",
+    "sanity": "sanity checks",
+}
 
 
 def verdict(passed: Optional[bool]) -> str:
@@ -65,20 +78,26 @@ def prediction(
     note: str = "",
     kind: str = "prediction",
 ) -> dict:
-    """One check: its source, what was predicted, what was measured, and the verdict.
+    """One row of a report: its source, what was claimed, what was measured, and the verdict.
 
-    `kind` is "prediction" for a literature claim that the data could
-    contradict, "sanity" for a theorem, an identity or a regime condition
-    ("resolved", "not uniform"): listed apart and never counted as a prediction.
+    `kind` is one of `KINDS` (see there): a paper's "prediction" or "replication",
+    this codebase's "hypothesis", a "sanity" condition, or "not applicable"
+    (then `passed` must be None, the verdict is "not applicable" and `note`
+    says which part of the paper's setting the run does not offer).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "not applicable" and (passed is not None or not note):
+        raise ValueError(
+            f"check {name!r}: a 'not applicable' row has no verdict (passed=None, got "
+            f"{passed!r}) and a note saying which part of the setting differs (got {note!r})"
+        )
     return {
         "name": name,
         "source": source,
         "prediction": prediction,
         "measured": measured,
-        "verdict": verdict(passed),
+        "verdict": "not applicable" if kind == "not applicable" else verdict(passed),
         "note": note,
         "kind": kind,
     }
@@ -233,19 +252,24 @@ def _summary(study: Study, config, specs: list, wd: Workdir) -> dict:
 def _write_outputs(
     study: Study, summary: dict, wd: Workdir, progress: Callable[[str], None]
 ) -> None:
-    """summary.json (with the plots' names), plots/*.png and report.md; then the verdicts and the report's path."""
+    """plots/*.png, then summary.json (with the plots' names) and report.md; then the verdicts and the
+    report's path. The summary is written after the figures it lists, so a kill in between leaves no
+    summary naming a plot that is not there."""
     figures = study.figures(summary)
     summary["plots"] = sorted(f"{name}.png" for name in figures)
-    wd.write_summary(summary)
     for name, figure in figures.items():
         wd.write_figure(name, figure)
+    wd.write_summary(summary)
     path = wd.write_report(study.report(summary))
-    for kind, title in (("sanity", "sanity checks"), ("prediction", "predictions")):
+    for kind in KINDS:
         mine = [p for p in summary["predictions"] if p.get("kind", "prediction") == kind]
         counts = {v: sum(p["verdict"] == v for p in mine) for v in VERDICTS}
-        if mine or kind == "prediction":
+        if kind == "not applicable" and mine:
+            progress(f"{kind}: {len(mine)}")
+        elif mine or kind == "prediction":
             progress(
-                f"{title}: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured"
+                f"{PROGRESS_TITLES[kind]}: {counts['pass']} pass, {counts['fail']} fail, "
+                f"{counts['not measured']} not measured"
             )
     progress(f"report: {path}")
 
@@ -256,12 +280,14 @@ def prepare(
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
-    touched or anything compiles. The workdir reports on `progress` (e.g. a
-    corrupt run record moved aside).
+    touched or anything compiles; a workdir that cannot be written is refused
+    here, before any run. The workdir reads only the records of these specs'
+    runs, each checked against its spec, and reports on `progress` (a corrupt
+    record moved aside, a stray one left alone).
     """
     specs = study.specs(config)
     _check_specs(specs)
-    wd = Workdir(workdir, log=progress)
+    wd = Workdir(workdir, log=progress, specs={s.run_id: dataclasses.asdict(s) for s in specs})
     wd.write_config(config.to_dict())
     return specs, wd
 

@@ -7,15 +7,11 @@ owns the wording, the headings and the tables' layout.
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-from experiments.power_iteration import checks
-from experiments.power_iteration.summary import PHASE_LABELS, config_of, phases, product_tolerance
+from experiments.lab.study import config_of
+from experiments.power_iteration.constants import ENTROPY_RANGE, PHASE_LABELS, RESOLVED_FACTOR
 
 
-def _fixed(fixed) -> dict:
+def _fixed(summary) -> dict:
     matrices = [
         {
             "temperature": run["temperature"],
@@ -24,56 +20,31 @@ def _fixed(fixed) -> dict:
             "rel_error": float(m["rel_error"]),
             "vector_rate": float(m["vector_rate"]),
         }
-        for run in fixed
+        for run in summary["fixed"]
         for m in run["matrices"]
     ]
     return {
-        "floor": max((r["floor"] for r in fixed), default=math.nan),
+        "floor": float(summary["fixed_floor"]),
         "matrices": matrices,
-        "worst": max((float(r["worst_rel_error"]) for r in fixed), default=None),
+        "worst": summary["fixed_worst"],
     }
 
 
 def _layers(run, phase: str) -> dict:
     """One phase of one products run: per layer, the head-averaged chain's numbers and the per-head ones."""
-    mean, head = run["phases"][phase]["mean"], run["phases"][phase]["head"]
-    tol = product_tolerance(run)
-    rows = []
-    for layer in range(len(mean["delta"])):
-        per_head = {
-            k: np.asarray(head[k])[:, layer] for k in ("delta", "bound", "tv_to_pi", "absorbing")
-        }
-        rows.append(
-            {
-                "layer": layer + 1,
-                **{
-                    k: mean[k][layer]
-                    for k in (
-                        "tau",
-                        "entropy",
-                        "slem",
-                        "delta",
-                        "bound",
-                        "slem_bound",
-                        "tv_to_pi",
-                        "absorbing",
-                    )
-                },
-                "bound_holds": bool(mean["bound_excess"][layer] <= tol),
-                "head_delta": [float(f(per_head["delta"])) for f in (np.mean, np.min, np.max)],
-                "head_bound": float(per_head["bound"].mean()),
-                "head_bound_holds": bool(head["bound_excess"][layer] <= tol),
-                "head_tv": float(per_head["tv_to_pi"].mean()),
-                "head_absorbing": float(per_head["absorbing"].mean()),
-            }
-        )
+    mean = run["phases"][phase]["mean"]
+    keys = ("tau", "entropy", "slem", "delta", "bound", "slem_bound", "tv_to_pi", "absorbing")
+    rows = [
+        {"layer": layer + 1, **{k: mean[k][layer] for k in keys}, **numbers}
+        for layer, numbers in enumerate(run["phases"][phase]["derived"]["rows"])
+    ]
     return {"architecture": run["spec"]["architecture"], "phase": PHASE_LABELS[phase], "rows": rows}
 
 
 def _products(products) -> list[dict]:
     return [
         {
-            "tables": [_layers(run, phase) for phase in phases(run)],
+            "tables": [_layers(run, phase) for phase in run["phase_order"]],
             "accuracy": run.get("eval_accuracy"),
             "chance": run.get("chance_accuracy"),
         }
@@ -86,10 +57,10 @@ def _clusters(clusters) -> list[dict]:
     return [
         {
             "beta": r["beta"],
-            "final": r["final_clusters"],
-            "probe": r["probe_clusters"],
             "time_to_one": r["time_to_one"],
-            "median_time": checks.median_time_to_one(r),
+            "median_time": float(r["median_time"]),
+            "probe_mean": r["probe_mean"],
+            "final_mean": r["final_mean"],
             "counts": [
                 {"mean": m, "min": lo, "max": hi, "spread": lo != hi}
                 for m, lo, hi in zip(r["clusters_mean"], r["clusters_min"], r["clusters_max"])
@@ -105,7 +76,7 @@ def report(summary: dict) -> dict:
     records = summary["predictions"]
     return {
         "config": config_of(summary),
-        "fixed": _fixed(summary["fixed"]),
+        "fixed": _fixed(summary),
         "predictions": [p for p in records if p.get("kind", "prediction") == "prediction"],
         "sanity": [p for p in records if p.get("kind") == "sanity"],
         "products": _products(summary["products"]),
@@ -114,29 +85,30 @@ def report(summary: dict) -> dict:
         "horizon": clusters[0]["horizon"] if clusters else None,
         "probe_time": clusters[0]["probe_time"] if clusters else None,
         "plots": summary["plots"],
-        "entropy_range": checks.ENTROPY_RANGE,
-        "resolved_factor": checks.RESOLVED_FACTOR,
+        "entropy_range": ENTROPY_RANGE,
+        "resolved_factor": RESOLVED_FACTOR,
     }
 
 
 def _ratio_rows(summary) -> list[dict]:
-    """Per products run and phase: the ranges of delta(P_l) / prod |lambda_2| and delta(P_l) / prod tau."""
+    """Per products run and phase: the entropy and tau spans over layers, whether the regime holds, and the
+    spans of delta(P_l) / prod |lambda_2| and delta(P_l) / prod tau."""
     rows = []
     for run in summary["products"]:
-        for phase in phases(run):
-            r = checks.product_ratios(run, phase)
-            mean = run["phases"][phase]["mean"]
+        for phase in run["phase_order"]:
+            n = run["phases"][phase]["derived"]
+            r = n["ratios"]
             rows.append(
                 {
                     "architecture": run["spec"]["architecture"],
                     "phase": PHASE_LABELS[phase],
-                    "entropy": [min(mean["entropy"]), max(mean["entropy"])],
-                    "tau": [min(mean["tau"]), max(mean["tau"])],
-                    "regime": checks.regime_holds(run, phase),
-                    "lambda": [min(r["lambda"]), max(r["lambda"])] if r["lambda"] else None,
-                    "by_tau": [min(r["tau"]), max(r["tau"])] if r["tau"] else None,
-                    "resolved": len(r["lambda"]),
-                    "total": r["seeds"] * r["layers"],
+                    "entropy": n["entropy"],
+                    "tau": n["tau"],
+                    "regime": n["regime"],
+                    "lambda": r["lambda_span"],
+                    "by_tau": r["tau_span"],
+                    "resolved": r["resolved"],
+                    "total": r["total"],
                 }
             )
     return rows
@@ -147,6 +119,7 @@ def readme(summary: dict, times: dict) -> dict:
     return {
         **report(summary),
         "ratios": _ratio_rows(summary),
+        "ratio_span": summary["ratio_span"],
         "timing": times,
         "runs": len(summary["fixed"]) + len(summary["products"]) + len(summary["clusters"]),
     }

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from attnjax import plotting
-from experiments.power_iteration.summary import PHASE_LABELS, phases
+from experiments.power_iteration.constants import PHASE_LABELS
 
 
 def _figure(width: float, height: float, rows: int, cols: int):
@@ -52,7 +52,7 @@ def _products_figure(summary):
     fig, axes = _figure(5.0 * len(by_arch), 3.8, 1, len(by_arch))
     for ax, (arch, runs) in zip(axes, by_arch.items()):
         for run in runs:
-            for phase in phases(run):
+            for phase in run["phase_order"]:
                 p = run["phases"][phase]
                 layers = np.arange(1, len(p["mean"]["delta"]) + 1)
                 delta = np.asarray(p["mean"]["delta"], dtype=np.float64)

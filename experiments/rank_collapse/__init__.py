@@ -1,10 +1,12 @@
 """Rank collapse across depth (Dong et al. 2021, Noci et al. 2022, Wu et al. 2024).
 
-`study.py` declares and measures the runs; `summary.py` turns their rows into
-one dict of numbers (and names the selections read from it), `checks.py`
-holds the literature checks, `layernorm.py` Wu et al.'s LayerNorm dynamics on
-constructed weights, `figures.py` the plots, and `report.py` renders
-`templates/` (report and README section) over the summary.
+`study.py` declares and measures the runs (`layernorm.py`: Wu et al.'s
+LayerNorm dynamics on constructed weights); `summary.py` turns their rows into
+one dict holding every number (the raw aggregate, then its sections derived
+from it); `checks.py` holds the literature checks, `figures.py` the plots, and
+`report.py` renders `templates/` (report and README section) over
+`context.py`'s cells: these read the summary and compute nothing
+(`constants.py`: the names and thresholds both sides share).
 """
 
 from experiments.lab.study import Study

@@ -8,23 +8,28 @@ role of attention masks and LayerNorm in transformers") against the
 measurements, in a regime that is reported beside every residual
 (normalised attention entropy, Dobrushin coefficient τ, logit variance).
 Each record's name, claim and note are the check's own words; the numbers
-come from `summary.py`.
+are the summary's (its sections, `summary.derive`): a check compares them with
+its thresholds and computes nothing.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attnjax import nn
-from experiments.lab.study import prediction
-from experiments.rank_collapse import summary as s
+from experiments.lab.render import interval_text
+from experiments.lab.study import config_of, prediction
+from experiments.rank_collapse.constants import RESOLVED
 
 # Thresholds of the checks (never relaxed to make one pass).
 ENTROPY_MAX, TAU_MIN = 0.9, 0.3
 LOGIT_VARIANCE_FACTOR = 2.0
 NOCI_MIN_RESIDUAL = 0.9
-# Dong et al.'s per-layer exponent.
+# Dong et al.'s per-layer exponent, and the consecutive resolved layers (layer 0 included) it needs.
 DONG_EXPONENT = 3.0
+DONG_MIN_LAYERS = 4
 RECALL_MIN_ACCURACY = 0.9
 # Noci et al.'s remedy: the query/key-to-value gradient ratio at the deepest network over the shallowest one
 # stays >= this with 1/sqrt(L) scaling and falls below it without.
@@ -47,6 +52,22 @@ WU_RANDOM = "as soon as we solely add in LayerNorm, mu(X(t)) no longer converge 
 NO_COLLAPSE = 1e-3
 # What the regime and Dong checks need (`summary.dong_run`).
 DONG_RUN = "init_sweep run of attention_only (softmax)"
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def numbers(value):
+    """A part of the summary with its non-finite numbers as floats: JSON stores NaN and inf as the strings
+    'nan', 'inf' and '-inf' (`attnjax.serialization.to_json`); nested dicts and lists are read through."""
+    if isinstance(value, dict):
+        return {k: numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers(v) for v in value]
+    return NON_FINITE.get(value, value) if isinstance(value, str) else value
+
+
+def std_label(std) -> str:
+    """An embedding std as the checks, the report and the figures name it."""
+    return "default (1/sqrt(D))" if std is None else f"{std:g}"
 
 
 def _missing(name, source, claim, need):
@@ -59,8 +80,8 @@ def _numbers(values, spec: str = ".3g") -> str:
 
 def regime_checks(summary: dict) -> list[dict]:
     source = "Vaswani et al. 2017 (Var(q.k / sqrt(d)) = 1); Dong et al. 2021"
-    run = s.dong_run(summary)
-    if run is None:
+    dong = numbers(summary["dong"])
+    if dong is None:
         return [
             _missing(
                 "attention at initialisation is not uniform",
@@ -69,10 +90,9 @@ def regime_checks(summary: dict) -> list[dict]:
                 DONG_RUN,
             )
         ]
-    std, reg = run["spec"]["embedding_std"], s.regime(run)
-    predicted = s.predicted_logit_variance(std, s.config_of(summary).model.features)
-    ratio = reg["logit_variance"] / predicted
-    setting = f"attention only, init, embedding std {s.std_label(std)}"
+    std, reg = dong["embedding_std"], dong["regime"]
+    predicted, ratio = dong["predicted_logit_variance"], dong["logit_variance_ratio"]
+    setting = f"attention only, init, embedding std {std_label(std)}"
     return [
         prediction(
             f"attention at initialisation is not uniform ({setting})",
@@ -96,7 +116,7 @@ def regime_checks(summary: dict) -> list[dict]:
     ]
 
 
-def bound_check(looseness: list[dict], label: str, source: str = "Dong et al. 2021") -> dict:
+def bound_check(looseness: dict, label: str, source: str = "Dong et al. 2021") -> dict:
     """Sanity (a theorem): measured <= Dong's bound (γ = 1) at every resolved layer; `looseness` is
     `summary.bound_looseness`."""
     name = f"residual <= Dong's bound at every resolved layer ({label})"
@@ -104,20 +124,20 @@ def bound_check(looseness: list[dict], label: str, source: str = "Dong et al. 20
         "||res(X_l)||_1,inf <= c_l ||res(X_(l-1))||_1,inf^3, c_l = 4 gamma sum_h ||W_QK^h||_1 "
         "||W_V^h||_1,inf / sqrt(d_qk), gamma = 1"
     )
-    if not looseness:
+    if not looseness["rows"]:
         return prediction(
             name,
             source,
             claim,
             None,
             None,
-            f"not measured: no layer resolved above {s.RESOLVED:g}",
+            f"not measured: no layer resolved above {RESOLVED:g}",
             kind="sanity",
         )
-    worst = max(row["max"] for row in looseness)
+    worst = looseness["worst"]
     per_layer = "; ".join(
         f"layer {row['layer']}: {row['median']:.3g} [{row['min']:.3g}, {row['max']:.3g}]"
-        for row in looseness
+        for row in looseness["rows"]
     )
     return prediction(
         name,
@@ -133,21 +153,21 @@ def bound_check(looseness: list[dict], label: str, source: str = "Dong et al. 20
 
 def exponent_check(exponent: dict, label: str, source: str = "Dong et al. 2021") -> dict:
     """Prediction: Dong's per-layer exponent is >= `DONG_EXPONENT` within its interval over seeds, from
-    >= `summary.DONG_MIN_LAYERS` consecutive resolved layers; `exponent` is `summary.cubic_exponent`."""
+    >= `DONG_MIN_LAYERS` consecutive resolved layers; `exponent` is `summary.cubic_exponent`."""
     name = f"Dong's cubic exponent ({label})"
     claim = (
         f"slope of log ||res(X_l)|| on log ||res(X_(l-1))|| >= {DONG_EXPONENT:g} (the theorem's "
         "||res(SA(X))|| <= c ||res(X)||^3), upper end of its 95% interval over seeds"
     )
-    if exponent["layers"] < s.DONG_MIN_LAYERS:
+    if exponent["layers"] < DONG_MIN_LAYERS:
         return prediction(
             name,
             source,
             claim,
             exponent["mean"],
             False,
-            f"only {exponent['layers']} consecutive layers above {s.RESOLVED:g} (need "
-            f"{s.DONG_MIN_LAYERS}): the regime does not resolve the exponent",
+            f"only {exponent['layers']} consecutive layers above {RESOLVED:g} (need "
+            f"{DONG_MIN_LAYERS}): the regime does not resolve the exponent",
         )
     passed = bool(np.isfinite(exponent["high"])) and exponent["high"] >= DONG_EXPONENT
     return prediction(
@@ -156,34 +176,33 @@ def exponent_check(exponent: dict, label: str, source: str = "Dong et al. 2021")
         claim,
         exponent["mean"],
         passed,
-        f"{exponent['mean']:.3g} [{exponent['low']:.3g}, {exponent['high']:.3g}] over "
-        f"{exponent['seeds']} seeds; layers 0-{exponent['layers'] - 1} resolved (every point above "
-        f"{s.RESOLVED:g}); per-seed slopes {_numbers(exponent['slopes'])}",
+        f"{interval_text(exponent)} over {exponent['n']} seeds; layers 0-{exponent['layers'] - 1} "
+        f"resolved (every point above {RESOLVED:g}); per-seed slopes {_numbers(exponent['slopes'])}",
     )
 
 
 def dong_checks(summary: dict) -> list[dict]:
     source = "Dong et al. 2021"
-    run = s.dong_run(summary)
-    if run is None:
+    dong = numbers(summary["dong"])
+    if dong is None:
         return [_missing("Dong's cubic exponent", source, "slope >= 3", DONG_RUN)]
     label = (
-        f"bidirectional attention only, init, L={run['spec']['depth']}, embedding std "
-        f"{s.std_label(run['spec']['embedding_std'])}, float64"
+        f"bidirectional attention only, init, L={dong['depth']}, embedding std "
+        f"{std_label(dong['embedding_std'])}, float64"
     )
-    exponent = s.dong_exponent(run)
+    exponent = dong["exponent"]
     return [
         prediction(
             f"float64 profile resolved ({label})",
             source,
-            f">= {s.DONG_MIN_LAYERS} consecutive layers with every r > {s.RESOLVED:g}",
+            f">= {DONG_MIN_LAYERS} consecutive layers with every r > {RESOLVED:g}",
             exponent["layers"],
-            exponent["layers"] >= s.DONG_MIN_LAYERS,
+            exponent["layers"] >= DONG_MIN_LAYERS,
             f"layers 0-{exponent['layers'] - 1}",
             kind="sanity",
         ),
         exponent_check(exponent, label, source),
-        bound_check(s.dong_looseness(run), label, source),
+        bound_check(dong["looseness"], label, source),
     ]
 
 
@@ -193,69 +212,60 @@ def noci_check(summary: dict) -> dict:
         f"skip scaled by 1/sqrt(L): r_L >= {NOCI_MIN_RESIDUAL} in every seed at every depth; its unscaled "
         "control's mean r_L falls below the scaled one's at the deepest"
     )
-    scaled = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip_scaled")}
-    control = {r["spec"]["depth"]: r for r in s.init_runs(summary, "skip")}
-    depths = sorted(set(scaled) & set(control))
-    if not depths:
+    noci = numbers(summary["noci"])
+    if noci is None:
         return _missing(
             "1/sqrt(L) skips keep rank", source, claim, "init_sweep runs of skip_scaled and skip"
         )
-    r_scaled = {d: s.seed_interval(s.last_per_seed(scaled[d])) for d in depths}
-    r_control = {d: s.seed_interval(s.last_per_seed(control[d])) for d in depths}
-    lowest = min(float(s.last_per_seed(scaled[d]).min()) for d in depths)
-    deepest = depths[-1]
-    passed = lowest >= NOCI_MIN_RESIDUAL and r_control[deepest]["mean"] < r_scaled[deepest]["mean"]
+    depths, r_scaled, r_control, lowest = (
+        noci[k] for k in ("depths", "scaled", "control", "lowest")
+    )
+    passed = lowest >= NOCI_MIN_RESIDUAL and r_control[-1]["mean"] < r_scaled[-1]["mean"]
     return prediction(
         f"skip scaled by 1/sqrt(L) keeps rank (no LN or MLP, init, L={', '.join(map(str, depths))}, "
-        f"{r_scaled[deepest]['seeds']} seeds)",
+        f"{r_scaled[-1]['n']} seeds)",
         source,
         claim,
         lowest,
         passed,
         "lowest seed's r_L; r_L scaled / unscaled: "
-        + ", ".join(f"L={d}: {_interval(r_scaled[d])} / {_interval(r_control[d])}" for d in depths),
+        + ", ".join(
+            f"L={d}: {interval_text(a)} / {interval_text(b)}"
+            for d, a, b in zip(depths, r_scaled, r_control)
+        ),
     )
 
 
-def remedy_check(
-    placement: str, unscaled: list[dict], scaled: list[dict], source: str = "Noci et al. 2022"
-) -> dict:
+def remedy_check(gradients: dict, source: str = "Noci et al. 2022") -> dict:
     """Prediction: with residual branches scaled by 1/sqrt(L) the query/key gradients do not vanish with depth,
-    without the scaling they do (`unscaled`, `scaled`: runs by depth, `summary.noci_pairs`)."""
-    depths = sorted({r["spec"]["depth"] for r in unscaled} & {r["spec"]["depth"] for r in scaled})
+    without the scaling they do (`gradients`: one placement of the summary's `gradients`)."""
+    placement, drops = gradients["placement"], numbers(gradients["drop"])
     name = f"1/sqrt(L) residual scaling keeps query/key gradients ({placement}, MLP, bidirectional, init)"
     claim = (
         f"g(L) = geometric mean over layers of ||grad W_QK|| / ||grad W_V||; g(L_max) / g(L_min) per seed: "
         f"lower end of its 95% interval over seeds >= {GRADIENT_DROP:g} with the scaling, upper end < "
         f"{GRADIENT_DROP:g} without"
     )
-    if len(depths) < 2:
+    if drops is None:
         return prediction(
             name, source, claim, None, None, "not measured: fewer than two depths in both variants"
         )
-
-    def at(found, d):
-        return next(r for r in found if r["spec"]["depth"] == d)
-
-    drops = {
-        label: s.gradient_drop(at(found, depths[0]), at(found, depths[-1]))
-        for label, found in (("scaled", scaled), ("unscaled", unscaled))
-    }
     kept = np.isfinite(drops["scaled"]["low"]) and drops["scaled"]["low"] >= GRADIENT_DROP
     vanished = np.isfinite(drops["unscaled"]["high"]) and drops["unscaled"]["high"] < GRADIENT_DROP
-    notes = "; ".join(f"{label}: {_interval(d)}" for label, d in drops.items())
+    notes = "; ".join(f"{label}: {interval_text(drops[label])}" for label in ("scaled", "unscaled"))
+    shallow, deep = drops["depths"]
     return prediction(
         name,
         source,
         claim,
         drops["scaled"]["mean"],
         bool(kept and vanished),
-        f"g(L={depths[-1]}) / g(L={depths[0]}) over {drops['scaled']['seeds']} seeds, {notes}",
+        f"g(L={deep}) / g(L={shallow}) over {drops['scaled']['n']} seeds, {notes}",
     )
 
 
 def gradient_checks(summary: dict) -> list[dict]:
-    checks = [remedy_check(placement, *pair) for placement, pair in s.noci_pairs(summary).items()]
+    checks = [remedy_check(gradients) for gradients in summary["gradients"]]
     if not checks:
         checks.append(
             _missing(
@@ -268,16 +278,12 @@ def gradient_checks(summary: dict) -> list[dict]:
     return checks
 
 
-def _interval(x: dict, spec: str = ".3g") -> str:
-    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
-
-
 def _window_notes(windows: list[dict]) -> str:
     def one(w):
-        text = f"layers {w['layers'][0]}-{w['layers'][1]}: rate {_interval(w['rate'])}"
+        text = f"layers {w['layers'][0]}-{w['layers'][1]}: rate {interval_text(w['rate'])}"
         if "lambda2" in w:
             text += (
-                f", |lambda_2| {_interval(w['lambda2'])}, ratio {_interval(w['ratio'])}, entropy / log S "
+                f", |lambda_2| {interval_text(w['lambda2'])}, ratio {interval_text(w['ratio'])}, entropy / log S "
                 f"{w['entropy']['mean']:.3f}"
             )
         return text
@@ -286,13 +292,15 @@ def _window_notes(windows: list[dict]) -> str:
 
 
 def exponential_check(
-    windows: list[dict],
+    collapse: dict,
     name: str,
     quote: str = WU_MASKED,
     source: str = "Wu et al. 2024",
     note: str = "",
 ) -> dict:
-    """Prediction: a constant per-layer rate below 1 (`windows`: `summary.rate_windows` or `window_rates`)."""
+    """Prediction: a constant per-layer rate below 1 (`collapse`: `{"windows": summary.rate_windows or
+    window_rates, "log_rate_ratio": summary.log_rate_ratio of them}`)."""
+    windows, ratio = collapse["windows"], collapse["log_rate_ratio"]
     claim = (
         f"'{quote}': per-layer rate of r_l below 1 in both depth windows (upper end of its 95% interval "
         f"over seeds), the late window's log-rate within a factor {EXPONENTIAL_FACTOR:g} of the early one's"
@@ -304,12 +312,9 @@ def exponential_check(
             claim,
             None,
             None,
-            f"not measured: fewer than 3 layers above {s.RESOLVED:g}",
+            f"not measured: fewer than 3 layers above {RESOLVED:g}",
         )
-    early, late = (np.log(w["rate"]["mean"]) for w in windows)
-    ratio = (
-        late / early if early < 0 else float("nan")
-    )  # no collapse in the early window: not exponential
+    # ratio: the late window's log-rate over the early one's, NaN when the early window does not collapse
     below = all(np.isfinite(w["rate"]["high"]) and w["rate"]["high"] < 1 for w in windows)
     steady = 1 / EXPONENTIAL_FACTOR <= ratio <= EXPONENTIAL_FACTOR
     return prediction(
@@ -336,7 +341,7 @@ def lambda2_check(windows: list[dict], label: str, source: str = LAMBDA2_SOURCE)
             claim,
             None,
             None,
-            f"not measured: fewer than 3 layers above {s.RESOLVED:g}",
+            f"not measured: fewer than 3 layers above {RESOLVED:g}",
         )
     passed = all(abs(w["ratio"]["mean"] - 1) <= LAMBDA2_TOLERANCE for w in windows)
     return prediction(
@@ -347,21 +352,22 @@ def lambda2_check(windows: list[dict], label: str, source: str = LAMBDA2_SOURCE)
 def mask_checks(summary: dict) -> list[dict]:
     source = "Wu et al. 2024"
     checks = []
-    for run, bidir in s.mask_pairs(summary, architecture="attention_only"):
-        depth, windows = run["spec"]["depth"], s.causal_windows(run)
-        label = f"init, L={depth}, {len(s.init(run, 'residual_fro'))} seeds"
+    for pair in numbers(summary["mask"]):
+        if pair["architecture"] != "attention_only":
+            continue
+        depth, collapse = pair["depth"], pair["collapse"]
+        label = f"init, L={depth}, {pair['seeds']} seeds"
         checks += [
             exponential_check(
-                windows,
+                collapse,
                 f"causal pure attention collapses exponentially ({label})",
                 note=". Dong et al.'s theorem (unmasked attention) is not applied to causal runs",
             ),
-            lambda2_check(windows, label),
+            lambda2_check(collapse["windows"], label),
         ]
-        bidir_l = None if bidir is None else s.layers_to(s.profile(bidir), 1e-6)
-        if bidir_l is not None:
-            at = s.seed_interval(s.init(run, "residual_fro")[:, bidir_l])
-            causal_l = s.layers_to(s.profile(run), 1e-6)
+        if pair["slower"] is not None:
+            at = pair["slower"]["at"]
+            bidir_l, causal_l = (pair["slower"][k] for k in ("bidirectional_layer", "causal_layer"))
             checks.append(
                 prediction(
                     f"the causal mask slows the collapse (attention only, init, L={depth})",
@@ -370,7 +376,7 @@ def mask_checks(summary: dict) -> list[dict]:
                     "end of its 95% interval over seeds",
                     at["mean"],
                     bool(np.isfinite(at["low"]) and at["low"] > 1e-6),
-                    f"causal r there {_interval(at)}; its mean first below 1e-6 at layer "
+                    f"causal r there {interval_text(at)}; its mean first below 1e-6 at layer "
                     f"{causal_l if causal_l is not None else 'none'} of {depth}",
                 )
             )
@@ -390,54 +396,53 @@ def layernorm_checks(summary: dict) -> list[dict]:
     """Wu et al. 2024 on LayerNorm: their two statements on constructed weights, and their random-init figure."""
     source = "Wu et al. 2024"
     checks = []
-    block = s.config_of(summary).get("layernorm")
-    run = s.layernorm_run(summary, "orthogonal")
-    if run is not None:
+    block = config_of(summary).get("layernorm")
+    layernorm = numbers(summary["layernorm"])
+    orthogonal = next((c for c in layernorm["constructions"] if c["name"] == "orthogonal"), None)
+    if orthogonal is not None:
         label = (
             f"LayerNorm, orthogonal W_V, causal, {block.num_tokens} tokens in {block.dim}-D, "
-            f"{len(s.init(run, 'consensus_ln'))} seeds"
+            f"{orthogonal['seeds']} seeds"
         )
         checks.append(
             exponential_check(
-                s.rate_windows(s.init(run, "consensus_ln")),
+                orthogonal["collapse"],
                 f"LayerNorm does not stop exponential collapse ({label})",
                 WU_LAYERNORM,
             )
         )
-    run = s.layernorm_run(summary, "full_rank")
-    if run is not None:
-        with_ln, plain = (
-            s.last_per_seed(run, "consensus_ln"),
-            s.last_per_seed(run, "consensus_plain"),
-        )
-        ranks, interval = s.init(run, "rank_ln"), s.seed_interval(with_ln)
+    full = layernorm["full_rank"]
+    if full is not None:
+        with_ln = full["with_interval"]
         checks.append(
             prediction(
                 f"LayerNorm with constructed W_V keeps a full-rank equilibrium (causal, 2 tokens in 2-D, "
-                f"L={run['spec']['depth']}, {interval['seeds']} seeds)",
+                f"L={full['depth']}, {with_ln['n']} seeds)",
                 source,
                 f"'{WU_NO_COLLAPSE}': with LayerNorm the last layer's tokens have rank 2 and consensus distance >= "
                 f"{NO_COLLAPSE:g} in every seed; without it the same weights fall below {NO_COLLAPSE:g} in every seed",
-                interval["mean"],
+                with_ln["mean"],
                 bool(
-                    ranks.min() == 2 and with_ln.min() >= NO_COLLAPSE and plain.max() < NO_COLLAPSE
+                    full["rank_min"] == 2
+                    and full["with_min"] >= NO_COLLAPSE
+                    and full["without_max"] < NO_COLLAPSE
                 ),
-                f"with LayerNorm {_interval(interval)} (min {with_ln.min():.3g}), rank of the last layer's tokens "
-                f"{_numbers(ranks, '.0f')}; without {_interval(s.seed_interval(plain))} (max {plain.max():.3g})",
+                f"with LayerNorm {interval_text(with_ln)} (min {full['with_min']:.3g}), rank of the last layer's "
+                f"tokens {_numbers(full['ranks'], '.0f')}; without {interval_text(full['without_interval'])} "
+                f"(max {full['without_max']:.3g})",
             )
         )
-    for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
-        last = s.last_per_seed(run, "residual_fro")
-        interval = s.seed_interval(last)
+    for run in layernorm["postln"]:
+        interval = run["interval"]
         checks.append(
             prediction(
                 f"LayerNorm after attention stops collapse at random initialisation (attention only, causal, "
-                f"L={run['spec']['depth']}, {interval['seeds']} seeds)",
+                f"L={run['depth']}, {interval['n']} seeds)",
                 "Wu et al. 2024 (Figure 2)",
                 f"'{WU_RANDOM}': r_L >= {NO_COLLAPSE:g} in every seed (X -> LN(SA(X)))",
                 interval["mean"],
-                bool(last.min() >= NO_COLLAPSE),
-                f"r_L {_interval(interval)}, min {last.min():.3g}",
+                bool(run["min"] >= NO_COLLAPSE),
+                f"r_L {interval_text(interval)}, min {run['min']:.3g}",
             )
         )
     if not checks:
@@ -455,32 +460,31 @@ def layernorm_checks(summary: dict) -> list[dict]:
 def training_checks(summary: dict) -> list[dict]:
     source = "Dong et al. 2021 / Noci et al. 2022 (trained)"
     checks = []
-    for run in s.depth4_skip_runs(summary):
-        accs = s.per_seed(run, "eval_accuracy")
-        interval = s.seed_interval(accs)
+    training = numbers(summary["training"])
+    for run in [r for r in training if r["recall"]]:
+        accs, interval = run["accuracy"], run["accuracy_interval"]
         checks.append(
             prediction(
-                f"{run['spec']['architecture']} ({run['spec']['kind']}) learns recall at depth 4, {len(accs)} seeds",
+                f"{run['architecture']} ({run['kind']}) learns recall at depth 4, {len(accs)} seeds",
                 source,
                 f"query accuracy >= {RECALL_MIN_ACCURACY} in every seed",
                 interval["mean"],
-                bool(accs) and min(accs) >= RECALL_MIN_ACCURACY,
-                f"{_interval(interval)}; per seed: {_numbers(accs, '.2f')}; left the plateau at steps "
-                f"{s.plateau_exit(run)}",
+                bool(accs) and run["accuracy_min"] >= RECALL_MIN_ACCURACY,
+                f"{interval_text(interval)}; per seed: {_numbers(accs, '.2f')}; left the plateau at steps "
+                f"{run['plateau_exit']}",
             )
         )
-    for run in s.attention_train_runs(summary):
-        accs, chance = s.per_seed(run, "eval_accuracy"), s.chance(run)
-        interval = s.seed_interval(accs)
+    for run in [r for r in training if r["architecture"] == "attention_only"]:
+        accs, chance, interval = run["accuracy"], run["chance"], run["accuracy_interval"]
         checks.append(
             prediction(
-                f"attention only ({run['spec']['kind']}) stays near chance at depth {run['spec']['depth']}, "
+                f"attention only ({run['kind']}) stays near chance at depth {run['depth']}, "
                 f"{len(accs)} seeds",
                 source,
                 f"query accuracy <= 2 x chance = {2 * chance:.3f}, upper end of its 95% interval over seeds",
                 interval["mean"],
                 bool(np.isfinite(interval["high"]) and interval["high"] <= 2 * chance),
-                f"{_interval(interval)}; chance (uniform over value tokens) = {chance:.3f}; per seed: "
+                f"{interval_text(interval)}; chance (uniform over value tokens) = {chance:.3f}; per seed: "
                 f"{_numbers(accs, '.2f')}",
             )
         )

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from attnjax import nn
 from experiments.lab.render import fmt
-from experiments.rank_collapse import summary as s
-from experiments.rank_collapse.study import SWEEPS
+from experiments.lab.study import config_of
+from experiments.rank_collapse.checks import numbers, std_label
+from experiments.rank_collapse.constants import RESOLVED, SWEEPS
 
 # Layers shown in a per-layer table (the profiles are in summary.json).
 PROFILE_ROWS = 9
 # Layers shown in the Dong et al. table.
 DONG_ROWS = 8
 NOCI_ARCHITECTURES = ("skip", "skip_scaled", "skip_mlp", "post_ln")
+HIDDEN = ("residual_fro", "residual_l1inf", "residual_abs_fro", "mean_token_norm", "token_cosine")
+ATTENTION = ("attention_entropy_normalized", "dobrushin", "logit_variance")
 
 
 def _joined(values, spec: str) -> str:
@@ -30,6 +31,11 @@ def _joined(values, spec: str) -> str:
 
 def _fmt_all(values) -> list[str]:
     return [fmt(float(v)) for v in values]
+
+
+def _fmt_interval(x: dict) -> str:
+    """An interval (`experiments.lab.stats.interval`) as 'mean [low, high]', each `fmt`."""
+    return f"{fmt(x['mean'])} [{fmt(x['low'])}, {fmt(x['high'])}]"
 
 
 def seed_counts(config) -> str:
@@ -58,21 +64,10 @@ def split_kinds(records: list[dict]) -> dict:
 # Report tables
 
 
-def profile_rows(run: dict) -> list[list]:
-    """Per layer: residuals (relative, absolute), shared component, cosine, entropy, tau, logit variance."""
-    hidden = [
-        s.profile(run, k)
-        for k in (
-            "residual_fro",
-            "residual_l1inf",
-            "residual_abs_fro",
-            "mean_token_norm",
-            "token_cosine",
-        )
-    ]
-    attention = [
-        s.profile(run, k) for k in ("attention_entropy_normalized", "dobrushin", "logit_variance")
-    ]
+def profile_rows(profile: dict) -> list[list]:
+    """Per layer: residuals (relative, absolute), shared component, cosine, entropy, tau, logit variance
+    (`profile`: Dong et al.'s run's mean per-layer metrics)."""
+    hidden, attention = [profile[k] for k in HIDDEN], [profile[k] for k in ATTENTION]
     rows = []
     for layer in range(min(len(hidden[0]), PROFILE_ROWS)):
         cells = [fmt(float(m[layer - 1])) if layer else "" for m in attention]
@@ -83,211 +78,170 @@ def profile_rows(run: dict) -> list[list]:
 
 
 def regime_rows(summary: dict) -> list[list]:
-    features = s.config_of(summary).model.features
-    rows = []
-    for run in s.regime_runs(summary):
-        std, reg, r = run["spec"]["embedding_std"], s.regime(run), s.profile(run)
-        rows.append(
-            [
-                run["spec"]["architecture"],
-                s.std_label(std),
-                fmt(reg["entropy"]),
-                fmt(reg["tau"]),
-                fmt(reg["logit_variance"]),
-                fmt(s.predicted_logit_variance(std, features)),
-                fmt(float(r[1])),
-                fmt(float(r[4])),
-            ]
-        )
-    return rows
+    return [
+        [
+            row["architecture"],
+            std_label(row["embedding_std"]),
+            fmt(row["entropy"]),
+            fmt(row["tau"]),
+            fmt(row["logit_variance"]),
+            fmt(row["predicted"]),
+            fmt(row["r_1"]),
+            fmt(row["r_4"]),
+        ]
+        for row in summary["regime_table"]
+    ]
 
 
-def dong_context(run: dict) -> dict:
+def dong_context(dong: dict) -> dict:
     """Dong et al.'s table (mean over seeds and examples), exponent and bound looseness of the attention-only run."""
     looseness = [
         [row["layer"], row["points"], fmt(row["median"]), fmt(row["min"]), fmt(row["max"])]
-        for row in s.dong_looseness(run)
+        for row in dong["looseness"]["rows"]
     ]
-    r = np.mean(s.dong_residuals(run), axis=0)
-    logs = -np.log(np.maximum(r, 1e-300))
+    r, logs, growth = dong["residual"], dong["log_inverse"], dong["growth"]
     rows = [
         [
             layer,
             fmt(float(r[layer])),
             fmt(float(logs[layer])),
-            fmt(float(logs[layer] / logs[layer - 1])) if layer and logs[layer - 1] > 0 else "",
+            fmt(float(growth[layer])) if growth[layer] is not None else "",
         ]
         for layer in range(min(len(r), DONG_ROWS))
     ]
     return {
-        "depth": run["spec"]["depth"],
-        "std": s.std_label(run["spec"]["embedding_std"]),
-        "profile_rows": profile_rows(run),
+        "depth": dong["depth"],
+        "std": std_label(dong["embedding_std"]),
+        "profile_rows": profile_rows(dong["profile"]),
         "rows": rows,
-        "exponent": s.dong_exponent(run),
+        "exponent": dong["exponent"],
         "looseness": looseness,
-        "constant": s.dong_constant(run),
+        "constant": dong["constant"],
     }
 
 
 def noci_rows(summary: dict) -> list[list]:
-    rows = []
-    for arch in NOCI_ARCHITECTURES:
-        for run in s.init_runs(summary, arch):
-            absr = s.profile(run, "residual_abs_fro")
-            shared = s.profile(run, "mean_token_norm")
-            rows.append(
-                [
-                    arch,
-                    run["spec"]["depth"],
-                    fmt(s.last(run)),
-                    *_fmt_all([absr[0], absr[-1]]),
-                    *_fmt_all([shared[0], shared[-1]]),
-                    fmt(s.last(run, "token_cosine")),
-                ]
-            )
-    return rows
+    untrained = numbers(summary["untrained"])
+    return [
+        [
+            arch,
+            run["depth"],
+            fmt(run["residual"]),
+            *_fmt_all(run["absolute"]),
+            *_fmt_all(run["shared"]),
+            fmt(run["cosine"]),
+        ]
+        for arch in NOCI_ARCHITECTURES
+        for run in untrained.get(arch, [])
+    ]
 
 
 def last_layer_table(summary: dict) -> Optional[dict]:
     """`{"depths": ["L=d", ...], "rows"}`: r_L of every architecture (rows) at every depth (columns)."""
-    found = s.untrained_runs(summary, embedding_std=s.main_std(summary))
-    if not found:
+    table = numbers(summary["last_layer"])
+    if table is None:
         return None
-    depths = sorted({r["spec"]["depth"] for r in found})
-    at = {}
-    for r in found:
-        at.setdefault((r["spec"]["architecture"], r["spec"]["depth"]), r)
     rows = [
-        [arch, *[fmt(s.last(at[arch, d])) if (arch, d) in at else "" for d in depths]]
-        for arch in sorted({r["spec"]["architecture"] for r in found})
+        [row["architecture"], *["" if r is None else fmt(r) for r in row["residual"]]]
+        for row in table["rows"]
     ]
-    return {"depths": [f"L={d}" for d in depths], "rows": rows}
+    return {"depths": [f"L={d}" for d in table["depths"]], "rows": rows}
 
 
 def mask_rows(summary: dict) -> list[list]:
-    rows = []
-    for run, bidir in s.mask_pairs(summary):
-        for mask, r in (("causal", run), ("bidirectional", bidir)):
-            if r is not None:
-                rows.append(
-                    [
-                        r["spec"]["architecture"],
-                        mask,
-                        r["spec"]["depth"],
-                        fmt(s.last(r)),
-                        fmt(s.last(r, "token_cosine")),
-                        format(s.geometric(r).rate, ".3g"),
-                        fmt(s.mean_tau(r)),
-                    ]
-                )
-    return rows
-
-
-def _interval(x: dict) -> str:
-    return f"{fmt(x['mean'])} [{fmt(x['low'])}, {fmt(x['high'])}]"
+    return [
+        [
+            row["architecture"],
+            row["mask"],
+            row["depth"],
+            fmt(row["residual"]),
+            fmt(row["cosine"]),
+            format(row["rate"], ".3g"),
+            fmt(row["tau"]),
+        ]
+        for pair in numbers(summary["mask"])
+        for row in pair["rows"]
+    ]
 
 
 def window_rows(summary: dict) -> list[list]:
     """Per causal run and depth window: rate, maps' |λ2|, their ratio (intervals over seeds), entropy."""
     return [
         [
-            run["spec"]["architecture"],
-            run["spec"]["depth"],
+            pair["architecture"],
+            pair["depth"],
             f"{w['layers'][0]}-{w['layers'][1]}",
-            _interval(w["rate"]),
-            _interval(w["lambda2"]),
-            _interval(w["ratio"]),
+            _fmt_interval(w["rate"]),
+            _fmt_interval(w["lambda2"]),
+            _fmt_interval(w["ratio"]),
             fmt(w["entropy"]["mean"]),
         ]
-        for run, _ in s.mask_pairs(summary)
-        for w in s.causal_windows(run)
+        for pair in numbers(summary["mask"])
+        for w in pair["collapse"]["windows"]
     ]
 
 
 def gradient_rows(summary: dict) -> list[list]:
     """Per Noci-sweep run: g(L) (geometric mean over layers of ||grad W_QK|| / ||grad W_V||), the ratio at
     the first and last layer, and the token cosine at L, intervals over seeds."""
-    rows = []
-    for placement, pair in s.noci_pairs(summary).items():
-        for run in [r for found in pair for r in found]:
-            ratio = s.qk_value_ratio(run)
-            rows.append(
-                [
-                    placement,
-                    run["spec"]["architecture"],
-                    run["spec"]["depth"],
-                    _interval(s.seed_interval(s.gradient_ratio(run))),
-                    _interval(s.seed_interval(ratio[:, 0])),
-                    _interval(s.seed_interval(ratio[:, -1])),
-                    _interval(s.seed_interval(s.last_per_seed(run, "token_cosine"))),
-                ]
-            )
-    return rows
+    return [
+        [
+            placement["placement"],
+            run["architecture"],
+            run["depth"],
+            *[_fmt_interval(run[k]) for k in ("g", "ratio_first", "ratio_last", "cosine")],
+        ]
+        for placement in numbers(summary["gradients"])
+        for run in placement["unscaled"] + placement["scaled"]
+    ]
 
 
 def layernorm_rows(summary: dict) -> list[list]:
     """Per LayerNorm construction: consensus distance at layers 0, L/4, L/2 and L with and without LN."""
-    rows = []
-    for name in s.config_of(summary).layernorm.constructions:
-        run = s.layernorm_run(summary, name)
-        if run is None:
-            continue
-        for which, label in (("consensus_ln", "with LayerNorm"), ("consensus_plain", "without")):
-            r = s.init(run, which)
-            layers = sorted({0, r.shape[1] // 4, r.shape[1] // 2, r.shape[1] - 1})
-            rows.append(
-                [
-                    name,
-                    label,
-                    ", ".join(f"{layer}: {fmt(float(np.mean(r[:, layer])))}" for layer in layers),
-                    _interval(s.seed_interval(r[:, -1])),
-                ]
-            )
-    return rows
+    return [
+        [
+            construction["name"],
+            row["label"],
+            ", ".join(f"{layer}: {fmt(value)}" for layer, value in row["at"]),
+            _fmt_interval(row["last"]),
+        ]
+        for construction in numbers(summary["layernorm"])["constructions"]
+        for row in construction["rows"]
+    ]
 
 
 def train_rows(summary: dict) -> list[list]:
-    rows = []
-    for r in sorted(
-        s.runs(summary, "train"), key=lambda r: (r["spec"]["architecture"], r["spec"]["depth"])
-    ):
-        trained = s.trained(r)
-        rows.append(
-            [
-                r["spec"]["architecture"],
-                r["spec"]["depth"],
-                _joined(s.per_seed(r, "eval_accuracy"), ".2f"),
-                str(s.plateau_exit(r)),
-                fmt(s.last(r)),
-                fmt(float(s.mean(trained["residual_fro"])[-1])),
-                _joined(s.mean(trained["attention_entropy_normalized"]), ".2f"),
-                int(np.sum(s.phase(r, "final").get("diverged", []))),
-            ]
-        )
-    return rows
+    return [
+        [
+            r["architecture"],
+            r["depth"],
+            _joined(r["accuracy"], ".2f"),
+            str(r["plateau_exit"]),
+            fmt(r["residual_init"]),
+            fmt(r["residual_trained"]),
+            _joined(r["entropy_trained"], ".2f"),
+            r["diverged"],
+        ]
+        for r in sorted(numbers(summary["training"]), key=lambda r: (r["architecture"], r["depth"]))
+    ]
 
 
 def path_rows(summary: dict) -> list[list]:
-    rows = []
-    for r in s.runs(summary, "train"):
-        medians = s.path_medians(r)
-        if medians is not None:
-            rows.append(
-                [r["spec"]["architecture"], r["spec"]["depth"], ", ".join(_fmt_all(medians))]
-            )
-    return rows
+    return [
+        [r["architecture"], r["depth"], ", ".join(_fmt_all(r["medians"]))]
+        for r in numbers(summary["paths"])
+    ]
 
 
 def report_context(summary: dict) -> dict:
-    dong = s.dong_run(summary)
+    dong = numbers(summary["dong"])
     return {
         "summary": summary,
-        "config": s.config_of(summary),
-        "seeds": seed_counts(s.config_of(summary)),
+        "config": config_of(summary),
+        "seeds": seed_counts(config_of(summary)),
         **split_kinds(summary["predictions"]),
         "position_std": nn.POSITION_INIT_STD,
-        "resolved": s.RESOLVED,
+        "resolved": RESOLVED,
         "regime_rows": regime_rows(summary),
         "dong": dong_context(dong) if dong else None,
         "noci_rows": noci_rows(summary),
@@ -305,63 +259,50 @@ def report_context(summary: dict) -> dict:
 # README
 
 
-def readme_dong(summary: dict, run: dict) -> dict:
+def readme_dong(summary: dict, dong: dict) -> dict:
     """The README's numbers of the attention-only run."""
     by_name = {c["name"].rsplit(" (", 1)[0]: c for c in summary["predictions"]}
-    looseness = s.dong_looseness(run)
     return {
-        "std": s.std_label(run["spec"]["embedding_std"]),
-        "depth": run["spec"]["depth"],
-        "regime": s.regime(run),
-        "predicted": s.predicted_logit_variance(
-            run["spec"]["embedding_std"], s.config_of(summary).model.features
-        ),
-        "r": ", ".join(_fmt_all(s.profile(run)[:6])),
-        "exponent": s.dong_exponent(run),
+        "std": std_label(dong["embedding_std"]),
+        "depth": dong["depth"],
+        "regime": dong["regime"],
+        "predicted": dong["predicted_logit_variance"],
+        "r": ", ".join(_fmt_all(dong["profile"]["residual_fro"][:6])),
+        "exponent": dong["exponent"],
         "verdict": by_name.get("Dong's cubic exponent", {}).get("verdict", "n/a"),
-        "loose": (min(row["median"] for row in looseness), max(row["median"] for row in looseness))
-        if looseness
-        else None,
-        "constant": s.dong_constant(run),
+        "loose": dong["looseness"]["medians"],
+        "constant": dong["constant"],
     }
-
-
-def _ends(run: dict, metric: str) -> tuple[str, str]:
-    """An init-phase per-layer metric at the input and at the last layer (mean over seeds, `fmt`)."""
-    values = s.profile(run, metric)
-    return fmt(float(values[0])), fmt(float(values[-1]))
 
 
 def readme_skips(summary: dict) -> dict:
     """The deepest skip and post-LN runs, the 1/sqrt(L) runs, the gradient ratios and the causal fits."""
-    skip, post_ln = s.deepest_init(summary, "skip"), s.deepest_init(summary, "post_ln")
+    untrained = numbers(summary["untrained"])
+    skip, post_ln = ((untrained.get(arch) or [None])[-1] for arch in ("skip", "post_ln"))
     return {
         "skip": {
-            "depth": skip["spec"]["depth"],
-            "relative": fmt(s.last(skip)),
-            "absolute": _ends(skip, "residual_abs_fro"),
-            "shared": _ends(skip, "mean_token_norm"),
+            "depth": skip["depth"],
+            "relative": fmt(skip["residual"]),
+            "absolute": tuple(_fmt_all(skip["absolute"])),
+            "shared": tuple(_fmt_all(skip["shared"])),
         }
         if skip
         else None,
-        "post_ln": {
-            "depth": post_ln["spec"]["depth"],
-            "absolute": _ends(post_ln, "residual_abs_fro"),
-        }
+        "post_ln": {"depth": post_ln["depth"], "absolute": tuple(_fmt_all(post_ln["absolute"]))}
         if post_ln
         else None,
-        "scaled": [(s.last(r), r["spec"]["depth"]) for r in s.init_runs(summary, "skip_scaled")],
+        "scaled": [(r["residual"], r["depth"]) for r in untrained.get("skip_scaled", [])],
         "grads": {
-            placement: [
-                (r["spec"]["architecture"], r["spec"]["depth"], float(np.mean(s.gradient_ratio(r))))
-                for found in pair
-                for r in found
+            placement["placement"]: [
+                (r["architecture"], r["depth"], r["g"]["mean"])
+                for r in placement["unscaled"] + placement["scaled"]
             ]
-            for placement, pair in s.noci_pairs(summary).items()
+            for placement in numbers(summary["gradients"])
         },
         "causal": [
-            (run["spec"]["depth"], s.causal_windows(run))
-            for run, _ in s.mask_pairs(summary, architecture="attention_only")
+            (pair["depth"], pair["collapse"]["windows"])
+            for pair in numbers(summary["mask"])
+            if pair["architecture"] == "attention_only"
         ],
     }
 
@@ -369,28 +310,28 @@ def readme_skips(summary: dict) -> dict:
 def readme_layernorm(summary: dict) -> dict:
     """Wu et al.'s LayerNorm numbers: the constructions' last-layer consensus distances (mean over seeds, with and
     without LN), the orthogonal construction's late rate, and r_L of the post-LN attention-only runs."""
-    out = {"constructions": {}, "postln": []}
-    for name in s.config_of(summary).layernorm.constructions:
-        run = s.layernorm_run(summary, name)
-        if run is not None:
-            windows = s.rate_windows(s.init(run, "consensus_ln"))
-            out["constructions"][name] = {
-                "with": fmt(s.last(run, "consensus_ln")),
-                "without": fmt(s.last(run, "consensus_plain")),
-                "layers": run["spec"]["depth"],
-                "rate": windows[-1]["rate"]["mean"] if windows else None,
+    layernorm = numbers(summary["layernorm"])
+    windows = {c["name"]: c["collapse"]["windows"] for c in layernorm["constructions"]}
+    return {
+        "constructions": {
+            c["name"]: {
+                "with": fmt(c["with"]),
+                "without": fmt(c["without"]),
+                "layers": c["depth"],
+                "rate": windows[c["name"]][-1]["rate"]["mean"] if windows[c["name"]] else None,
             }
-    for run in s.runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
-        out["postln"].append((run["spec"]["depth"], fmt(s.last(run))))
-    return out
+            for c in layernorm["constructions"]
+        },
+        "postln": [(run["depth"], fmt(run["mean"])) for run in layernorm["postln"]],
+    }
 
 
 def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
-    dong = s.dong_run(summary)
+    dong = numbers(summary["dong"])
     kinds = split_kinds(summary["predictions"])
     return {
-        "config": s.config_of(summary),
-        "seeds": seed_counts(s.config_of(summary)),
+        "config": config_of(summary),
+        "seeds": seed_counts(config_of(summary)),
         "runs": summary["runs"],
         **kinds,
         "results": results,
@@ -403,15 +344,13 @@ def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
         "skips": readme_skips(summary),
         "layernorm": readme_layernorm(summary),
         "recall": [
-            (
-                r["spec"]["architecture"],
-                _joined(s.per_seed(r, "eval_accuracy"), ".2f"),
-                s.plateau_exit(r),
-            )
-            for r in s.depth4_skip_runs(summary)
+            (r["architecture"], _joined(r["accuracy"], ".2f"), r["plateau_exit"])
+            for r in numbers(summary["training"])
+            if r["recall"]
         ],
         "attention": [
-            (r["spec"]["depth"], _joined(s.per_seed(r, "eval_accuracy"), ".2f"), s.chance(r))
-            for r in s.attention_train_runs(summary)
+            (r["depth"], _joined(r["accuracy"], ".2f"), r["chance"])
+            for r in numbers(summary["training"])
+            if r["architecture"] == "attention_only"
         ],
     }

@@ -5,6 +5,12 @@ Per-layer metrics are drawn as `attnjax.plotting.metric_vs_depth` draws them
 a figure (`Panel`). A panel's x axis starts at 0 for hidden-state metrics
 (X_0 is the input) and at 1 for attention statistics (one per layer): the
 panel says which, nothing is read from its label.
+
+Every number drawn is the summary's: the lines with their bands (`bands`), the
+fits, ratios and medians of its sections, and, where every seed or example is
+drawn, the raw per-seed values of its `runs`. The only arithmetic here is the
+drawing's: the x coordinates, the y of a log-log plot, a line from a stored
+slope and intercept.
 """
 
 from __future__ import annotations
@@ -15,15 +21,16 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from attnjax import plotting
-from experiments.rank_collapse import summary as s
-from experiments.rank_collapse.checks import NOCI_MIN_RESIDUAL
+from experiments.rank_collapse.checks import NOCI_MIN_RESIDUAL, numbers, std_label
+from experiments.rank_collapse.constants import FLOOR
 
 HIDDEN, ATTENTION = 0, 1  # x of a profile's first value: X_0 (the input), or layer 1's attention
 LEGEND_SIZE = 7
 
 
 class Panel(NamedTuple):
-    """One axes of a figure: `curves` `{label: [seeds, layers] or [layers]}` against the layers from `start`."""
+    """One axes of a figure: `curves` `{label: band}` (`summary.band`: mean, min, max over seeds, and their
+    number `n`) against the layers from `start`."""
 
     ylabel: str
     curves: dict
@@ -45,16 +52,30 @@ def _style(
         ax.legend(fontsize=LEGEND_SIZE)
 
 
+def _array(values) -> np.ndarray:
+    """Numbers of the summary as a float64 array ('nan', 'inf' as JSON stores them read back)."""
+    return np.asarray(values, dtype=np.float64)
+
+
+def _metrics(summary: dict, run_id: str, phase: str) -> dict:
+    """The raw metrics of a run's first phase called `phase` (`{metric: [per seed]}`)."""
+    return next(p["metrics"] for p in summary["runs"][run_id]["phases"] if p["phase"] == phase)
+
+
 def _draw(ax, panel: Panel, legend: bool) -> None:
     """Mean over seeds with its min-max band, one line per curve."""
-    for name, values in panel.curves.items():
-        v = s.array(values)
-        v = v[None] if v.ndim == 1 else v
-        x = np.arange(panel.start, panel.start + v.shape[1])
-        (line,) = ax.plot(x, v.mean(axis=0), marker="o", markersize=3, label=name)
-        if v.shape[0] > 1:
+    for name, band in panel.curves.items():
+        mean = _array(band["mean"])
+        x = np.arange(panel.start, panel.start + mean.size)
+        (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
+        if band["n"] > 1:
             ax.fill_between(
-                x, v.min(axis=0), v.max(axis=0), color=line.get_color(), alpha=0.2, linewidth=0
+                x,
+                _array(band["min"]),
+                _array(band["max"]),
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
             )
     _style(ax, panel.xlabel, panel.ylabel, panel.log, legend)
 
@@ -69,7 +90,7 @@ def panels(title: str, *items: Panel, width: float = 15, height: float = 4.2):
 
 
 def _label(run: dict) -> str:
-    return f"{run['spec']['architecture']} (L={run['spec']['depth']})"
+    return f"{run['architecture']} (L={run['depth']})"
 
 
 # --------------------------------------------------------------------------
@@ -77,10 +98,10 @@ def _label(run: dict) -> str:
 
 
 def init_residual(summary: dict):
-    deepest = [s.deepest_init(summary, arch) for arch in s.init_architectures(summary)]
+    deepest, bands = summary["deepest_untrained"], summary["bands"]
 
     def curves(metric):
-        return {_label(r): s.init(r, metric) for r in deepest if r is not None}
+        return {_label(r): bands[r["run"]][metric] for r in deepest}
 
     return panels(
         "Untrained networks (bidirectional, softmax)",
@@ -91,13 +112,11 @@ def init_residual(summary: dict):
 
 
 def init_scale(summary: dict):
-    found = s.scale_runs(summary)
-    names = [
-        f"std {s.std_label(r['spec']['embedding_std'])} (L={r['spec']['depth']})" for r in found
-    ]
+    found, bands = summary["scale"], summary["bands"]
+    names = [f"std {std_label(r['embedding_std'])} (L={r['depth']})" for r in found]
 
     def curves(metric):
-        return {name: s.init(r, metric) for name, r in zip(names, found)}
+        return {name: bands[r["run"]][metric] for name, r in zip(names, found)}
 
     return panels(
         "Attention only: the embedding std at initialisation",
@@ -113,18 +132,18 @@ def init_scale(summary: dict):
 
 
 def causal_layernorm(summary: dict):
-    pairs = s.mask_pairs(summary)
+    pairs, bands = summary["mask"], summary["bands"]
     both = [
-        (f"{r['spec']['architecture']} {mask}", r)
-        for run, bidir in pairs
-        for mask, r in (("causal", run), ("bidirectional", bidir))
-        if r is not None
+        (f"{pair['architecture']} {mask}", pair[mask])
+        for pair in pairs
+        for mask in ("causal", "bidirectional")
+        if pair[mask] is not None
     ]
 
     def curves(metric):
-        return {name: s.init(r, metric) for name, r in both}
+        return {name: bands[run_id][metric] for name, run_id in both}
 
-    tau = {f"{run['spec']['architecture']} causal": s.init(run, "dobrushin") for run, _ in pairs}
+    tau = {f"{pair['architecture']} causal": bands[pair["causal"]]["dobrushin"] for pair in pairs}
     return panels(
         "Causal mask x LayerNorm at initialisation (Wu et al. 2024)",
         Panel("relative residual", curves("residual_fro")),
@@ -134,20 +153,19 @@ def causal_layernorm(summary: dict):
 
 
 def noci_scaling(summary: dict, architectures=("skip", "skip_scaled")):
-    found = {
-        arch: s.init_runs(summary, arch) for arch in architectures if s.init_runs(summary, arch)
-    }
-    depths = {arch: [r["spec"]["depth"] for r in runs] for arch, runs in found.items()}
+    untrained = numbers(summary["untrained"])
+    found = {arch: untrained[arch] for arch in architectures if untrained.get(arch)}
+    depths = {arch: [r["depth"] for r in runs] for arch, runs in found.items()}
     fig = plotting.figure(11, 4.2)
-    for ax, metric, ylabel in zip(
+    for ax, key, ylabel in zip(
         fig.subplots(1, 2),
-        ("residual_fro", "token_cosine"),
+        ("residual", "cosine"),
         ("relative residual at layer L", "token cosine at layer L"),
     ):
         for arch, runs in found.items():
             ax.plot(
                 depths[arch],
-                [s.last(r, metric) for r in runs],
+                [r[key] for r in runs],
                 marker="o",
                 markersize=3,
                 label=arch,
@@ -163,19 +181,20 @@ def noci_gradients(summary: dict):
     """Noci et al.'s remedy: g(L) against depth, and the per-layer ratio of the deepest runs (mean over seeds)."""
     fig = plotting.figure(11, 4.2)
     ax1, ax2 = fig.subplots(1, 2)
-    for i, (placement, pair) in enumerate(s.noci_pairs(summary).items()):
-        for found, style in zip(pair, ("--", "-")):
-            label = f"{found[0]['spec']['architecture']} ({placement})"
+    for i, gradients in enumerate(numbers(summary["gradients"])):
+        placement = gradients["placement"]
+        for found, style in zip((gradients["unscaled"], gradients["scaled"]), ("--", "-")):
+            label = f"{found[0]['architecture']} ({placement})"
             ax1.plot(
-                [r["spec"]["depth"] for r in found],
-                [np.mean(s.gradient_ratio(r)) for r in found],
+                [r["depth"] for r in found],
+                [r["g"]["mean"] for r in found],
                 style,
                 color=f"C{i}",
                 marker="o",
                 markersize=3,
                 label=label,
             )
-            ratio = np.mean(s.qk_value_ratio(found[-1]), axis=0)
+            ratio = _array(found[-1]["ratio_profile"])
             ax2.plot(
                 np.arange(1, ratio.size + 1),
                 ratio,
@@ -194,15 +213,17 @@ def noci_gradients(summary: dict):
 
 def layernorm_dynamics(summary: dict):
     """Wu et al.'s constructions: consensus distance per layer with and without LayerNorm (every seed)."""
-    names = [n for n in s.config_of(summary).layernorm.constructions if s.layernorm_run(summary, n)]
+    constructions = summary["layernorm"]["constructions"]
     fig = plotting.figure(11, 4.2)
-    for ax, name in zip(fig.subplots(1, len(names), squeeze=False)[0], names):
-        run = s.layernorm_run(summary, name)
+    for ax, construction in zip(
+        fig.subplots(1, len(constructions), squeeze=False)[0], constructions
+    ):
+        name, metrics = construction["name"], _metrics(summary, construction["run"], "init")
         for which, color, label in (
             ("consensus_ln", "C0", "with LayerNorm"),
             ("consensus_plain", "C1", "without"),
         ):
-            r = s.init(run, which)
+            r = _array(metrics[which])
             for seed, row in enumerate(r):
                 ax.plot(
                     np.arange(row.size),
@@ -211,46 +232,50 @@ def layernorm_dynamics(summary: dict):
                     alpha=0.5,
                     label=label if seed == 0 else None,
                 )
-        ax.axhline(s.FLOOR, color="grey", linestyle=":", label=f"float64 rounding {s.FLOOR:g}")
+        ax.axhline(FLOOR, color="grey", linestyle=":", label=f"float64 rounding {FLOOR:g}")
         ax.set_title(name)
         _style(ax, "layer", "||X - 1 x_bar^T||_F / ||X||_F", log=True)
-        ax.set_ylim(bottom=s.FLOOR / 100)
+        ax.set_ylim(bottom=FLOOR / 100)
     fig.suptitle("Wu et al. 2024: self-attention with LayerNorm on constructed weights (causal)")
     return fig
 
 
-def dong_fit(run: dict):
+def dong_fit(summary: dict):
+    """Dong et al.'s run: log log(1/r_l) of every 16th example with the fitted line, and the medians of
+    the measured residual and of the bound per layer."""
+    dong = numbers(summary["dong"])
+    fit = dong["fit"]
+    r = _array(_metrics(summary, dong["run"], "init")["dong/residual"])  # [S, B, L + 1]
+    r = r.reshape(-1, r.shape[-1])  # seeds x examples as replicates
+    layers = np.arange(r.shape[1])
     fig = plotting.figure(11, 4.2)
     ax1, ax2 = fig.subplots(1, 2)
-    r, fit = s.dong_residuals(run), s.dong_fit(run)
-    layers = np.arange(r.shape[1])
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.log(np.log(1 / r))
     for row in y[:: max(1, len(y) // 16)]:
         ax1.plot(layers, row, color="C0", alpha=0.25, linewidth=0.8)
-    x = np.asarray(fit.layers, dtype=np.float64)
+    x = np.asarray(fit["layers"], dtype=np.float64)
     if x.size:
         ax1.plot(
             x,
-            fit.intercept + fit.slope * x,
+            fit["intercept"] + fit["slope"] * x,
             color="C1",
-            label=f"fit: growth {fit.rate:.3g} per layer",
+            label=f"fit: growth {fit['rate']:.3g} per layer",
         )
         ax1.plot(
             x,
-            fit.intercept + fit.slope * x[0] + math.log(3) * (x - x[0]),
+            fit["intercept"] + fit["slope"] * x[0] + math.log(3) * (x - x[0]),
             "k--",
             label="Dong: growth 3",
         )
     ax1.axhline(
-        math.log(math.log(1 / s.FLOOR)),
+        math.log(math.log(1 / FLOOR)),
         color="grey",
         linestyle=":",
-        label=f"float64 floor {s.FLOOR:g}",
+        label=f"float64 floor {FLOOR:g}",
     )
     _style(ax1, "layer", "log log(1 / r_l)")
-    bound = np.median(s.init(run, "dong/bound").reshape(-1, r.shape[1] - 1), axis=0)
-    measured = np.median(s.init(run, "dong/residual_abs").reshape(-1, r.shape[1]), axis=0)
+    bound, measured = _array(dong["bound_median"]), _array(dong["measured_median"])
     ax2.plot(layers, measured, marker="o", markersize=3, label="measured ||res(X_l)||_1,inf")
     ax2.plot(
         layers[1:],
@@ -262,36 +287,34 @@ def dong_fit(run: dict):
     ax2.axhline(1.0, color="grey", linestyle=":")
     _style(ax2, "layer", log=True)
     fig.suptitle(
-        f"Dong et al. 2021 in float64: attention only, L={run['spec']['depth']} (median over examples)"
+        f"Dong et al. 2021 in float64: attention only, L={dong['depth']} (median over examples)"
     )
     return fig
 
 
 def training(train: list[dict]):
+    """Training accuracy per seed, and the attention entropy per layer (mean over seeds), against the step
+    (`train`: the summary's `training`)."""
     fig = plotting.figure(11, 4.2)
     ax1, ax2 = fig.subplots(1, 2)
     for i, run in enumerate(train):
-        label = f"{run['spec']['architecture']} L={run['spec']['depth']}"
-        logged = s.train_steps(run)
-        accs = np.asarray([acc for _, acc in logged])
+        label = f"{run['architecture']} L={run['depth']}"
+        logged = run["accuracy_curve"]
+        accs = _array(logged["accuracy"])  # [steps, S]
         for seed in range(accs.shape[1] if accs.size else 0):
             ax1.plot(
-                [step for step, _ in logged],
+                logged["steps"],
                 accs[:, seed],
                 color=f"C{i}",
                 alpha=0.8,
                 label=label if seed == 0 else None,
             )
-        ent = [
-            (p["step"], s.mean(p["metrics"]["attention_entropy_normalized"]))
-            for p in run["phases"]
-            if "attention_entropy_normalized" in p["metrics"]
-        ]
-        if ent:
-            e = np.asarray([v for _, v in ent])
+        ent = run["entropy_curve"]
+        if ent["steps"]:
+            e = _array(ent["mean"])  # [steps, L]
             for layer in range(e.shape[1]):
                 ax2.plot(
-                    [step for step, _ in ent],
+                    ent["steps"],
                     e[:, layer],
                     color=f"C{i}",
                     alpha=0.4 + 0.6 * layer / e.shape[1],
@@ -303,8 +326,10 @@ def training(train: list[dict]):
     return fig
 
 
-def path_length(run: dict):
-    p = s.array(s.phase(run, "final")["path_residual"])  # [S, L, N]
+def path_length(summary: dict, run: dict):
+    """Dong et al.'s path-length experiment of a trained run (`run`: one of the summary's `paths`): the
+    rank-one residual of every sampled path, per length."""
+    p = _array(_metrics(summary, run["run"], "final")["path_residual"])  # [S, L, N]
     data = [p[:, k].ravel() for k in range(p.shape[1])]
     fig = plotting.figure(6, 4)
     ax = fig.add_subplot()
@@ -314,32 +339,29 @@ def path_length(run: dict):
     ax.set_xlabel("path length k (single-head attention matrices)")
     ax.set_ylabel("||P - best rank 1||_F / ||P||_F")
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(f"Path length, trained {run['spec']['architecture']} L={run['spec']['depth']}")
+    ax.set_title(f"Path length, trained {run['architecture']} L={run['depth']}")
     return fig
 
 
 def figures(summary: dict) -> dict:
     """Every figure the summary has the runs for, by plot name."""
     out = {}
-    if s.runs(summary, "init", kind="softmax"):
+    if summary["deepest_untrained"]:
         out["init_residual"] = init_residual(summary)
-    dong = s.dong_run(summary)
-    if dong is not None:
-        out["dong_fit"] = dong_fit(dong)
-    if s.scale_runs(summary):
+    if summary["dong"] is not None:
+        out["dong_fit"] = dong_fit(summary)
+    if summary["scale"]:
         out["init_scale"] = init_scale(summary)
-    if s.mask_pairs(summary):
+    if summary["mask"]:
         out["causal_layernorm"] = causal_layernorm(summary)
-    if any(s.init_runs(summary, arch) for arch in ("skip", "skip_scaled")):
+    if any(summary["untrained"].get(arch) for arch in ("skip", "skip_scaled")):
         out["noci_scaling"] = noci_scaling(summary)
-    if s.noci_pairs(summary):
+    if summary["gradients"]:
         out["noci_gradients"] = noci_gradients(summary)
-    if "layernorm" in s.config_of(summary) and any(s.runs(summary, "layernorm")):
+    if summary["layernorm"]["constructions"]:
         out["layernorm"] = layernorm_dynamics(summary)
-    train = s.runs(summary, "train")
-    if train:
-        out["training"] = training(train)
-        with_paths = [r for r in train if "path_residual" in s.phase(r, "final")]
-        if with_paths:
-            out["path_length"] = path_length(with_paths[-1])
+    if summary["training"]:
+        out["training"] = training(numbers(summary["training"]))
+        if summary["paths"]:
+            out["path_length"] = path_length(summary, summary["paths"][-1])
     return out

@@ -39,9 +39,9 @@ from experiments import architectures
 from experiments.lab import models
 from experiments.lab.workdir import RunDir
 from experiments.rank_collapse import layernorm
+from experiments.rank_collapse.constants import SWEEPS
 
 KINDS = ("softmax", "linear")
-SWEEPS = ("init", "scale", "mask", "noci", "train")
 # The switches of an architecture by name (the reports read them as this study's).
 architecture_fields = architectures.architecture
 is_attention_only = architectures.is_attention_only

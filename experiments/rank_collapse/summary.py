@@ -1,12 +1,19 @@
-"""The rank-collapse study's summary: rows -> one dict of numbers, and what checks, figures and report read from it.
+"""The rank-collapse study's summary: rows -> the raw aggregate -> every number its readers read.
 
-`summarize` keeps, per run, its spec and its phases in the order they were
-measured: `{"runs": {run_id: {"spec": {...}, "phases": [{"phase", "step",
-"metrics": {name: [per seed]}}, ...]}}}`; the runner adds `config`,
-`predictions` and `plots`. Below it, each selection of runs (`dong_run`,
-`depth4_skip_runs`, `mask_pairs`, ...) and each derived number (`regime`,
-`dong_fit`, `gradient_ratio`, ...) is written once, for checks, tables,
-figures and README alike.
+`aggregate(rows)` keeps, per run, its spec and its phases in the order they
+were measured: `{"runs": {run_id: {"spec": {...}, "phases": [{"phase", "step",
+"metrics": {name: [per seed]}}, ...]}}}`. `derive(summary, config)` adds the
+sections that the checks, the figures, the report and the README section read
+(`dong`, `regime_table`, `untrained`, `deepest_untrained`, `last_layer`,
+`noci`, `gradients`, `mask`, `scale`, `layernorm`, `training`, `paths`,
+`bands`; see `derive`), so each number is computed here, once, and they only
+read it. `summarize`, what the runner calls, is the two in turn (the runner
+adds `config`, `predictions` and `plots`); `add_derived` completes a
+summary.json written before `derive` existed.
+
+Below the aggregate: reading one run, the selections of runs (`dong_run`,
+`mask_pairs`, ...), the derived measurements (`regime`, `cubic_exponent`,
+`gradient_ratio`, `window_rates`, ...), and the sections built from them.
 """
 
 from __future__ import annotations
@@ -15,20 +22,15 @@ import math
 from typing import Optional
 
 import numpy as np
-from ml_collections import ConfigDict
-from scipy import stats
 
 from attnjax import nn
 from attnjax.analysis import collapse
-from experiments.lab.study import by_metric, distinct
+from attnjax.serialization import json_form
+from experiments.lab.stats import interval
+from experiments.lab.study import by_metric, config_of, distinct
+from experiments.rank_collapse.constants import FLOOR, RESOLVED
 from experiments.rank_collapse.study import SPEC_FIELDS, architecture_fields
 
-# Relative residuals at or below this are float64 rounding.
-FLOOR = collapse.FLOAT64_FLOOR
-# No verdict reads a point whose relative residual is at or below this (1000 x rounding).
-RESOLVED = 1e-13
-# Dong et al.'s exponent needs this many consecutive resolved layers (layer 0 included).
-DONG_MIN_LAYERS = 4
 # Noci et al. 2022's remedy, per LayerNorm placement: (unscaled, residual branches scaled by 1/sqrt(L)).
 NOCI_PAIRS = {"pre-LN": ("skip_mlp", "skip_mlp_scaled"), "post-LN": ("post_ln", "post_ln_scaled")}
 # A seed has left the recall plateau at the first logged step whose training
@@ -37,7 +39,7 @@ PLATEAU_FRACTION = 0.5
 
 
 # --------------------------------------------------------------------------
-# Summary: per run, its phases in order, each `{metric: [per seed]}`
+# Rows -> the raw aggregate: per run, its phases in order, each `{metric: [per seed]}`
 
 
 def _run_summary(rows: list[dict]) -> dict:
@@ -48,19 +50,14 @@ def _run_summary(rows: list[dict]) -> dict:
     return {"spec": {f: rows[0][f] for f in SPEC_FIELDS}, "phases": phases}
 
 
-def summarize(rows: list[dict], config) -> dict:
-    """`{"runs": {run_id: {"spec", "phases"}}}` from the rows of every run (`config` is not needed)."""
+def aggregate(rows: list[dict]) -> dict:
+    """`{"runs": {run_id: {"spec", "phases"}}}` from the rows of every run."""
     return {
         "runs": {
             run_id: _run_summary([r for r in rows if r["run"] == run_id])
             for run_id in distinct(rows, "run")
         }
     }
-
-
-def config_of(summary: dict) -> ConfigDict:
-    """The study's config, from the dict the runner stored in the summary."""
-    return ConfigDict(summary["config"])
 
 
 # --------------------------------------------------------------------------
@@ -128,10 +125,6 @@ def train_steps(run: dict) -> list[tuple[int, np.ndarray]]:
         for p in run["phases"]
         if p["phase"] == "train" and "accuracy" in p["metrics"]
     ]
-
-
-def std_label(std) -> str:
-    return "default (1/sqrt(D))" if std is None else f"{std:g}"
 
 
 # --------------------------------------------------------------------------
@@ -277,22 +270,13 @@ def gradient_ratio(run: dict) -> np.ndarray:
 
 
 def gradient_drop(shallow: dict, deep: dict) -> dict:
-    """`seed_interval` of gradient_ratio(deep) / gradient_ratio(shallow), seed by seed (the same init keys)."""
-    return seed_interval(gradient_ratio(deep) / gradient_ratio(shallow))
+    """`interval` of gradient_ratio(deep) / gradient_ratio(shallow), seed by seed (the same init keys)."""
+    return interval(gradient_ratio(deep) / gradient_ratio(shallow))
 
 
-def depth4_skip_runs(summary: dict) -> list[dict]:
-    """Trained runs at depth 4 of the architectures with skips."""
-    return [
-        r
-        for r in runs(summary, "train")
-        if r["spec"]["depth"] == 4 and architecture_fields(r["spec"]["architecture"])["skip"]
-    ]
-
-
-def attention_train_runs(summary: dict) -> list[dict]:
-    """Trained attention-only runs, by depth."""
-    return runs(summary, "train", architecture="attention_only")
+def is_recall_run(run: dict) -> bool:
+    """Whether a trained run is one the recall check reads: depth 4, an architecture with skips."""
+    return run["spec"]["depth"] == 4 and architecture_fields(run["spec"]["architecture"])["skip"]
 
 
 # --------------------------------------------------------------------------
@@ -327,18 +311,6 @@ def dong_fit(run: dict) -> collapse.RateFit:
     return collapse.fit_log_log(dong_residuals(run), floor=FLOOR)
 
 
-def seed_interval(values, confidence: float = 0.95) -> dict:
-    """Mean of per-seed values `[S]` and its Student-t interval over seeds (NaN ends with one seed)."""
-    v = array(values)
-    m = float(np.mean(v))
-    if v.size < 2:
-        return {"mean": m, "low": math.nan, "high": math.nan, "seeds": int(v.size)}
-    half = float(
-        stats.t.ppf(0.5 + confidence / 2, v.size - 1) * np.std(v, ddof=1) / math.sqrt(v.size)
-    )
-    return {"mean": m, "low": m - half, "high": m + half, "seeds": int(v.size)}
-
-
 def resolved_layers(rel: np.ndarray, floor: float = RESOLVED) -> int:
     """How many consecutive layers from layer 0 have every point of `rel` `[S, B, L + 1]` above `floor`."""
     above = np.all(array(rel) > floor, axis=(0, 1))
@@ -350,8 +322,8 @@ def cubic_exponent(res_abs, rel, floor: float = RESOLVED) -> dict:
     log ||res(X_l)|| = p log ||res(X_(l-1))|| + b over every (example, l) with relative residuals
     above `floor` at l - 1 and at l (`res_abs`, `rel`: `[S, B, L + 1]`).
 
-    Returns `{"slopes": [S], "mean", "low", "high", "seeds"}` (interval over seeds, see
-    `seed_interval`) and `"layers"`: `resolved_layers(rel)`.
+    Returns `{"slopes": [S], "mean", "low", "high", "n"}` (`interval` over seeds) and
+    `"layers"`: `resolved_layers(rel)`.
     """
     res_abs, rel = array(res_abs), array(rel)
     if res_abs.ndim != 3 or res_abs.shape != rel.shape or res_abs.shape[-1] < 2:
@@ -363,7 +335,7 @@ def cubic_exponent(res_abs, rel, floor: float = RESOLVED) -> dict:
         keep = (r[:, :-1] > floor) & (r[:, 1:] > floor)
         x, y = np.log(a[:, :-1][keep]), np.log(a[:, 1:][keep])
         slopes.append(float(np.polyfit(x, y, 1)[0]) if x.size >= 2 and np.ptp(x) > 0 else math.nan)
-    return {"slopes": slopes, **seed_interval(slopes), "layers": resolved_layers(rel, floor)}
+    return {"slopes": slopes, **interval(slopes), "layers": resolved_layers(rel, floor)}
 
 
 def dong_exponent(run: dict) -> dict:
@@ -371,20 +343,22 @@ def dong_exponent(run: dict) -> dict:
     return cubic_exponent(init(run, "dong/residual_abs"), init(run, "dong/residual"))
 
 
-def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> list[dict]:
+def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> dict:
     """Measured / Dong's bound (γ = 1) at every layer l >= 1 whose points are resolved at l - 1 and l.
 
-    bound `[S, B, L]`, res_abs and rel `[S, B, L + 1]` -> `[{"layer", "points", "median", "min", "max"}]`
-    over the resolved (seed, example) points. The bound is linear in γ, so at γ the ratio is this / γ,
-    and the bound holds for every γ >= the largest ratio.
+    bound `[S, B, L]`, res_abs and rel `[S, B, L + 1]` -> `{"rows": [{"layer", "points", "median", "min",
+    "max"}], "worst", "medians"}`: per resolved layer, the ratio over its resolved (seed, example)
+    points; the largest ratio of every layer (`worst`) and the smallest and largest median
+    (`medians`), None without a resolved layer. The bound is linear in γ, so at γ the ratio is this
+    / γ, and the bound holds for every γ >= `worst`.
     """
     bound, res_abs, rel = array(bound), array(res_abs), array(rel)
-    out = []
+    rows = []
     for layer in range(1, res_abs.shape[-1]):
         keep = (rel[..., layer - 1] > floor) & (rel[..., layer] > floor)
         if keep.any():
             ratio = res_abs[..., layer][keep] / bound[..., layer - 1][keep]
-            out.append(
+            rows.append(
                 {
                     "layer": layer,
                     "points": int(keep.sum()),
@@ -393,7 +367,12 @@ def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> list[dict]:
                     "max": float(ratio.max()),
                 }
             )
-    return out
+    medians = [row["median"] for row in rows]
+    return {
+        "rows": rows,
+        "worst": max(row["max"] for row in rows) if rows else None,
+        "medians": [min(medians), max(medians)] if rows else None,
+    }
 
 
 def dong_constant(run: dict) -> float:
@@ -401,7 +380,8 @@ def dong_constant(run: dict) -> float:
     return float(np.median(init(run, "dong/constant")))
 
 
-def dong_looseness(run: dict) -> list[dict]:
+def dong_looseness(run: dict) -> dict:
+    """`bound_looseness` of a run's `dong/bound`, `dong/residual_abs` and `dong/residual`."""
     return bound_looseness(
         init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual")
     )
@@ -418,17 +398,6 @@ def plateau_exit(run: dict) -> list[Optional[int]]:
         next((step for step, acc in steps if acc[seed] > level), None)
         for seed in range(len(steps[0][1]))
     ]
-
-
-def ranges(layers) -> str:
-    """[1, 2, 3, 5] -> '1-3, 5' ('none' if empty)."""
-    out = []
-    for layer in sorted(layers):
-        if out and layer == out[-1][1] + 1:
-            out[-1][1] = layer
-        else:
-            out.append([layer, layer])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out) or "none"
 
 
 def geometric(run: dict, metric: str = "residual_fro") -> collapse.RateFit:
@@ -457,11 +426,9 @@ def rate_windows(r, floor: float = RESOLVED) -> list[dict]:
     r `[S, L + 1]`: per seed, a residual after each layer (layer 0 the input). The layers 0..K with
     every seed's r above `floor` are split into [0, K//2] and [K//2, K]; in window [a, b] the rate is
     exp(slope of the least-squares line of log r_l on l, l = a..b), per seed. Returns
-    `[{"layers": [a, b], "rate": seed_interval}]`; `[]` if fewer than layers 0-2 are resolved.
+    `[{"layers": [a, b], "rate": interval}]`; `[]` if fewer than layers 0-2 are resolved.
     """
-    return [
-        {"layers": [a, b], "rate": seed_interval(rate)} for a, b, rate in _window_slopes(r, floor)
-    ]
+    return [{"layers": [a, b], "rate": interval(rate)} for a, b, rate in _window_slopes(r, floor)]
 
 
 def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
@@ -473,7 +440,7 @@ def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
     a+1..b), per seed (a product of maps that share their slowest mode shrinks it by |λ2| per layer).
 
     Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a
-    `seed_interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
+    `interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
     """
     slem, entropy = array(slem), array(entropy)
     out = []
@@ -482,10 +449,10 @@ def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
         out.append(
             {
                 "layers": [a, b],
-                "rate": seed_interval(rate),
-                "lambda2": seed_interval(lambda2),
-                "ratio": seed_interval(rate / lambda2),
-                "entropy": seed_interval(np.mean(entropy[:, a:b], axis=1)),
+                "rate": interval(rate),
+                "lambda2": interval(lambda2),
+                "ratio": interval(rate / lambda2),
+                "entropy": interval(np.mean(entropy[:, a:b], axis=1)),
             }
         )
     return out
@@ -517,3 +484,505 @@ def path_medians(run: dict) -> Optional[np.ndarray]:
         return None
     p = array(paths)  # [S, L, N]
     return np.median(np.moveaxis(p, 1, 0).reshape(p.shape[1], -1), axis=1)
+
+
+def log_rate_ratio(windows: list[dict]) -> Optional[float]:
+    """log(late window's mean rate) / log(early window's) of `rate_windows` or `window_rates` (None: no
+    windows; NaN when the early window does not collapse, rate >= 1: then no exponential collapse)."""
+    if not windows:
+        return None
+    early, late = (np.log(w["rate"]["mean"]) for w in windows)
+    return float(late / early) if early < 0 else math.nan
+
+
+def band(values) -> dict:
+    """`{"mean", "min", "max"}` over seeds (axis 0) of `values` `[S, L]` (or `[L]`, one seed), and `n` = S:
+    a figure's line and its min-max band."""
+    v = array(values)
+    v = v[None] if v.ndim == 1 else v
+    return {
+        "mean": v.mean(axis=0).tolist(),
+        "min": v.min(axis=0).tolist(),
+        "max": v.max(axis=0).tolist(),
+        "n": int(v.shape[0]),
+    }
+
+
+# --------------------------------------------------------------------------
+# The sections of the summary (see `derive`); `summary` is `_view`'s: runs carry their "id"
+
+# The per-layer metrics of Dong et al.'s run tabulated by the report (hidden states, then attention).
+PROFILE_METRICS = (
+    "residual_fro",
+    "residual_l1inf",
+    "residual_abs_fro",
+    "mean_token_norm",
+    "token_cosine",
+    "attention_entropy_normalized",
+    "dobrushin",
+    "logit_variance",
+)
+
+
+def _view(summary: dict, config) -> dict:
+    """The raw runs with their ids (`run["id"]`) and the config as a dict, as the selections read them."""
+    runs_by_id = {run_id: {**run, "id": run_id} for run_id, run in summary["runs"].items()}
+    return {"config": config.to_dict(), "runs": runs_by_id}
+
+
+def _dong(summary: dict) -> Optional[dict]:
+    """Dong et al.'s run (`dong_run`): its regime and the predicted logit variance, its mean per-layer
+    `profile` (`PROFILE_METRICS`), the per-layer mean over seeds and examples of the relative composite
+    residual r_l (`residual`), log(1/r_l) (`log_inverse`) and its growth log(1/r_l) / log(1/r_(l-1))
+    (`growth`, None where undefined), the exponent (`dong_exponent`), the bound's looseness
+    (`dong_looseness`), the median constant c_l, the log-log fit (`dong_fit`) and the medians over seeds
+    and examples of the bound and of the measured residual per layer."""
+    run = dong_run(summary)
+    if run is None:
+        return None
+    std = run["spec"]["embedding_std"]
+    reg = regime(run)
+    predicted = predicted_logit_variance(std, config_of(summary).model.features)
+    r = np.mean(dong_residuals(run), axis=0)
+    logs = -np.log(np.maximum(r, 1e-300))
+    fit = dong_fit(run)
+    layers = r.shape[0]
+    return {
+        "run": run["id"],
+        "depth": run["spec"]["depth"],
+        "embedding_std": std,
+        "regime": reg,
+        "predicted_logit_variance": predicted,
+        "logit_variance_ratio": reg["logit_variance"] / predicted,
+        "profile": {metric: profile(run, metric).tolist() for metric in PROFILE_METRICS},
+        "residual": r.tolist(),
+        "log_inverse": logs.tolist(),
+        "growth": [
+            float(logs[layer] / logs[layer - 1]) if layer and logs[layer - 1] > 0 else None
+            for layer in range(layers)
+        ],
+        "exponent": dong_exponent(run),
+        "looseness": dong_looseness(run),
+        "constant": dong_constant(run),
+        "fit": {
+            "layers": list(fit.layers),
+            "slope": fit.slope,
+            "intercept": fit.intercept,
+            "rate": fit.rate,
+        },
+        "bound_median": np.median(init(run, "dong/bound").reshape(-1, layers - 1), axis=0).tolist(),
+        "measured_median": np.median(
+            init(run, "dong/residual_abs").reshape(-1, layers), axis=0
+        ).tolist(),
+    }
+
+
+def _regime_table(summary: dict) -> list[dict]:
+    """Per `regime_runs` run: its layer-1 `regime`, the predicted logit variance, r_1 and r_4."""
+    features = config_of(summary).model.features
+    rows = []
+    for run in regime_runs(summary):
+        std, r = run["spec"]["embedding_std"], profile(run)
+        rows.append(
+            {
+                "architecture": run["spec"]["architecture"],
+                "embedding_std": std,
+                **regime(run),
+                "predicted": predicted_logit_variance(std, features),
+                "r_1": float(r[1]),
+                "r_4": float(r[4]),
+            }
+        )
+    return rows
+
+
+def _untrained(summary: dict) -> dict:
+    """`{architecture: [per `init_runs` run, by depth: r_L and the token cosine at L (`last`), and the
+    absolute residual and the shared component at layers 0 and L (means over seeds)]}`."""
+    out = {}
+    for arch in init_architectures(summary):
+        records = []
+        for run in init_runs(summary, arch):
+            absolute, shared = profile(run, "residual_abs_fro"), profile(run, "mean_token_norm")
+            records.append(
+                {
+                    "run": run["id"],
+                    "depth": run["spec"]["depth"],
+                    "residual": last(run),
+                    "cosine": last(run, "token_cosine"),
+                    "absolute": [float(absolute[0]), float(absolute[-1])],
+                    "shared": [float(shared[0]), float(shared[-1])],
+                }
+            )
+        out[arch] = records
+    return out
+
+
+def _deepest_untrained(summary: dict) -> list[dict]:
+    """The deepest `init_runs` run of each architecture (none without untrained init-sweep runs)."""
+    if not runs(summary, "init", kind="softmax"):
+        return []
+    found = [deepest_init(summary, arch) for arch in init_architectures(summary)]
+    return [
+        {
+            "run": r["id"],
+            "architecture": r["spec"]["architecture"],
+            "depth": r["spec"]["depth"],
+        }
+        for r in found
+        if r is not None
+    ]
+
+
+def _last_layer(summary: dict) -> Optional[dict]:
+    """`{"depths": [...], "rows": [{"architecture", "residual": [r_L at each depth, None: no run]}]}` of the
+    untrained runs at the main embedding std, by architecture (None: no such run)."""
+    found = untrained_runs(summary, embedding_std=main_std(summary))
+    if not found:
+        return None
+    depths = sorted({r["spec"]["depth"] for r in found})
+    at = {}
+    for r in found:
+        at.setdefault((r["spec"]["architecture"], r["spec"]["depth"]), r)
+    return {
+        "depths": depths,
+        "rows": [
+            {
+                "architecture": arch,
+                "residual": [last(at[arch, d]) if (arch, d) in at else None for d in depths],
+            }
+            for arch in sorted({r["spec"]["architecture"] for r in found})
+        ],
+    }
+
+
+def _noci(summary: dict) -> Optional[dict]:
+    """Skips scaled by 1/sqrt(L) against unscaled skips, at the depths both have: r_L per seed as an
+    `interval` each (`scaled`, `control`), and the lowest seed's scaled r_L (`lowest`); None: no depth."""
+    scaled = {r["spec"]["depth"]: r for r in init_runs(summary, "skip_scaled")}
+    control = {r["spec"]["depth"]: r for r in init_runs(summary, "skip")}
+    depths = sorted(set(scaled) & set(control))
+    if not depths:
+        return None
+    return {
+        "depths": depths,
+        "scaled": [interval(last_per_seed(scaled[d])) for d in depths],
+        "control": [interval(last_per_seed(control[d])) for d in depths],
+        "lowest": min(float(last_per_seed(scaled[d]).min()) for d in depths),
+    }
+
+
+def _gradient_record(run: dict) -> dict:
+    """One Noci-sweep run: g(L) (`gradient_ratio`), the query/key-to-value ratio at the first and the last
+    layer and the token cosine at L, each an `interval` over seeds, and the ratio per layer, mean over seeds."""
+    ratio = qk_value_ratio(run)
+    return {
+        "run": run["id"],
+        "architecture": run["spec"]["architecture"],
+        "depth": run["spec"]["depth"],
+        "g": interval(gradient_ratio(run)),
+        "ratio_first": interval(ratio[:, 0]),
+        "ratio_last": interval(ratio[:, -1]),
+        "cosine": interval(last_per_seed(run, "token_cosine")),
+        "ratio_profile": np.mean(ratio, axis=0).tolist(),
+    }
+
+
+def _gradients(summary: dict) -> list[dict]:
+    """Per placement of `noci_pairs`: its runs by depth (`unscaled`, `scaled`: `_gradient_record`s) and
+    `drop`: at the shallowest and deepest depth both have (`depths`), g(deep) / g(shallow) per seed as an
+    `interval` (`gradient_drop`) of each variant (None: fewer than two common depths)."""
+    out = []
+    for placement, (unscaled, scaled) in noci_pairs(summary).items():
+        depths = sorted(
+            {r["spec"]["depth"] for r in unscaled} & {r["spec"]["depth"] for r in scaled}
+        )
+        drop = None
+        if len(depths) >= 2:
+
+            def at(found, depth):
+                return next(r for r in found if r["spec"]["depth"] == depth)
+
+            drop = {
+                "depths": [depths[0], depths[-1]],
+                **{
+                    label: gradient_drop(at(found, depths[0]), at(found, depths[-1]))
+                    for label, found in (("scaled", scaled), ("unscaled", unscaled))
+                },
+            }
+        out.append(
+            {
+                "placement": placement,
+                "unscaled": [_gradient_record(r) for r in unscaled],
+                "scaled": [_gradient_record(r) for r in scaled],
+                "drop": drop,
+            }
+        )
+    return out
+
+
+def _mask_row(run: dict, mask: str) -> dict:
+    """r_L, the token cosine at L, the geometric rate of r_l (`geometric`) and the mean tau of a run."""
+    return {
+        "mask": mask,
+        "architecture": run["spec"]["architecture"],
+        "depth": run["spec"]["depth"],
+        "residual": last(run),
+        "cosine": last(run, "token_cosine"),
+        "rate": geometric(run).rate,
+        "tau": mean_tau(run),
+    }
+
+
+def _mask(summary: dict) -> list[dict]:
+    """Per `mask_pairs` pair: the causal and bidirectional run ids, the causal run's seeds, the table `rows`
+    (`_mask_row` of each run), the causal `collapse` (`causal_windows` and their `log_rate_ratio`), and
+    `slower`: the layer where the bidirectional mean r first falls below 1e-6, the causal r there (an
+    `interval` over seeds) and the layer where the causal mean r does (None: no bidirectional twin, or
+    its r never falls below 1e-6)."""
+    out = []
+    for run, bidir in mask_pairs(summary):
+        windows = causal_windows(run)
+        bidir_layer = None if bidir is None else layers_to(profile(bidir), 1e-6)
+        slower = None
+        if bidir_layer is not None:
+            slower = {
+                "bidirectional_layer": bidir_layer,
+                "at": interval(init(run, "residual_fro")[:, bidir_layer]),
+                "causal_layer": layers_to(profile(run), 1e-6),
+            }
+        out.append(
+            {
+                "architecture": run["spec"]["architecture"],
+                "depth": run["spec"]["depth"],
+                "causal": run["id"],
+                "bidirectional": None if bidir is None else bidir["id"],
+                "seeds": len(init(run, "residual_fro")),
+                "rows": [
+                    _mask_row(r, mask)
+                    for mask, r in (("causal", run), ("bidirectional", bidir))
+                    if r is not None
+                ],
+                "collapse": {"windows": windows, "log_rate_ratio": log_rate_ratio(windows)},
+                "slower": slower,
+            }
+        )
+    return out
+
+
+def _scale(summary: dict) -> list[dict]:
+    """The runs of the embedding-std figure (`scale_runs`)."""
+    return [
+        {"run": r["id"], "embedding_std": r["spec"]["embedding_std"], "depth": r["spec"]["depth"]}
+        for r in scale_runs(summary)
+    ]
+
+
+def _construction(run: dict, name: str) -> dict:
+    """One LayerNorm construction: the consensus distance with and without LN at layers 0, L/4, L/2 and L
+    (means over seeds) and at L (an `interval`), its mean at L (`with`, `without`), and the `collapse`
+    of the LN profile (`rate_windows` and their `log_rate_ratio`)."""
+    rows = []
+    for which, label in (("consensus_ln", "with LayerNorm"), ("consensus_plain", "without")):
+        r = init(run, which)
+        layers = sorted({0, r.shape[1] // 4, r.shape[1] // 2, r.shape[1] - 1})
+        rows.append(
+            {
+                "label": label,
+                "at": [[layer, float(np.mean(r[:, layer]))] for layer in layers],
+                "last": interval(r[:, -1]),
+            }
+        )
+    windows = rate_windows(init(run, "consensus_ln"))
+    return {
+        "name": name,
+        "run": run["id"],
+        "depth": run["spec"]["depth"],
+        "seeds": len(init(run, "consensus_ln")),
+        "rows": rows,
+        "with": last(run, "consensus_ln"),
+        "without": last(run, "consensus_plain"),
+        "collapse": {"windows": windows, "log_rate_ratio": log_rate_ratio(windows)},
+    }
+
+
+def _full_rank(run: Optional[dict]) -> Optional[dict]:
+    """The full-rank construction's last layer per seed with and without LN, its rank with LN, their
+    intervals and extremes (None: no such run)."""
+    if run is None:
+        return None
+    with_ln, plain = last_per_seed(run, "consensus_ln"), last_per_seed(run, "consensus_plain")
+    ranks = init(run, "rank_ln")
+    return {
+        "depth": run["spec"]["depth"],
+        "with": with_ln.tolist(),
+        "without": plain.tolist(),
+        "ranks": ranks.tolist(),
+        "with_interval": interval(with_ln),
+        "without_interval": interval(plain),
+        "with_min": float(with_ln.min()),
+        "without_max": float(plain.max()),
+        "rank_min": float(ranks.min()),
+    }
+
+
+def _layernorm(summary: dict) -> dict:
+    """Wu et al.'s LayerNorm: `constructions` (`_construction` of each the config lists and has a run),
+    `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run, r_L per seed, its
+    `interval`, lowest seed and mean (`last`)."""
+    block = config_of(summary).get("layernorm")
+    names = list(block.constructions) if block is not None else []
+    postln = []
+    for run in runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
+        r = last_per_seed(run, "residual_fro")
+        postln.append(
+            {
+                "run": run["id"],
+                "depth": run["spec"]["depth"],
+                "last": r.tolist(),
+                "interval": interval(r),
+                "min": float(r.min()),
+                "mean": last(run),
+            }
+        )
+    return {
+        "constructions": [
+            _construction(layernorm_run(summary, name), name)
+            for name in names
+            if layernorm_run(summary, name) is not None
+        ],
+        "full_rank": _full_rank(layernorm_run(summary, "full_rank")),
+        "postln": postln,
+    }
+
+
+def _training(summary: dict) -> list[dict]:
+    """Per train-sweep run (`runs` order): held-out accuracy per seed, its `interval` and lowest seed,
+    chance, `plateau_exit`, r_L at initialisation and trained, the trained entropy per layer, diverged
+    seeds, whether it is a recall check's run (depth 4 with skips), and the training curves: accuracy per
+    seed and entropy per layer (mean over seeds) at every logged step."""
+    out = []
+    for run in runs(summary, "train"):
+        accs = per_seed(run, "eval_accuracy")
+        end = trained(run)
+        logged = train_steps(run)
+        entropy = [
+            (p["step"], mean(p["metrics"]["attention_entropy_normalized"]).tolist())
+            for p in run["phases"]
+            if "attention_entropy_normalized" in p["metrics"]
+        ]
+        out.append(
+            {
+                "run": run["id"],
+                "architecture": run["spec"]["architecture"],
+                "kind": run["spec"]["kind"],
+                "depth": run["spec"]["depth"],
+                "accuracy": accs,
+                "accuracy_interval": interval(accs),
+                "accuracy_min": min(accs) if accs else None,
+                "chance": chance(run),
+                "plateau_exit": plateau_exit(run),
+                "residual_init": last(run),
+                "residual_trained": float(mean(end["residual_fro"])[-1]),
+                "entropy_trained": mean(end["attention_entropy_normalized"]).tolist(),
+                "diverged": int(np.sum(phase(run, "final").get("diverged", []))),
+                "recall": is_recall_run(run),
+                "accuracy_curve": {
+                    "steps": [step for step, _ in logged],
+                    "accuracy": [acc.tolist() for _, acc in logged],
+                },
+                "entropy_curve": {
+                    "steps": [step for step, _ in entropy],
+                    "mean": [values for _, values in entropy],
+                },
+            }
+        )
+    return out
+
+
+def _paths(summary: dict) -> list[dict]:
+    """Per trained run with Dong et al.'s path-length experiment: `path_medians`."""
+    out = []
+    for run in runs(summary, "train"):
+        medians = path_medians(run)
+        if medians is not None:
+            out.append(
+                {
+                    "run": run["id"],
+                    "architecture": run["spec"]["architecture"],
+                    "depth": run["spec"]["depth"],
+                    "medians": medians.tolist(),
+                }
+            )
+    return out
+
+
+# The init-phase metrics each figure draws as lines with bands: of the deepest untrained run of each
+# architecture, of the embedding-std runs, of the causal runs and of their bidirectional twins.
+BAND_METRICS = {
+    "untrained": ("residual_fro", "residual_abs_fro", "token_cosine"),
+    "scale": ("residual_fro", "attention_entropy_normalized", "dobrushin"),
+    "causal": ("residual_fro", "token_cosine", "dobrushin"),
+    "bidirectional": ("residual_fro", "token_cosine"),
+}
+
+
+def _bands(summary: dict, sections: dict) -> dict:
+    """`{run_id: {metric: band}}` of every line the figures draw with its band (`BAND_METRICS`)."""
+    wanted = {}
+    for r in sections["deepest_untrained"]:
+        wanted.setdefault(r["run"], set()).update(BAND_METRICS["untrained"])
+    for r in sections["scale"]:
+        wanted.setdefault(r["run"], set()).update(BAND_METRICS["scale"])
+    for pair in sections["mask"]:
+        for mask in ("causal", "bidirectional"):
+            if pair[mask] is not None:
+                wanted.setdefault(pair[mask], set()).update(BAND_METRICS[mask])
+    return {
+        run_id: {metric: band(init(summary["runs"][run_id], metric)) for metric in sorted(metrics)}
+        for run_id, metrics in wanted.items()
+    }
+
+
+def derive(summary: dict, config) -> dict:
+    """`summary` (the raw aggregate, or a whole summary.json) with its sections added, every number the
+    checks, figures, report and README read:
+
+    * `dong` (`_dong`; None: no run in Dong et al.'s setting) and `regime_table` (`_regime_table`);
+    * `untrained` (`_untrained`), `deepest_untrained`, `last_layer` and `noci` (skips, 1/sqrt(L) skips);
+    * `gradients` (`_gradients`: Noci et al.'s remedy per LayerNorm placement);
+    * `mask` (`_mask`: causal runs and their bidirectional twins) and `scale` (the embedding-std runs);
+    * `layernorm` (`_layernorm`: Wu et al.'s constructions and the post-LN runs);
+    * `training` (`_training`) and `paths` (`_paths`);
+    * `bands` (`_bands`: the figures' lines with their min-max bands over seeds).
+
+    `config`: the study's ConfigDict.
+    """
+    view = _view(summary, config)
+    sections = {
+        "dong": _dong(view),
+        "regime_table": _regime_table(view),
+        "untrained": _untrained(view),
+        "deepest_untrained": _deepest_untrained(view),
+        "last_layer": _last_layer(view),
+        "noci": _noci(view),
+        "gradients": _gradients(view),
+        "mask": _mask(view),
+        "scale": _scale(view),
+        "layernorm": _layernorm(view),
+        "training": _training(view),
+        "paths": _paths(view),
+    }
+    return {**summary, **sections, "bands": _bands(view, sections)}
+
+
+def summarize(rows: list[dict], config) -> dict:
+    """The study's summary: the raw aggregate of every run's rows (`aggregate`) with its sections
+    (`derive`)."""
+    return derive(aggregate(rows), config)
+
+
+def add_derived(summary: dict) -> dict:
+    """A summary.json written before `derive` existed (raw aggregate, config, predictions, plots), with the
+    sections added (as JSON reads them back); a summary that has them gets them anew."""
+    return json_form(derive(summary, config_of(summary)))

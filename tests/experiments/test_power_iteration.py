@@ -1,5 +1,6 @@
 """The power-iteration study: its measurements and their pieces (the contract: test_studies.py)."""
 
+import json
 import math
 
 import jax
@@ -12,7 +13,7 @@ from attnjax.serialization import json_form
 from configs import power_iteration as config_lib
 from experiments.power_iteration import checks, dynamics, products, study
 from experiments.power_iteration import summary as summary_lib
-from tests.experiments.lab.test_studies import finished
+from tests.experiments.lab.test_studies import finished, power_iteration_test_config
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,21 @@ def test_products_and_clusters_summaries(run):
     np.testing.assert_allclose(
         np.mean(seeds["slem_bound"], axis=0), trained["phases"]["trained"]["mean"]["slem_bound"]
     )
+
+
+def test_a_summary_written_before_derive_is_completed_to_the_runners(run):
+    """`add_derived` of a summary.json written before `derive` existed (the raw aggregate of the rows, with
+    the runner's config, predictions and plots) gives the summary the runner writes now."""
+    config = power_iteration_test_config()
+    rows = [json.loads(line) for line in (run.workdir / "metrics.jsonl").read_text().splitlines()]
+    in_spec_order = [
+        row for spec in study.specs(config) for row in rows if row["run"] == spec.run_id
+    ]
+    runner = {k: run.summary[k] for k in ("config", "predictions", "plots")}
+    old = json_form({**summary_lib.aggregate(in_spec_order, config), **runner})
+    assert "ratio_span" not in old and "phase_order" not in old["products"][0]
+    assert summary_lib.add_derived(old) == run.summary
+    assert summary_lib.add_derived(run.summary) == run.summary
 
 
 def test_config_variants():
@@ -231,20 +247,38 @@ def test_attention_products_bound_and_causal_limit():
 
 
 def _products_run(delta, slem_bound, bound, entropy=(0.5, 0.5, 0.5)):
-    """A products run with one phase ('trained'), one seed, layers as given."""
-    mean = {"entropy": list(entropy), "tau": [0.9] * len(delta), "delta": list(delta)}
-    return {
+    """A products run with one phase ('trained'), one seed and one head, layers as given, with its
+    derived numbers (`summary.derive_products`)."""
+    layers = len(delta)
+    zeros = [0.0] * layers
+    chain = {
+        "entropy": list(entropy),
+        "tau": [0.9] * layers,
+        "delta": list(delta),
+        "bound": list(bound),
+        "slem_bound": list(slem_bound),
+        "tv_to_pi": zeros,
+        "absorbing": [1.0] * layers,
+        "bound_excess": zeros,
+        "monotone_excess": zeros[1:],
+        "pi_first_gap": zeros,
+    }
+    per_head = {
+        k: [v] if k in ("delta", "bound", "tv_to_pi", "absorbing") else v for k, v in chain.items()
+    }
+    raw = {
         "spec": {"architecture": "toy"},
         "seq_len": 8,
         "dtype": "float64",
         "phases": {
             "trained": {
-                "mean": mean,
-                "head": {},
+                "mean": chain,
+                "head": per_head,
                 "seeds": {"delta": [delta], "slem_bound": [slem_bound], "bound": [bound]},
             }
         },
     }
+    return summary_lib.derive_products(raw)
 
 
 def _verdict(record):
@@ -293,7 +327,7 @@ def _cluster_run(beta, final, time_to_one, probe, horizon=100.0):
 
 def _cluster_verdicts(runs):
     config = ConfigDict({"clusters": {"variant": "SA", "num_tokens": 8, "dim": 3, "dt": 0.1}})
-    return [_verdict(r) for r in checks._cluster_checks(config, runs)]
+    return [_verdict(r) for r in checks._cluster_checks(config, summary_lib.derive_clusters(runs))]
 
 
 def test_cluster_predictions_fail_where_the_claims_do_not_hold():

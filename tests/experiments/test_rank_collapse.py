@@ -15,6 +15,7 @@ from configs import rank_collapse as config_lib
 from experiments.lab import study as study_lib
 from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
+from experiments.rank_collapse import summary as summary_lib
 from tests.attnjax.nn.test_params import _models
 from tests.experiments.lab.test_studies import finished, rank_collapse_test_config
 from tests.paths import REPO, link_from, study_page
@@ -154,7 +155,7 @@ def test_training_check_needs_every_seed():
             "causal": True,
             "embedding_std": None,
         }
-        return {"runs": {"r": {"spec": spec, "phases": phases}}}
+        return _summary(_trained_record(spec, phases, len(accs)))
 
     assert checks.training_checks(summary_with([1.0, 0.95]))[0]["verdict"] == "pass"
     # The mean (0.63) was the old test; one seed on the plateau now fails it.
@@ -199,6 +200,17 @@ def test_killed_training_resumes_to_the_same_summary(
         f"rank_collapse: {runs} runs ({runs - 1} already done)"
     )  # only the killed run
     assert not (tmp_path / "checkpoints" / TRAIN_RUN).exists()
+
+
+def test_a_summary_written_before_derive_is_completed_to_the_runners(run):
+    """`add_derived` of a summary.json written before `derive` existed (the raw aggregate of the rows, with
+    the runner's config, predictions and plots) gives the summary the runner writes now."""
+    rows = [json.loads(line) for line in (run.workdir / "metrics.jsonl").read_text().splitlines()]
+    runner = {k: run.summary[k] for k in ("config", "predictions", "plots")}
+    old = json_form({**summary_lib.aggregate(rows), **runner})
+    assert "dong" not in old and "bands" not in old
+    assert summary_lib.add_derived(old) == run.summary
+    assert summary_lib.add_derived(run.summary) == run.summary
 
 
 def test_config_variants():
@@ -337,15 +349,50 @@ def test_bound_looseness_reads_only_resolved_layers_and_the_check_fails_above_th
     rel = np.array([[[0.5, 1e-3, 1e-9, 1e-15]]])  # [S, B, L + 1]; layer 3 is rounding
     res_abs = 2 * rel
     bound = np.array([[[1.0, 4e-3, 1e-9]]])  # [S, B, L]
-    rows = s.bound_looseness(bound, res_abs, rel)
+    looseness = s.bound_looseness(bound, res_abs, rel)
+    rows = looseness["rows"]
     assert [row["layer"] for row in rows] == [1, 2]
     np.testing.assert_allclose([row["max"] for row in rows], [2e-3 / 1.0, 2e-9 / 4e-3])
-    assert checks.bound_check(rows, "synthetic")["verdict"] == "pass"
+    assert looseness["worst"] == max(row["max"] for row in rows)
+    assert checks.bound_check(looseness, "synthetic")["verdict"] == "pass"
     assert (
         checks.bound_check(s.bound_looseness(bound * 1e-4, res_abs, rel), "synthetic")["verdict"]
         == "fail"
     )
-    assert checks.bound_check([], "synthetic")["verdict"] == "not measured"
+    unresolved = s.bound_looseness(bound, res_abs, np.full_like(rel, 1e-15))
+    assert unresolved["rows"] == [] and unresolved["worst"] is None
+    assert checks.bound_check(unresolved, "synthetic")["verdict"] == "not measured"
+
+
+HIDDEN_METRICS = (
+    "residual_fro",
+    "residual_l1inf",
+    "residual_abs_fro",
+    "mean_token_norm",
+    "token_cosine",
+)
+ATTENTION_METRICS = ("attention_entropy_normalized", "dobrushin", "logit_variance", "slem")
+
+
+def _measured(metrics, depth, seeds, dong=False, examples=2):
+    """`metrics` with the other init-phase metrics of a measured run filled in, as the study records them:
+    hidden-state profiles `[seeds, L + 1]` halving per layer, attention statistics `[seeds, L]` at 0.5, and,
+    with `dong`, Dong et al.'s per-example metrics of an attention-only network (`summary.derive` reads
+    every one; a check under test reads only those given)."""
+    r = np.tile(0.5 ** np.arange(depth + 1.0), (seeds, 1))
+    per_example = np.tile(r[:, None], (1, examples, 1))  # [seeds, examples, L + 1]
+    filled = {m: r.tolist() for m in HIDDEN_METRICS}
+    filled.update({m: np.full((seeds, depth), 0.5).tolist() for m in ATTENTION_METRICS})
+    if dong:
+        filled.update(
+            {
+                "dong/residual": per_example.tolist(),
+                "dong/residual_abs": per_example.tolist(),
+                "dong/bound": (10 * per_example[..., 1:]).tolist(),
+                "dong/constant": np.ones((seeds, depth)).tolist(),
+            }
+        )
+    return {**filled, **metrics}
 
 
 def _run_record(sweep, architecture, depth, metrics, causal=False, std=1.0):
@@ -358,12 +405,24 @@ def _run_record(sweep, architecture, depth, metrics, causal=False, std=1.0):
         "causal": causal,
         "embedding_std": std,
     }
+    if sweep != "layernorm":  # Wu et al.'s constructions record only their own metrics
+        seeds = len(next(iter(metrics.values())))
+        metrics = _measured(metrics, depth, seeds, dong=architecture == "attention_only")
     return {"spec": spec, "phases": [{"phase": "init", "step": 0, "metrics": metrics}]}
 
 
+def _trained_record(spec, phases, seeds):
+    """A train-sweep run of `spec` whose logged and final `phases` follow its initial profile (`_measured`)."""
+    init = {"phase": "init", "step": 0, "metrics": _measured({}, spec["depth"], seeds)}
+    return {"spec": spec, "phases": [init, *phases]}
+
+
 def _summary(*records):
-    config = rank_collapse_test_config().to_dict()
-    return {"config": config, "runs": {f"r{i}": r for i, r in enumerate(records)}}
+    """The summary of the runs `records` with its sections (`summary.derive`), in its JSON form: what the
+    runner hands the checks."""
+    config = rank_collapse_test_config()
+    raw = {"runs": {f"r{i}": r for i, r in enumerate(records)}}
+    return json_form({"config": config.to_dict(), **summary_lib.derive(raw, config)})
 
 
 def test_noci_check_fails_when_the_scaled_skips_lose_rank():
@@ -519,7 +578,7 @@ def test_causal_windows_split_the_resolved_layers_and_regress_each_half():
     for w in windows:
         np.testing.assert_allclose(w["rate"]["mean"], 0.375)
         np.testing.assert_allclose(w["ratio"]["mean"], 1.0)
-        assert w["rate"]["seeds"] == 2
+        assert w["rate"]["n"] == 2
     assert s.window_rates(r[:, :3], slem[:, :2], np.ones((2, 2)))[0]["layers"] == [0, 1]
     assert s.window_rates(r[:, :2], slem[:, :1], np.ones((2, 1))) == []
 
@@ -548,7 +607,7 @@ def test_attention_only_training_check_fails_above_twice_chance():
             "causal": True,
             "embedding_std": None,
         }
-        return {"runs": {"r": {"spec": spec, "phases": phases}}}
+        return _summary(_trained_record(spec, phases, len(accs)))
 
     assert checks.training_checks(summary([0.1, 0.15, 0.12, 0.1, 0.13]))[0]["verdict"] == "pass"
     assert checks.training_checks(summary([0.5, 0.4, 0.45, 0.5, 0.4]))[0]["verdict"] == "fail"
@@ -743,3 +802,18 @@ def test_dong_resolved_condition_fails_with_three_resolved_layers():
     short = _dong_verdicts(_cubic(1.0, 0.05, 4))  # layer 3 below 1e-13
     assert short["float64 profile resolved"] == "fail" and short["Dong's cubic exponent"] == "fail"
     assert resolved["residual <= Dong's bound at every resolved layer"] == "pass"
+
+
+def test_one_seed_gives_nan_interval_ends_that_the_checks_and_the_report_read_back():
+    """With one seed an interval over seeds has NaN ends, which summary.json stores as 'nan': the checks read
+    them back as floats (a verdict that needs an interval's end fails), and the report renders them."""
+    from experiments.rank_collapse import checks, report
+
+    summary = _causal_summary(0.5**LAYERS, seeds=1)
+    window = summary["mask"][0]["collapse"]["windows"][0]
+    assert window["rate"]["n"] == 1 and window["rate"]["low"] == "nan"
+    verdicts = {c["name"].split(" (")[0]: c["verdict"] for c in checks.mask_checks(summary)}
+    assert verdicts == {EXPONENTIAL: "fail", LAMBDA2: "pass", SLOWER: "fail"}
+    summary.update(predictions=json_form(checks.predictions(summary)), plots=[])
+    text = report.markdown(summary)
+    assert "| attention_only | 16 | 0-" in text and "[nan, nan]" in text
