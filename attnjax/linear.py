@@ -194,6 +194,19 @@ def _ldexp(x: Array, k: Array) -> Array:
     return x * _pow2(half, x.dtype) * _pow2(k - half, x.dtype)
 
 
+def _down(k: Array, dtype) -> Array:
+    """2^k for int k <= 0, exactly; 0 where k is below the dtype's smallest normal exponent
+    (-126 in float32): a term that far below the ones it is summed with, the floor the
+    module doc names."""
+    small = k < jnp.finfo(dtype).minexp
+    return jnp.where(small, jnp.zeros((), dtype), _pow2(k, dtype))
+
+
+def _shrink(x: Array, k: Array) -> Array:
+    """x * 2^k for int k <= 0 (broadcast against x): one exact factor, `_down`."""
+    return x * _down(k, x.dtype)
+
+
 def _scaled_features(feature_map: Callable, x: Array, *, is_query: bool) -> tuple[Array, Array]:
     """phi(x) = f * 2^n: f `[..., M]` in x's dtype, largest |f| per row in [1/2, 1) (or all 0),
     n `[...]` int32 (_NO_KEYS for all-zero rows). n is held out of the gradient.
@@ -237,9 +250,15 @@ def _set_scale(n_k: Array, axis: int) -> Array:
     return jnp.max(n_k, axis=axis)
 
 
-def _to_set_scale(f_k: Array, n_k: Array, scale: Array) -> Array:
-    """Key features in units of 2^scale: f * 2^(n - scale) (<= 1 when scale is their set's)."""
-    return _ldexp(f_k, (n_k - scale)[..., None])
+def _key_sums(f_k: Array, n_k: Array, v: Array, scale: Array) -> tuple[Array, Array]:
+    """S = sum_s phi(k_s) v_s^T `[..., M, Dv]` and z = sum_s phi(k_s) `[..., M]` in units of
+    2^scale (scale `[...]` >= every n_k): f_k `[..., S, M]`, n_k `[..., S]`, v `[..., S, Dv]`.
+    Each key's factor 2^(n_k - scale) <= 1 goes on its value row and into z's weights, not
+    on its M features."""
+    weight = _down(n_k - scale[..., None], f_k.dtype)  # [..., S]
+    kv = jnp.einsum("...sm,...se->...me", f_k, v * weight[..., None])
+    z = jnp.einsum("...s,...sm->...m", weight, f_k)
+    return kv, z
 
 
 def _group_queries(x: Array, num_kv_heads: int) -> Array:
@@ -291,9 +310,9 @@ def _linear_noncausal(q, k, v, feature_map, eps, valid):
     keep = None if valid is None else valid[..., None, None]
     (f_q, n_q), (f_k, n_k) = _features(q, k, feature_map, keep)
     scale = _set_scale(n_k, axis=-2)  # [..., K]: one set of keys per head
-    f_k = _to_set_scale(f_k, n_k, scale[..., None, :])  # [..., S, K, M]
-    kv = jnp.einsum("...skm,...ske->...kme", f_k, v)  # S [..., K, M, Dv]
-    z = jnp.sum(f_k, axis=-3)  # [..., K, M]
+    kv, z = _key_sums(  # S [..., K, M, Dv], z [..., K, M]
+        jnp.swapaxes(f_k, -3, -2), jnp.swapaxes(n_k, -2, -1), jnp.swapaxes(v, -3, -2), scale
+    )
     f_q = _group_queries(f_q, k.shape[-2])  # [..., T, K, G, M]
     num = jnp.einsum("...tkgm,...kme->...tkge", f_q, kv)
     den = jnp.einsum("...tkgm,...km->...tkg", f_q, z)
@@ -334,34 +353,33 @@ def _align_causal_keys(k: Array, v: Array, valid: Optional[Array], q_len: int):
     return jnp.pad(k, pad), jnp.pad(v, pad), valid
 
 
-def _carry_state(f_q, f_k, v, scale):
+def _carry_state(f_q, f_k, n_k, v):
     """Contributions of all earlier chunks, by a scan over chunks carrying (S, z, exponent).
 
-    f_q `[N, ..., K, R, M]`, f_k `[N, ..., K, C, M]` (in units of 2^scale),
-    v `[N, ..., K, C, Dv]`, scale `[N, ..., K]` -> numerator `[N, ..., K, R, Dv]`,
-    normaliser `[N, ..., K, R]`, both in units of 2^state_scale, and state_scale
-    `[N, ..., K]` (_NO_KEYS before any key), where chunk n reads only
-    S_n = sum over keys of chunks j < n of phi(k) v^T. The state is kept at the
-    scale of the largest key so far: rescaled (exactly) when a larger one comes.
+    f_q `[N, ..., K, R, M]`, f_k `[N, ..., K, C, M]` with exponents n_k `[N, ..., K, C]`,
+    v `[N, ..., K, C, Dv]` -> numerator `[N, ..., K, R, Dv]`, normaliser
+    `[N, ..., K, R]`, both in units of 2^state_scale, and state_scale `[N, ..., K]`
+    (_NO_KEYS before any key), where chunk n reads only S_n = sum over keys of
+    chunks j < n of phi(k) v^T. The state is kept at the scale of the largest key
+    so far: rescaled (exactly) when a larger one comes.
     """
 
     def step(state, chunk):
         kv, z, state_scale = state
-        q_n, k_n, v_n, scale_n = chunk
+        q_n, k_n, n_n, v_n = chunk
         num = jnp.einsum("...rm,...me->...re", q_n, kv)
         den = jnp.einsum("...rm,...m->...r", q_n, z)
-        new = jnp.maximum(state_scale, scale_n)
-        old, added = (state_scale - new)[..., None], (scale_n - new)[..., None]
-        kv = _ldexp(kv, old[..., None]) + _ldexp(
-            jnp.einsum("...cm,...ce->...me", k_n, v_n), added[..., None]
-        )
-        z = _ldexp(z, old) + _ldexp(jnp.sum(k_n, axis=-2), added)
+        new = jnp.maximum(state_scale, _set_scale(n_n, axis=-1))
+        old = (state_scale - new)[..., None]
+        kv_n, z_n = _key_sums(k_n, n_n, v_n, new)
+        kv = _shrink(kv, old[..., None]) + kv_n
+        z = _shrink(z, old) + z_n
         return (kv, z, new), (num, den, state_scale)
 
     kv0 = jnp.zeros(f_k.shape[1:-2] + f_k.shape[-1:] + v.shape[-1:], f_k.dtype)
     z0 = jnp.zeros(f_k.shape[1:-2] + f_k.shape[-1:], f_k.dtype)
-    scale0 = jnp.full(scale.shape[1:], _NO_KEYS, scale.dtype)
-    _, (num, den, state_scale) = jax.lax.scan(step, (kv0, z0, scale0), (f_q, f_k, v, scale))
+    scale0 = jnp.full(n_k.shape[1:-1], _NO_KEYS, n_k.dtype)
+    _, (num, den, state_scale) = jax.lax.scan(step, (kv0, z0, scale0), (f_q, f_k, n_k, v))
     return num, den, state_scale
 
 
@@ -377,9 +395,7 @@ def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
     keep = _to_chunks(valid[..., None, None], chunk)  # [N, ..., 1, C, 1]; padding is invalid
     (f_q, n_q), (f_k, n_k) = _features(q, k, feature_map, keep)
     # Across chunks: the state, in units of its largest key (_carry_state).
-    scale = _set_scale(n_k, axis=-1)  # [N, ..., K]: the keys of each chunk
-    f_state = _to_set_scale(f_k, n_k, scale[..., None])  # [N, ..., K, C, M]
-    num_carried, den_carried, carried_scale = _carry_state(f_q, f_state, v, scale)
+    num_carried, den_carried, carried_scale = _carry_state(f_q, f_k, n_k, v)
     # Row t in units of 2^units_t, the largest key exponent it has seen: the state's and
     # those of the chunk's keys s <= t (a running maximum: no later key changes a row).
     units = jnp.maximum(jax.lax.cummax(n_k, axis=n_k.ndim - 1), carried_scale[..., None])
@@ -389,10 +405,10 @@ def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
     seen = _expand(jnp.tile(masks_lib.causal_mask(chunk), (group, 1)), units.ndim + 1)
     shift = jnp.where(seen, n_k[..., None, :] - units[..., :, None], 0)
     scores = jnp.einsum("...rm,...cm->...rc", f_q, f_k)  # [N, ..., K, G*C, C]
-    scores = _ldexp(jnp.where(seen, scores, jnp.zeros_like(scores)), shift)
+    scores = _shrink(jnp.where(seen, scores, jnp.zeros_like(scores)), shift)
     carried = carried_scale[..., None] - units  # <= 0
-    num = jnp.einsum("...rc,...ce->...re", scores, v) + _ldexp(num_carried, carried[..., None])
-    den = jnp.sum(scores, axis=-1) + _ldexp(den_carried, carried)
+    num = jnp.einsum("...rc,...ce->...re", scores, v) + _shrink(num_carried, carried[..., None])
+    den = jnp.sum(scores, axis=-1) + _shrink(den_carried, carried)
     out = _normalise(num, den, eps, n_q + units)  # [N, ..., K, G*C, Dv]
     return _from_chunks(einops.rearrange(out, "... k (g c) e -> ... (k g) c e", g=group), length)
 
@@ -624,10 +640,9 @@ def linear_attention_step(
         )
     scale = jnp.maximum(state.log2_scale, n_k)  # [..., K]
     old = (state.log2_scale - scale)[..., None]
-    f_k = _to_set_scale(f_k, n_k, scale)  # [..., K, M]
-    kv = _ldexp(state.kv.astype(dtype), old[..., None])
-    kv = kv + f_k[..., :, None] * v_t.astype(dtype)[..., None, :]
-    normalizer = _ldexp(state.normalizer.astype(dtype), old) + f_k
+    kv_t, z_t = _key_sums(f_k[..., None, :], n_k[..., None], v_t.astype(dtype)[..., None, :], scale)
+    kv = _shrink(state.kv.astype(dtype), old[..., None]) + kv_t
+    normalizer = _shrink(state.normalizer.astype(dtype), old) + z_t
     q = _group_queries(f_q, k_t.shape[-2])  # [..., K, G, M]
     num = jnp.einsum("...kgm,...kme->...kge", q, kv)
     den = jnp.einsum("...kgm,...km->...kg", q, normalizer)

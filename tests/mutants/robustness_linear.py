@@ -36,8 +36,8 @@ MUTANTS = (
     ),
     Mutant(
         LINEAR,
-        "kv = _ldexp(kv, old[..., None]) + _ldexp(",
-        "kv = kv + _ldexp(",
+        "kv = _shrink(kv, old[..., None]) + kv_n",
+        "kv = kv + kv_n",
         "linear: carried state not rescaled when a larger key arrives",
         SCALES,
     ),
