@@ -5,7 +5,7 @@ A study's report and README section are templates over its summary dict:
 `render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
 the filters `fmt`, `num` (`x | num(".3g")` is `format(x, ".3g")`), `label`,
 `count`, `table` (rows -> Markdown table lines joined by newlines;
-`table(header)`) and `predictions_table`, so no Python writes prose or table pipes.
+`table(header)`), `interval` (`interval_text`) and `predictions_table`, so no Python writes prose or table pipes.
 """
 
 from __future__ import annotations
@@ -90,6 +90,20 @@ def kind_counts(records) -> dict[str, dict[str, int]]:
     return counts
 
 
+def rows_by_kind(records) -> list[dict]:
+    """The row records grouped by kind, in `KINDS` order (a record without a kind is a prediction):
+    `[{"kind", "counts": {verdict: count}, "records": [...]}]`, every kind listed, empty or not."""
+    counts = kind_counts(records)
+    return [
+        {
+            "kind": kind,
+            "counts": counts[kind],
+            "records": [p for p in records if p.get("kind", "prediction") == kind],
+        }
+        for kind in KINDS
+    ]
+
+
 def predictions_table(predictions) -> list[str]:
     """Markdown table lines of prediction records."""
     rows = [
@@ -107,8 +121,10 @@ def predictions_table(predictions) -> list[str]:
 
 
 def interval_text(x: dict, spec: str = ".3g") -> str:
-    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`."""
-    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`
+    (a summary.json stores NaN and infinities as "nan", "inf": read back as floats)."""
+    mean, low, high = (float(x[k]) for k in ("mean", "low", "high"))
+    return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def num(value, spec: str) -> str:
@@ -140,6 +156,7 @@ def environment(study: str) -> jinja2.Environment:
         label=label,
         count=count,
         table=table,
+        interval=interval_text,
         predictions_table=lambda checks: "\n".join(predictions_table(checks)),
     )
     return env
