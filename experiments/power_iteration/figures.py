@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from attnjax import plotting
-from experiments.power_iteration.constants import PHASE_LABELS
 
 
 def _figure(width: float, height: float, rows: int, cols: int):
@@ -54,6 +53,7 @@ def _products_figure(summary):
         for run in runs:
             for phase in run["phase_order"]:
                 p = run["phases"][phase]
+                label = p["derived"]["label"]
                 layers = np.arange(1, len(p["mean"]["delta"]) + 1)
                 delta = np.asarray(p["mean"]["delta"], dtype=np.float64)
                 (line,) = ax.semilogy(
@@ -61,7 +61,7 @@ def _products_figure(summary):
                     np.where(delta > 0, delta, np.nan),
                     marker="o",
                     markersize=3,
-                    label=f"delta(P_l), {PHASE_LABELS[phase]}",
+                    label=f"delta(P_l), {label}",
                 )
                 bound = np.asarray(p["mean"]["bound"], dtype=np.float64)
                 ax.semilogy(
@@ -69,7 +69,7 @@ def _products_figure(summary):
                     np.where(bound > 0, bound, np.nan),
                     "--",
                     color=line.get_color(),
-                    label=f"prod tau, {PHASE_LABELS[phase]}",
+                    label=f"prod tau, {label}",
                 )
                 lam = np.asarray(p["mean"]["slem_bound"], dtype=np.float64)
                 ax.semilogy(
@@ -77,7 +77,7 @@ def _products_figure(summary):
                     np.where(lam > 0, lam, np.nan),
                     ":",
                     color=line.get_color(),
-                    label=f"prod |lambda_2|, {PHASE_LABELS[phase]}",
+                    label=f"prod |lambda_2|, {label}",
                 )
         ax.set_title(f"{arch} (head-averaged attention)")
         ax.set_xlabel("layer l")
