@@ -18,9 +18,9 @@ where sigma is large: this run samples z = sigma u exactly (sigma^2 drawn as
 2 Gamma(d_k / 2)), which reaches d_k ~ 10^6 at the cost of T normals, and
 takes ||J||_2 from the secular equation (`jacobian.spectral_norm`, O(T) per
 bisection step) rather than an eigensolver.
-The prediction: the least-squares slope of log E||J||_2 against log d_k,
-fitted per seed over `config.rate_dims`, lies within `rate_tolerance` of -1/2
-for every seed.
+The hypothesis (this codebase's derivation): the least-squares slope of
+log E||J||_2 against log d_k, fitted per seed over `config.rate_dims`, has a
+95% interval over seeds that contains -1/2 (two-sided: the claim is an equality).
 """
 
 from __future__ import annotations
