@@ -10,9 +10,9 @@ and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
 first failing test) and writes it as JSON; exits 1 if any mutant survives.
 
-Not listed: softmax_scaling's checks (their verdicts are tested only through a full smoke run
-of the study, minutes per mutant). Every verdict of experiments/rank_collapse/checks.py is
-flipped by one mutant each.
+Every verdict of experiments/rank_collapse/checks.py, experiments/power_iteration/checks.py and
+experiments/softmax_scaling/summary.py (the outcome functions its checks read) is flipped by one
+mutant each, killed by tests that hand the checks synthetic summaries (seconds, no study run).
 """
 
 from __future__ import annotations
@@ -37,8 +37,26 @@ PRETRAINED = (
     "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
     "tests/experiments/test_pretrained.py::test_comparison_checks",
 )
-POWER = (
-    "tests/experiments/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",
+PI = "tests/experiments/test_power_iteration.py::"
+POWER_RATE = tuple(
+    PI + name
+    for name in (
+        "test_rate_hypothesis_passes_on_the_uniform_chain_and_on_a_chain_at_its_lambda_2",
+        "test_rate_hypothesis_ignores_the_transient_of_the_first_half",
+        "test_rate_hypothesis_fails_at_dobrushins_rate_and_faster_than_lambda_2",
+        "test_rate_hypothesis_is_not_measured_unresolved_or_with_too_few_seeds",
+    )
+)
+SS = "tests/experiments/test_softmax_scaling.py::"
+SOFTMAX_FALLS = (SS + "test_falls_passes_when_the_share_above_tau_falls_and_fails_otherwise",)
+SOFTMAX_REMEDY = (SS + "test_remedy_passes_when_the_scale_stops_the_fall_and_fails_otherwise",)
+SOFTMAX_RATE = (SS + "test_rate_check_is_two_sided_around_minus_one_half",)
+SOFTMAX_TAU = (
+    SS + "test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_above_it",
+)
+POWER_CLUSTERS = (
+    PI + "test_cluster_rows_pass_where_the_claims_hold",
+    PI + "test_cluster_rows_fail_where_the_claims_do_not_hold",
 )
 WU = tuple(
     f"tests/experiments/test_rank_collapse.py::{name}"
@@ -249,19 +267,147 @@ MUTANTS = (
         "keeps_check verdict flipped",
         PRETRAINED,
     ),
+    # Every verdict of the power-iteration rows (and the numbers they read) flipped or broken.
     Mutant(
         "experiments/power_iteration/checks.py",
-        "worst, bool(worst <= math.log10(factor)), note)",
-        "worst, bool(worst > math.log10(factor)), note)",
-        "lambda-product verdict flipped",
-        POWER,
+        'bool(-eps <= x["low"] and x["high"] <= eps)',
+        'not (-eps <= x["low"] and x["high"] <= eps)',
+        "power_iteration: rate hypothesis verdict flipped",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'bool(-eps <= x["low"] and x["high"] <= eps)',
+        'bool(x["high"] <= eps)',
+        "power_iteration: rate hypothesis one-sided (faster than |lambda_2| passes)",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'if r["units"] < MIN_UNITS:',
+        "if False:",
+        "power_iteration: rate hypothesis judged on fewer than 10 seeds",
+        POWER_RATE,
     ),
     Mutant(
         "experiments/power_iteration/summary.py",
-        "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
-        "ENTROPY_RANGE[0] <= h",
-        "regime check: upper entropy bound dropped",
-        POWER,
+        "return list(range(max(layers // 2, 1) + 1, layers + 1))",
+        "return list(range(2, layers + 1))",
+        "power_iteration: rate window includes the transient",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        '"epsilon": max(abs(r) for r in ref) if ref_ok else None,',
+        '"epsilon": min(abs(r) for r in ref) if ref_ok else None,',
+        "power_iteration: rate tolerance below the reference's own transient",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        'excess = log_rate - np.asarray(seeds["log_slem"], np.float64)[:, index]',
+        'excess = log_rate - np.asarray(seeds["log_tau"], np.float64)[:, index]',
+        "power_iteration: rate hypothesis against tau instead of |lambda_2|",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'bool(small["final_max"] == 1)',
+        'bool(small["final_max"] != 1)',
+        "power_iteration: one cluster at small beta flipped",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'None if few else bool(count["low"] > 0)',
+        'None if few else bool(count["high"] > 0)',
+        "power_iteration: more clusters at larger beta, upper end only",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'passed = None if few or m["small_censored"] else bool(time["low"] > 0)',
+        'passed = None if few or m["small_censored"] else bool(time["low"] <= 0)',
+        "power_iteration: time to one cluster flipped",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'passed = None if few or m["small_censored"] else bool(time["low"] > 0)',
+        'passed = None if few else bool(time["low"] > 0)',
+        "power_iteration: time ratio judged with a censored smallest beta",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        '"beats_mode": bool(margin["n"] >= MIN_UNITS and margin["low"] > 0),',
+        '"beats_mode": bool(margin["mean"] > 0),',
+        "power_iteration: trained model beats the mode baseline on its mean, any seeds",
+        (PI + "test_training_numbers_call_a_model_below_the_mode_baseline_briefly_trained",),
+    ),
+    Mutant(
+        "experiments/power_iteration/products.py",
+        "entropy = jnp.where(rows, h / jnp.log(jnp.where(rows, keys, 2)), 0)",
+        "entropy = jnp.where(rows, h / jnp.log(keys.shape[-1]), 0)",
+        "power_iteration: entropy normalised by log T, not by the visible keys",
+        (PI + "test_uniform_attention_over_the_visible_keys_has_entropy_one",),
+    ),
+    # Every verdict of the softmax-scaling rows (computed in its summary's outcome functions).
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(high < 0),',
+        '"pass": None if units < MIN_UNITS else bool(high >= 0),',
+        "softmax_scaling: the typical gradient vanishes (share above tau falls) flipped",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "differences = {g: interval(np.subtract(by_dim[-1], by_dim[0])) for g, by_dim in above.items()}",
+        "differences = {g: interval(np.subtract(by_dim[0], by_dim[-1])) for g, by_dim in above.items()}",
+        "softmax_scaling: the fall measured the wrong way round",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(high < 0),',
+        '"pass": bool(high < 0),',
+        "softmax_scaling: the fall judged on fewer than 10 seeds",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(low > 0),',
+        '"pass": None if units < MIN_UNITS else bool(low <= 0),',
+        "softmax_scaling: the remedy flipped",
+        SOFTMAX_REMEDY,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted),',
+        "softmax_scaling: the Jacobian exponent one-sided",
+        SOFTMAX_RATE,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else not (x["low"] <= predicted <= x["high"]),',
+        "softmax_scaling: the Jacobian exponent flipped",
+        SOFTMAX_RATE,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "g: float(np.median(np.concatenate(by_dim[-1])))",
+        "g: float(np.median(np.concatenate(by_dim[0])))",
+        "softmax_scaling: tau from the smallest d_k",
+        SOFTMAX_TAU,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"above": float(np.mean(v > tau)),',
+        '"above": float(np.mean(v < tau)),',
+        "softmax_scaling: the share below tau counted as above",
+        SOFTMAX_TAU,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",
