@@ -445,6 +445,9 @@ def test_cluster_rows_fail_where_the_claims_do_not_hold():
     # Every beta merges at once: no metastable state, one cluster at the probe time everywhere.
     flat = [_cluster_run(b, [1] * 10, [5.0] * 10, [1] * 10) for b in (1.0, 4.0, 8.0)]
     assert _cluster_verdicts(flat) == [("sanity", "pass")] + [("prediction", "fail")] * 2
+    # One seed of ten with a second cluster: the interval of the count difference reaches 0.
+    once = [PAPER[0], dict(PAPER[2], probe_clusters=[1] * 9 + [2])]
+    assert _cluster_verdicts(once)[1] == ("prediction", "fail")
     # Fewer than 10 seeds: the metastability rows are not measured.
     short = [
         dict(r, **{k: r[k][:4] for k in ("final_clusters", "time_to_one", "probe_clusters")})
