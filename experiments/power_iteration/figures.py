@@ -8,6 +8,9 @@ import numpy as np
 
 from attnjax import plotting
 
+# The products figure's lower limit: delta(P_l) is not resolved below float64 rounding.
+ROUNDING = 1e-16
+
 
 def _figure(width: float, height: float, rows: int, cols: int):
     """A figure and its axes `[rows * cols]`."""
@@ -79,6 +82,20 @@ def _products_figure(summary):
                     color=line.get_color(),
                     label=f"prod |lambda_2|, {label}",
                 )
+        deepest = max(
+            (run["phases"][p]["derived"]["rate"] for run in runs for p in run["phase_order"]),
+            key=lambda r: -1 if r is None else len(r["reference_delta"]),
+        )
+        if deepest is not None:
+            ref = np.asarray(deepest["reference_delta"], dtype=np.float64)
+            ax.semilogy(
+                np.arange(1, len(ref) + 1),
+                ref,
+                "k-.",
+                linewidth=1,
+                label="delta(U^l), uniform causal",
+            )
+        ax.set_ylim(ROUNDING, 10.0)  # delta <= 1
         ax.set_title(f"{arch} (head-averaged attention)")
         ax.set_xlabel("layer l")
         ax.grid(True, alpha=0.3)

@@ -400,26 +400,17 @@ def mode_accuracy(inputs, targets, weights, num_pairs: int) -> np.ndarray:
 
 def _mode_baseline(trainer: training.Trainer, eval_keys, num_pairs: int) -> np.ndarray:
     """`[S]`: the mode-of-context accuracy (`mode_accuracy`) on each seed's held-out batches, the
-    ones `SeedsRunner.evaluate` scores (one batch per key of `eval_keys [N, S]`)."""
-    make = jax.vmap(jax.vmap(lambda key: trainer.task.batch(key, trainer.batch_size)))
-    batches = jax.tree.map(np.asarray, make(eval_keys))  # [N, S, B, T] each
-    n, s = batches.inputs.shape[:2]
-    return np.asarray(
-        [
-            np.mean(
-                [
-                    mode_accuracy(
-                        batches.inputs[i, seed],
-                        batches.targets[i, seed],
-                        batches.weights[i, seed],
-                        num_pairs,
-                    )
-                    for i in range(n)
-                ]
-            )
-            for seed in range(s)
-        ]
-    )
+    ones `SeedsRunner.evaluate` scores (one batch per key of `eval_keys [N, S]`; a batch drawn
+    from a key alone is the same batch as inside the runner's vmap)."""
+    n, s = eval_keys.shape
+    per_seed = []
+    for seed in range(s):
+        accs = []
+        for i in range(n):
+            batch = trainer.task.batch(eval_keys[i, seed], trainer.batch_size)
+            accs.append(mode_accuracy(batch.inputs, batch.targets, batch.weights, num_pairs))
+        per_seed.append(np.mean(accs))
+    return np.asarray(per_seed)
 
 
 def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
@@ -433,13 +424,12 @@ def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     eval_keys = jax.random.split(jax.random.fold_in(root, 2), p.num_seeds)
     inputs = task.batch(jax.random.fold_in(root, 3), p.measure_batch_size).inputs
     if not spec.trained:
+        # One initialisation; the mask is a flag of the model, not of its parameters.
+        state = training.SeedsRunner(make_trainer(config, spec, task, causal=True)).init(init_keys)
         rows = []
         for phase, causal in (("untrained", False), ("init", True)):
-            trainer = make_trainer(config, spec, task, causal=causal)
-            state = training.SeedsRunner(trainer).init(init_keys)  # the same parameters
-            rows += _measure_products(
-                config, _forward_fn(trainer), state, inputs, phase, causal=causal
-            )
+            forward = _forward_fn(make_trainer(config, spec, task, causal=causal))
+            rows += _measure_products(config, forward, state, inputs, phase, causal=causal)
         return rows
     trainer = make_trainer(config, spec, task, causal=True)
     runner = training.SeedsRunner(trainer)

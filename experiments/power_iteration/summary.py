@@ -231,9 +231,10 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
         e_l = log(delta(P_l) / delta(P_(l-1))) - log |lambda_2(A_l)|
     (`excess`, an interval over seeds), beside the same with tau(A_l), Dobrushin's rate, in place
     of |lambda_2| (`tau_excess`), and the uniform causal chain's e_l at the same layers
-    (`reference`, `uniform_causal_chain`): the transient a chain whose rate tends to |lambda_2|
-    exactly still shows there. `epsilon`, the tolerance, is the largest |e_l| of the reference
-    in the window; `reference_distance` the largest |mean over seeds of e_l - reference e_l|.
+    (`reference`, `uniform_causal_chain`; `reference_delta`: its delta(U^l) at every layer): the
+    transient a chain whose rate tends to |lambda_2| exactly still shows there. `epsilon`, the
+    tolerance, is the largest |e_l| of the reference in the window; `reference_distance` the
+    largest |mean over seeds of e_l - reference e_l|.
     `resolved`: every example's delta(P_l) above `floor` from the layer before the window on.
     None when there is no window (fewer than two layers).
     """
@@ -243,8 +244,8 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
     if not window:
         return None
     index = np.asarray(window) - 1  # 0-based layers of the window
-    reference = uniform_causal_chain(seq_len, layers, floor)["excess"]
-    ref = [reference[i] for i in index]
+    chain = uniform_causal_chain(seq_len, layers, floor)
+    ref = [chain["excess"][i] for i in index]
     log_rate = log_delta[:, index] - log_delta[:, index - 1]  # [S, W]
     excess = log_rate - np.asarray(seeds["log_slem"], np.float64)[:, index]
     tau_excess = log_rate - np.asarray(seeds["log_tau"], np.float64)[:, index]
@@ -260,6 +261,7 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
         "tau_excess": interval(tau_excess.mean(axis=1)),
         "layer_excess": layer_excess.tolist(),
         "reference": ref,
+        "reference_delta": chain["delta"],
         "reference_mean": float(np.mean(ref)) if ref_ok else None,
         "epsilon": max(abs(r) for r in ref) if ref_ok else None,
         "reference_distance": (
