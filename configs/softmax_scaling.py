@@ -47,7 +47,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
 
     # The exponent of E||J||_2 (unscaled) in d_k, sampled exactly through
     # logits = |q| u (rate.py) at widths far beyond `dims`: predicted -1/2,
-    # two-sided: the 95% interval over seeds of the fitted slope must contain it.
+    # two-sided: the 95% interval over seeds of the slope fitted over the upper half of
+    # the widths (summary.rate_window, past the O(d_k^(-1/2)) correction) must contain it.
     config.rate_dims = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
     config.rate_samples = 3_000
 

@@ -51,6 +51,9 @@ SS = "tests/experiments/test_softmax_scaling.py::"
 SOFTMAX_FALLS = (SS + "test_falls_passes_when_the_share_above_tau_falls_and_fails_otherwise",)
 SOFTMAX_REMEDY = (SS + "test_remedy_passes_when_the_scale_stops_the_fall_and_fails_otherwise",)
 SOFTMAX_RATE = (SS + "test_rate_check_is_two_sided_around_minus_one_half",)
+SOFTMAX_WINDOW = (
+    SS + "test_the_exponent_is_read_past_the_correction_of_order_d_k_to_the_minus_one_half",
+)
 SOFTMAX_TAU = (
     SS + "test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_above_it",
 )
@@ -394,6 +397,13 @@ MUTANTS = (
         '"pass": None if x["n"] < MIN_UNITS else not (x["low"] <= predicted <= x["high"]),',
         "softmax_scaling: the Jacobian exponent flipped",
         SOFTMAX_RATE,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "return list(widths[(len(widths) - 1) // 2 :])",
+        "return list(widths)",
+        "softmax_scaling: the exponent read over every width, pre-asymptotic ones included",
+        SOFTMAX_WINDOW,
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",

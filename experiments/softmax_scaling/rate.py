@@ -19,8 +19,10 @@ where sigma is large: this run samples z = sigma u exactly (sigma^2 drawn as
 takes ||J||_2 from the secular equation (`jacobian.spectral_norm`, O(T) per
 bisection step) rather than an eigensolver.
 The hypothesis (this codebase's derivation): the least-squares slope of
-log E||J||_2 against log d_k, fitted per seed over `config.rate_dims`, has a
-95% interval over seeds that contains -1/2 (two-sided: the claim is an equality).
+log E||J||_2 against log d_k, fitted per seed over the upper half of
+`config.rate_dims` (`summary.rate_window`: the correction is O(1/sigma)
+relative), has a 95% interval over seeds that contains -1/2 (two-sided: the
+claim is an equality).
 """
 
 from __future__ import annotations

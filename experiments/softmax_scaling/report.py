@@ -66,11 +66,13 @@ def gradient_rows(summary: dict) -> list[list]:
 
 
 def rate_rows(summary: dict) -> list[list]:
-    """Per seed: E||J||_2 at each rate width, and the fitted slope."""
+    """Per seed: E||J||_2 at each rate width, and the fitted slopes (upper half, every width)."""
     rate = summary["rate"]
     return [
-        [seed, *[format(v, ".4g") for v in values], format(slope, ".3f")]
-        for seed, (values, slope) in enumerate(zip(rate["values"], rate["slopes"]))
+        [seed, *[format(v, ".4g") for v in values], format(slope, ".3f"), format(full, ".3f")]
+        for seed, (values, slope, full) in enumerate(
+            zip(rate["values"], rate["slopes"], rate["full_slopes"])
+        )
     ]
 
 

@@ -265,6 +265,19 @@ def test_rate_check_is_two_sided_around_minus_one_half():
         rate.log_log_slope([1, 10], [1.0])
 
 
+def test_the_exponent_is_read_past_the_correction_of_order_d_k_to_the_minus_one_half():
+    """With E||J||_2 = d_k^(-1/2) (1 - 3.3 d_k^(-1/2)), the correction measured here, a fit over
+    every default width gives -0.48 and fails a two-sided test at -1/2; over the upper half of the
+    widths (rate_window) it is within 0.01 of -1/2."""
+    widths = config_lib.get_config().rate_dims
+    assert summary_lib.rate_window(widths) == [16384, 65536, 262144, 1048576]
+    assert summary_lib.rate_window([256, 4096]) == [256, 4096]  # at least two widths
+    values = [d**-0.5 * (1 - 3.3 * d**-0.5) for d in widths]
+    assert rate.log_log_slope(widths, values) > -0.485
+    window = summary_lib.rate_window(widths)
+    assert rate.log_log_slope(window, values[-len(window) :]) == pytest.approx(-0.5, abs=0.01)
+
+
 def test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_above_it():
     samples = {
         family: {
