@@ -16,6 +16,7 @@ import os
 
 import jinja2
 
+from experiments.lab.stats import number
 from experiments.lab.study import KINDS, VERDICTS, verdict
 
 LABELS = {
@@ -121,9 +122,9 @@ def predictions_table(predictions) -> list[str]:
 
 
 def interval_text(x: dict, spec: str = ".3g") -> str:
-    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`
-    (a summary.json stores NaN and infinities as "nan", "inf": read back as floats)."""
-    mean, low, high = (float(x[k]) for k in ("mean", "low", "high"))
+    """An interval dict (`experiments.lab.stats.interval`, or its JSON form with 'nan' ends) as
+    'mean [low, high]', each `format(., spec)`."""
+    mean, low, high = (number(x[k]) for k in ("mean", "low", "high"))
     return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
