@@ -40,8 +40,9 @@ def get_config(arg: str | None = None):
             # Sanity of the fit, not a claim (A^k - 1 pi^T = (A - 1 pi^T)^k): a complex pair
             # +-lambda_2 makes d(k) oscillate by a bounded factor C around |lambda_2|^k, which
             # moves the fitted log-rate by up to log(C) / (k1 / 2); 0.1 allows C up to
-            # e^(0.1 k1 / 2) = e^2.6 over the shortest fit of the default run (k1 = 53), while
-            # a bug in the iteration or the fit (d(k) of A^(2k), say) moves it by 100% or more.
+            # e^(0.1 k1 / 2) = e^0.65 ~ 1.9 over the shortest fit of the default run (k1 = 13, at
+            # tau = 2), while a bug in the iteration or the fit (d(k) of A^(2k), say) moves the
+            # rate by 100% or more.
             tolerance=0.1,  # pass if |measured rate / |lambda_2| - 1| <= tolerance
         )
     )

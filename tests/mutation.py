@@ -41,7 +41,9 @@ PI = "tests/experiments/test_power_iteration.py::"
 POWER_RATE = tuple(
     PI + name
     for name in (
-        "test_rate_hypothesis_passes_on_the_uniform_chain_and_on_a_chain_at_its_lambda_2",
+        "test_rate_hypothesis_passes_on_a_chain_at_its_lambda_2_that_excludes_the_competitors",
+        "test_rate_hypothesis_is_not_measured_when_a_competitor_fits_as_well",
+        "test_the_untrained_attention_only_row_checks_the_measurement_against_u",
         "test_rate_hypothesis_ignores_the_transient_of_the_first_half",
         "test_rate_hypothesis_fails_at_dobrushins_rate_and_faster_than_lambda_2",
         "test_rate_hypothesis_is_not_measured_unresolved_or_with_too_few_seeds",
@@ -308,9 +310,44 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/power_iteration/summary.py",
-        'excess = log_rate - np.asarray(seeds["log_slem"], np.float64)[:, index]',
+        "excess = log_rate - log_slem",
         'excess = log_rate - np.asarray(seeds["log_tau"], np.float64)[:, index]',
         "power_iteration: rate hypothesis against tau instead of |lambda_2|",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "if passed and tied:",
+        "if False:",
+        "power_iteration: rate hypothesis passes without excluding its competitors",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        "uniform_excess = log_rate - math.log(UNIFORM_CAUSAL_SLEM)",
+        "uniform_excess = log_rate - math.log(0.9)",
+        "power_iteration: the constant-rate competitor is not U's rate",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "bool(distance <= LOG_RATE_RESOLUTION)",
+        "bool(distance > LOG_RATE_RESOLUTION)",
+        "power_iteration: the untrained attention-only chain against U flipped",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'if is_attention_only(run["spec"]["architecture"]) and phase == "init":',
+        'if is_attention_only(run["spec"]["architecture"]):',
+        "power_iteration: a trained attention-only row taken for U's chain",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        "return interval(np.sum(x * y, axis=1) / var)",
+        "return interval(np.sum(x * x, axis=1) / var)",
+        "power_iteration: slope of log-rate on log |lambda_2| miscomputed",
         POWER_RATE,
     ),
     Mutant(

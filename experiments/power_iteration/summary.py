@@ -37,6 +37,8 @@ from experiments.power_iteration.constants import (
     MIN_UNITS,
     PHASE_LABELS,
     RESOLVED_FACTOR,
+    SLOPE_SPREAD,
+    UNIFORM_CAUSAL_SLEM,
 )
 from experiments.power_iteration.products import uniform_causal_chain
 from experiments.power_iteration.study import dtype_of, rounding_floor
@@ -232,9 +234,15 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
     (`excess`, an interval over seeds), beside the same with tau(A_l), Dobrushin's rate, in place
     of |lambda_2| (`tau_excess`), and the uniform causal chain's e_l at the same layers
     (`reference`, `uniform_causal_chain`; `reference_delta`: its delta(U^l) at every layer): the
-    transient a chain whose rate tends to |lambda_2| exactly still shows there. `epsilon`, the
-    tolerance, is the largest |e_l| of the reference in the window; `reference_distance` the
-    largest |mean over seeds of e_l - reference e_l|.
+    transient a chain whose rate tends to |lambda_2| exactly still shows there. The competing
+    explanations, measured by the same statistic: `tau_excess` (Dobrushin's rate tau(A_l)) and
+    `uniform_excess` (a constant rate `UNIFORM_CAUSAL_SLEM`, U's, at every layer); `slope`
+    (`rate_slope`): how the log-rate follows log |lambda_2| from layer to layer.
+    `epsilon`, the tolerance, is the largest |e_l| of the reference in the window (derivation:
+    the statistic is a mean of e_l over the window, and a chain whose every layer's e_l is within
+    U's largest there has its mean within that too; U's own mean, `reference_mean`, is not the
+    band: U would sit on its edge, and a chain at its |lambda_2| with U's transient would fail
+    half the time); `reference_distance` the largest |mean over seeds of e_l - reference e_l|.
     `resolved`: every example's delta(P_l) above `floor` from the layer before the window on.
     None when there is no window (fewer than two layers).
     """
@@ -247,8 +255,10 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
     chain = uniform_causal_chain(seq_len, layers, floor)
     ref = [chain["excess"][i] for i in index]
     log_rate = log_delta[:, index] - log_delta[:, index - 1]  # [S, W]
-    excess = log_rate - np.asarray(seeds["log_slem"], np.float64)[:, index]
+    log_slem = np.asarray(seeds["log_slem"], np.float64)[:, index]
+    excess = log_rate - log_slem
     tau_excess = log_rate - np.asarray(seeds["log_tau"], np.float64)[:, index]
+    uniform_excess = log_rate - math.log(UNIFORM_CAUSAL_SLEM)
     resolved = bool(np.min(np.asarray(seeds["delta_min"])[:, index[0] - 1 :]) > floor)
     ref_ok = all(r is not None for r in ref)
     layer_excess = excess.mean(axis=0)
@@ -259,6 +269,8 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
         "excess": interval(excess.mean(axis=1)),
         "per_seed": excess.mean(axis=1).tolist(),
         "tau_excess": interval(tau_excess.mean(axis=1)),
+        "uniform_excess": interval(uniform_excess.mean(axis=1)),
+        "slope": rate_slope(log_rate, log_slem),
         "layer_excess": layer_excess.tolist(),
         "reference": ref,
         "reference_delta": chain["delta"],
@@ -268,6 +280,19 @@ def rate_test(seeds: dict, seq_len: int, floor: float) -> Optional[dict]:
             float(np.max(np.abs(layer_excess - np.asarray(ref)))) if ref_ok else None
         ),
     }
+
+
+def rate_slope(log_rate: np.ndarray, log_slem: np.ndarray) -> Optional[dict]:
+    """Per seed, the least-squares slope of log-rate on log |lambda_2(A_l)| over the window's layers
+    (`[S, W]` each; 1 if every layer contracts at its own |lambda_2|, 0 if the rate ignores it), an
+    interval over seeds; None when a seed's log |lambda_2| does not vary over the window (the slope
+    is then undefined: the maps cannot tell a rate that follows |lambda_2| from a constant one)."""
+    x = log_slem - log_slem.mean(axis=1, keepdims=True)
+    var = np.sum(x * x, axis=1)
+    if log_rate.shape[1] < 2 or np.min(var) <= SLOPE_SPREAD**2 * log_rate.shape[1]:
+        return None
+    y = log_rate - log_rate.mean(axis=1, keepdims=True)
+    return interval(np.sum(x * y, axis=1) / var)
 
 
 def _layer_rows(phase: dict, tolerance: float) -> list[dict]:

@@ -35,38 +35,41 @@ def test_plots_and_report_sections(run):
     assert "## (a)" in report and "## (b)" in report and "## (c)" in report
     # The five kinds are listed apart, each under a heading that says which it is, with its count.
     headings = [
-        "## Predictions: a paper's own claim, in the paper's setting (2)",
+        "## Predictions: a paper's own claim, in the paper's setting (0)",
         "## Replications: a paper's own number, measured the same way (0)",
-        "## Hypotheses: claims of this codebase, not evidence about any paper (2)",
-        "## Sanity checks: identities, and theorems whose hypotheses hold; they fail only on a bug (7)",
+        "## Hypotheses: claims of this codebase, not evidence about any paper (3)",
+        "## Sanity checks: identities, and theorems whose hypotheses hold; they fail only on a bug (8)",
         "## Not applicable: the paper's setting differs from what the run offers (0)",
     ]
     positions = [report.index(h) for h in headings]
     assert positions == sorted(positions)
-    assert "| sanity | 7 | 0 | 0 | 0 |" in report and "| hypothesis | 0 | 0 | 2 | 0 |" in report
+    assert "| sanity | 8 | 0 | 0 | 0 |" in report and "| hypothesis | 2 | 0 | 1 | 0 |" in report
 
 
 # Every check of the test run and its verdict: the stored ones, and the checks re-run on the summary.
 # One products seed: the rate hypothesis is not measured (a verdict needs 10), and the trained model,
-# which cannot beat the mode-of-context baseline with one seed, is named briefly trained.
+# which cannot beat the mode-of-context baseline with one seed, is named briefly trained. The
+# untrained attention-only model's causal maps are U: its row is a sanity check of the measurement.
 EXPECTED = {
     "fixed matrix: A^k -> 1 pi^T at rate |lambda_2| (tau=1)": ("sanity", "pass"),
     "Dobrushin bound (attention_only, untrained, bidirectional)": ("sanity", "pass"),
     "Dobrushin bound (attention_only, untrained, causal)": ("sanity", "pass"),
     "causal attention: pi_l = e_1 (attention_only, untrained, causal)": ("sanity", "pass"),
-    "delta(P_l) / delta(P_(l-1)) = |lambda_2(A_l)| after the transient "
-    "(attention_only, untrained, causal)": ("hypothesis", "not measured"),
+    "the products of U repeat the reference's rates (attention_only, untrained, causal)": (
+        "sanity",
+        "pass",
+    ),
     "Dobrushin bound (attention_only, causal, briefly trained)": ("sanity", "pass"),
     "causal attention: pi_l = e_1 (attention_only, causal, briefly trained)": ("sanity", "pass"),
     "delta(P_l) / delta(P_(l-1)) = |lambda_2(A_l)| after the transient "
     "(attention_only, causal, briefly trained)": ("hypothesis", "not measured"),
     "one cluster at small beta (beta=1; SA, n=8, d=3, dt=0.1)": ("sanity", "pass"),
     "metastability: more clusters at larger beta (t=20; SA, n=8, d=3, dt=0.1)": (
-        "prediction",
+        "hypothesis",
         "pass",
     ),
     "metastability: the time to one cluster grows with beta (SA, n=8, d=3, dt=0.1)": (
-        "prediction",
+        "hypothesis",
         "pass",
     ),
 }
@@ -310,17 +313,20 @@ def test_mode_accuracy_predicts_the_most_frequent_value_of_the_context():
 T, L, SEEDS = 8, 8, 10
 
 
-def _seeds(log_rate, log_slem=math.log(0.5), noise=1e-3, delta_min=None, seeds=SEEDS):
+def _seeds(
+    log_rate, log_slem=math.log(0.5), noise=1e-3, delta_min=None, seeds=SEEDS, log_tau=math.log(0.9)
+):
     """Per-seed head-averaged metrics of a chain whose log delta(P_l) grows by `log_rate[l]` per layer
-    (`[L]`), with |lambda_2| = exp(`log_slem`) and tau = 0.9 at every layer, plus seed noise."""
+    (`[L]`), with |lambda_2| = exp(`log_slem`) and tau = exp(`log_tau`) (scalars: at every layer,
+    or `[L]`), plus seed noise."""
     rng = np.random.default_rng(0)
     log_rate = np.asarray(log_rate, np.float64)
     log_delta = np.cumsum(log_rate)[None] + noise * rng.standard_normal((seeds, len(log_rate)))
     shape = (seeds, len(log_rate))
     return {
         "log_delta": log_delta.tolist(),
-        "log_slem": np.full(shape, log_slem).tolist(),
-        "log_tau": np.full(shape, math.log(0.9)).tolist(),
+        "log_slem": np.broadcast_to(log_slem, shape).tolist(),
+        "log_tau": np.broadcast_to(log_tau, shape).tolist(),
         "delta_min": (
             np.exp(log_delta) if delta_min is None else np.full(shape, delta_min)
         ).tolist(),
@@ -333,33 +339,75 @@ def _reference_rates():
     return [math.log(delta[0])] + [math.log(b / a) for a, b in zip(delta, delta[1:])]
 
 
-def _rate_run(seeds, phase="trained"):
+def _rate_run(seeds, phase="trained", architecture="skip_mlp"):
     """A causal products phase with `seeds` and the derived rate test, as `checks._rate_check` reads it."""
     rate = summary_lib.rate_test(seeds, T, floor=1e-11)
     derived = {"label": "toy", "layers": L, "entropy": [0.5, 0.6], "rate": rate}
-    return {"spec": {"architecture": "toy"}, "phases": {phase: {"derived": derived}}}
+    return {"spec": {"architecture": architecture}, "phases": {phase: {"derived": derived}}}
 
 
 def _rate_verdict(seeds):
     return checks._rate_check(_rate_run(seeds), "trained")["verdict"]
 
 
-def test_rate_hypothesis_passes_on_the_uniform_chain_and_on_a_chain_at_its_lambda_2():
-    # The uniform causal chain itself: its excess in the window is its own, within eps.
-    assert _rate_verdict(_seeds(_reference_rates())) == "pass"
-    # An inhomogeneous chain whose every layer contracts at its own |lambda_2| (0.3), from layer 2.
-    record = checks._rate_check(
-        _rate_run(_seeds([math.log(0.9)] + [math.log(0.3)] * (L - 1), math.log(0.3))), "trained"
-    )
+# A chain that contracts at its own |lambda_2| (0.3) from layer 2, far from tau (0.9) and from U's 1/2.
+AT_LAMBDA_2 = ([math.log(0.9)] + [math.log(0.3)] * (L - 1), math.log(0.3))
+
+
+def test_rate_hypothesis_passes_on_a_chain_at_its_lambda_2_that_excludes_the_competitors():
+    # Every layer contracts at its own |lambda_2| (0.3), from layer 2: tau (0.9) and U's 1/2 are
+    # both outside the band.
+    record = checks._rate_check(_rate_run(_seeds(*AT_LAMBDA_2)), "trained")
     assert record["verdict"] == "pass" and record["kind"] == "hypothesis"
     assert abs(record["measured"]) < 1e-3
+    # |lambda_2| varying from layer to layer (0.2, 0.4), the rate following it: slope 1.
+    slem = np.log([0.9] + [0.2, 0.4] * (L // 2))[:L]
+    varying = checks._rate_check(_rate_run(_seeds(slem, slem)), "trained")
+    assert varying["verdict"] == "pass"
+    assert summary_lib.rate_test(_seeds(slem, slem), T, 1e-11)["slope"]["mean"] == pytest.approx(
+        1.0, abs=0.02
+    )
+
+
+def test_rate_hypothesis_is_not_measured_when_a_competitor_fits_as_well():
+    # The uniform causal chain: |lambda_2| = 1/2 at every layer is also U's constant rate 1/2.
+    record = checks._rate_check(_rate_run(_seeds(_reference_rates())), "trained")
+    assert record["verdict"] == "not measured"
+    assert "cannot resolve |lambda_2| from U's rate 1/2 at every layer (excess" in record["note"]
+    # Dobrushin's tau (0.31) as close to the rate as |lambda_2| (0.3): not resolved either.
+    close_tau = _seeds(*AT_LAMBDA_2, log_tau=math.log(0.31))
+    record = checks._rate_check(_rate_run(close_tau), "trained")
+    assert record["verdict"] == "not measured"
+    assert "from tau(A_l), Dobrushin's rate (excess" in record["note"]
+    # A constant |lambda_2| leaves the slope undefined; a rate that ignores a varying one: slope 0.
+    assert summary_lib.rate_test(_seeds(*AT_LAMBDA_2), T, 1e-11)["slope"] is None
+    slem = np.log([0.9] + [0.2, 0.4] * (L // 2))[:L]
+    ignoring = summary_lib.rate_test(_seeds([math.log(0.3)] * L, slem), T, 1e-11)
+    assert ignoring["slope"]["mean"] == pytest.approx(0.0, abs=0.02)
+
+
+def test_the_untrained_attention_only_row_checks_the_measurement_against_u():
+    # Its maps are U: the row is a sanity check, passing where the chain is U's ...
+    run = _rate_run(_seeds(_reference_rates()), "init", "attention_only")
+    record = checks._rate_check(run, "init")
+    assert record["kind"] == "sanity" and record["verdict"] == "pass"
+    assert record["measured"] < 0.01
+    # ... and failing where the measured chain is not U's (a mismeasured delta or |lambda_2|).
+    off = checks._rate_check(_rate_run(_seeds(*AT_LAMBDA_2), "init", "attention_only"), "init")
+    assert off["kind"] == "sanity" and off["verdict"] == "fail"
+    # The same chain of a model with skips, or of a trained attention-only model, is a hypothesis row.
+    assert checks._rate_check(_rate_run(_seeds(*AT_LAMBDA_2), "init"), "init")["kind"] == (
+        "hypothesis"
+    )
+    trained = _rate_run(_seeds(*AT_LAMBDA_2), "trained", "attention_only")
+    assert checks._rate_check(trained, "trained")["kind"] == "hypothesis"
 
 
 def test_rate_hypothesis_ignores_the_transient_of_the_first_half():
-    # Slow (rate 0.9) in layers 2-4, at |lambda_2| = 1/2 from layer 5 on: the window is l = 5..8.
-    rates = [math.log(0.9)] * 4 + [math.log(0.5)] * 4
+    # Slow (rate 0.9) in layers 2-4, at |lambda_2| = 0.3 from layer 5 on: the window is l = 5..8.
+    rates = [math.log(0.9)] * 4 + [math.log(0.3)] * 4
     assert summary_lib.rate_window(L) == [5, 6, 7, 8]
-    assert _rate_verdict(_seeds(rates)) == "pass"
+    assert _rate_verdict(_seeds(rates, math.log(0.3))) == "pass"
 
 
 def test_rate_hypothesis_fails_at_dobrushins_rate_and_faster_than_lambda_2():
@@ -425,8 +473,8 @@ PAPER = [
 def test_cluster_rows_pass_where_the_claims_hold():
     assert _cluster_verdicts(PAPER) == [
         ("sanity", "pass"),
-        ("prediction", "pass"),
-        ("prediction", "pass"),
+        ("hypothesis", "pass"),
+        ("hypothesis", "pass"),
     ]
 
 
@@ -435,22 +483,22 @@ def test_cluster_rows_fail_where_the_claims_do_not_hold():
     # bounds nothing (a seed at the smallest beta never got there).
     stuck = [_cluster_run(1.0, _spread([2, 1]), _spread([None, 7.0]), _spread([2, 1]))] + PAPER[1:]
     assert _cluster_verdicts(stuck)[0] == ("sanity", "fail")
-    assert _cluster_verdicts(stuck)[2] == ("prediction", "not measured")
+    assert _cluster_verdicts(stuck)[2] == ("hypothesis", "not measured")
     # The time to one cluster falls with beta, and so does the count at the probe time.
     falling = [
         _cluster_run(1.0, [1] * 10, _spread([80.0, 90.0]), _spread([4, 3])),
         _cluster_run(8.0, [1] * 10, _spread([5.0, 6.0]), [1] * 10),
     ]
-    assert _cluster_verdicts(falling)[1:] == [("prediction", "fail")] * 2
+    assert _cluster_verdicts(falling)[1:] == [("hypothesis", "fail")] * 2
     # Every beta merges at once: no metastable state, one cluster at the probe time everywhere.
     flat = [_cluster_run(b, [1] * 10, [5.0] * 10, [1] * 10) for b in (1.0, 4.0, 8.0)]
-    assert _cluster_verdicts(flat) == [("sanity", "pass")] + [("prediction", "fail")] * 2
+    assert _cluster_verdicts(flat) == [("sanity", "pass")] + [("hypothesis", "fail")] * 2
     # One seed of ten with a second cluster: the interval of the count difference reaches 0.
     once = [PAPER[0], dict(PAPER[2], probe_clusters=[1] * 9 + [2])]
-    assert _cluster_verdicts(once)[1] == ("prediction", "fail")
+    assert _cluster_verdicts(once)[1] == ("hypothesis", "fail")
     # Fewer than 10 seeds: the metastability rows are not measured.
     short = [
         dict(r, **{k: r[k][:4] for k in ("final_clusters", "time_to_one", "probe_clusters")})
         for r in PAPER
     ]
-    assert _cluster_verdicts(short)[1:] == [("prediction", "not measured")] * 2
+    assert _cluster_verdicts(short)[1:] == [("hypothesis", "not measured")] * 2
