@@ -46,9 +46,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.low_rank = 4  # r of the low_rank family (q, k in a shared r-dim subspace)
 
     # The exponent of E||J||_2 (unscaled) in d_k, sampled exactly through
-    # logits = |q| u (rate.py) at widths far beyond `dims`: predicted -1/2,
-    # two-sided: the 95% interval over seeds of the slope fitted over the upper half of
-    # the widths (summary.rate_window, past the O(d_k^(-1/2)) correction) must contain it.
+    # logits = |q| u (rate.py) at widths far beyond `dims`, two-sided: the 95% interval over
+    # seeds of the slope fitted over every width must contain the slope of the derived
+    # first-order law f(0) (1 - a / sqrt(d_k)) / sqrt(d_k) over the same widths
+    # (rate.derived_slope: -0.480 for these widths and T = 64, -1/2 only as d_k -> infinity).
     config.rate_dims = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
     config.rate_samples = 3_000
 

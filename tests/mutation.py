@@ -52,9 +52,11 @@ POWER_RATE = tuple(
 SS = "tests/experiments/test_softmax_scaling.py::"
 SOFTMAX_FALLS = (SS + "test_falls_passes_when_the_share_above_tau_falls_and_fails_otherwise",)
 SOFTMAX_REMEDY = (SS + "test_remedy_passes_when_the_scale_stops_the_fall_and_fails_otherwise",)
-SOFTMAX_RATE = (SS + "test_rate_check_is_two_sided_around_minus_one_half",)
-SOFTMAX_WINDOW = (
-    SS + "test_the_exponent_is_read_past_the_correction_of_order_d_k_to_the_minus_one_half",
+SOFTMAX_RATE = (SS + "test_rate_check_is_two_sided_around_the_derived_slope",)
+SOFTMAX_DERIVED = (SS + "test_the_summary_fits_every_rate_width_against_the_derived_slope",)
+SOFTMAX_LAW = (SS + "test_the_first_order_law_matches_a_direct_monte_carlo_of_the_jacobian_norm",)
+SOFTMAX_BELOW = (
+    SS + "test_first_below_finds_the_smallest_d_k_where_the_unscaled_share_is_below_the_scaled",
 )
 SOFTMAX_TAU = (
     SS + "test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_above_it",
@@ -416,8 +418,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",
-        '"pass": None if units < MIN_UNITS else bool(low > 0),',
-        '"pass": None if units < MIN_UNITS else bool(low <= 0),',
+        '"pass": None if units < MIN_UNITS else bool(low > 0 and scaled_high >= 0),',
+        '"pass": None if units < MIN_UNITS else bool(low <= 0 and scaled_high >= 0),',
         "softmax_scaling: the remedy flipped",
         SOFTMAX_REMEDY,
     ),
@@ -437,10 +439,45 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",
-        "return list(widths[(len(widths) - 1) // 2 :])",
-        "return list(widths)",
-        "softmax_scaling: the exponent read over every width, pre-asymptotic ones included",
-        SOFTMAX_WINDOW,
+        '"derived_slope": derived_slope(widths, num_keys),',
+        '"derived_slope": -0.5,',
+        "softmax_scaling: the exponent tested against -1/2, not the derived finite-width slope",
+        SOFTMAX_DERIVED,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/rate.py",
+        "return -2.0 * math.log(2.0) * slope / f0",
+        "return -math.log(2.0) * slope / f0",
+        "softmax_scaling: the first-order correction a without int x 2 s'(x) dx = 2 ln 2",
+        SOFTMAX_LAW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/rate.py",
+        "return gap_density(num_keys)[0] * (1.0 - a / np.sqrt(d))",
+        "return gap_density(num_keys)[0] * (1.0 + a / np.sqrt(d))",
+        "softmax_scaling: the first-order correction with the wrong sign",
+        SOFTMAX_LAW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(low > 0 and scaled_high >= 0),',
+        '"pass": None if units < MIN_UNITS else bool(low > 0),',
+        "softmax_scaling: the remedy passes while the scaled share falls",
+        SOFTMAX_REMEDY,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        'all(by_dim[k]["high"] < 0 for by_dim in differences.values())',
+        'all(by_dim[k]["mean"] < 0 for by_dim in differences.values())',
+        "softmax_scaling: the crossing d_k read on the mean, not the interval",
+        SOFTMAX_BELOW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "first = next((d for d, b in zip(dims, below) if b), None)",
+        "first = next((d for d, b in zip(dims[::-1], below[::-1]) if b), None)",
+        "softmax_scaling: the crossing read from the largest d_k down",
+        SOFTMAX_BELOW,
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",

@@ -67,7 +67,8 @@ def saturation(summary: dict):
 
 
 def jacobian(summary: dict):
-    """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed, with d_k^(-1/2)."""
+    """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed,
+    with d_k^(-1/2) and the derived first-order law."""
     d = np.array(summary["dims"], float)
     fig = plotting.figure(10, 4)
     ax, rate = fig.subplots(1, 2)
@@ -98,6 +99,9 @@ def jacobian(summary: dict):
             label="one line per seed" if seed == 0 else None,
         )
     rate.loglog(widths, summary["rate_reference"], "k--", lw=1, label="∝ d_k^(−1/2)")
+    rate.loglog(
+        widths, summary["rate_predicted"], "k-", lw=1, label="f(0) (1 − a/√d_k)/√d_k (derived)"
+    )
     rate.set(xlabel="d_k", ylabel="E ||J||₂", title="Unscaled, logits = |q| u (rate run)")
     rate.legend(fontsize=8)
     return fig

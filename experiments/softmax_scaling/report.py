@@ -66,12 +66,20 @@ def gradient_rows(summary: dict) -> list[list]:
 
 
 def rate_rows(summary: dict) -> list[list]:
-    """Per seed: E||J||_2 at each rate width, and the fitted slopes (upper half, every width)."""
+    """Per seed: E||J||_2 at each rate width, and the slope fitted over every width."""
     rate = summary["rate"]
     return [
-        [seed, *[format(v, ".4g") for v in values], format(slope, ".3f"), format(full, ".3f")]
-        for seed, (values, slope, full) in enumerate(
-            zip(rate["values"], rate["slopes"], rate["full_slopes"])
+        [seed, *[format(v, ".4g") for v in values], format(slope, ".3f")]
+        for seed, (values, slope) in enumerate(zip(rate["values"], rate["slopes"]))
+    ]
+
+
+def prefactor_rows(summary: dict) -> list[list]:
+    """Per rate width: the measured E||J||_2 sqrt(d_k) (mean over seeds) and f(0) (1 - a / sqrt(d_k))."""
+    return [
+        [d, format(m, ".4g"), format(p, ".4g")]
+        for d, m, p in zip(
+            summary["rate"]["dims"], summary["rate_prefactor"], summary["rate_predicted_prefactor"]
         )
     ]
 
@@ -90,6 +98,7 @@ def context(summary: dict) -> dict:
         gradient_rows=gradient_rows(summary),
         gradient_dims=[f"d_k={d}" for d in summary["dims"]],
         rate_rows=rate_rows(summary),
+        prefactor_rows=prefactor_rows(summary),
         rate_dims=[f"d_k={d}" for d in summary["rate"]["dims"]],
     )
 

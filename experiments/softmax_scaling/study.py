@@ -24,7 +24,7 @@ A d_k run measures
    suspicion, tested where it is meant.
 
 The rate run samples E||J||_2 of the unscaled softmax over `rate_dims`
-(`rate.py`), per seed: the exponent -1/2, derived here.
+(`rate.py`), per seed: its exponent against the first-order law derived here.
 
 Rows: `{"quantity", "scaling", "value", "dtype"}` with `quantity` "variance"
 (and `predicted`), a statistic of `STATS` or "rate_jacobian_spectral" (and
@@ -108,6 +108,12 @@ def specs(config) -> list[RunSpec]:
     _check_fraction(config, "variance_tolerance", 1.0)
     _check_fraction(config, "saturation_tolerance", math.inf)
     _check_dims(config, "rate_dims", minimum_count=2)
+    a = rate.correction(config.num_keys)
+    if min(config.rate_dims) <= a * a:
+        raise ValueError(
+            f"config.rate_dims: every width must be above a^2 = {a * a:.3g} (T = {config.num_keys}), "
+            f"where the first-order law of rate.py is positive, got {tuple(config.rate_dims)}"
+        )
     return [RunSpec("limit")] + [RunSpec("dim", int(d)) for d in sorted(dims)] + [RunSpec("rate")]
 
 

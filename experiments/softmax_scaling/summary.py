@@ -6,14 +6,15 @@ statistics of both scalings (`saturation`), the scaled case's d_k -> infinity
 limit (`limit`), the gradients through the softmax per input family, scaling
 and seed as their mean, median and share above tau (`gradients`, `tau`; see
 `gradient_statistics`), the unscaled Jacobian norm at the rate widths and its
-fitted exponent per seed (`rate`), and the named outcomes (`checks`: each a
+fitted exponent per seed with the exponent derived for the same widths
+(`rate`), and the named outcomes (`checks`: each a
 `pass` and its numbers, e.g. `gradients.gaussian.vanishes.high`). `derive`
 adds every number the checks, the figures and the report quote that is not a
 measurement itself (`dims`, the largest standard error, the intervals over
 seeds of each gradient statistic, the rate's reference line, the headline
-numbers of the mean and the median). The outcome functions (`falls`,
-`remedy`, `rate_check`) take plain numbers, so a test can hand them an input
-where a claim does not hold.
+numbers of the mean and the median, the derived prefactor of the rate). The
+outcome functions (`falls`, `remedy`, `first_below`, `rate_check`) take plain
+numbers, so a test can hand them an input where a claim does not hold.
 
 Every verdict needs `MIN_UNITS` seeds (with fewer, `pass` is None).
 """
@@ -29,7 +30,13 @@ from experiments.lab.stats import interval
 from experiments.lab.study import distinct, select
 from experiments.softmax_scaling.constants import MIN_UNITS, SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
-from experiments.softmax_scaling.rate import log_log_slope
+from experiments.softmax_scaling.rate import (
+    correction,
+    derived_slope,
+    gap_density,
+    log_log_slope,
+    predicted_prefactor,
+)
 from experiments.softmax_scaling.study import relative_standard_error
 
 
@@ -157,32 +164,22 @@ def pooled_statistics(samples: dict, tau: dict) -> dict:
     return _per_family(samples, pooled)
 
 
-def rate_window(widths: list) -> list:
-    """The widths the exponent is read over: the upper half, the middle one included (at least two).
-
-    E||J||_2 = c d_k^(-1/2) (1 + O(d_k^(-1/2))) (`rate.py`): the correction, measured here as the
-    prefactor E||J||_2 sqrt(d_k) rising by 25% from d_k = 256 to 10^6, flattens a fit that starts
-    at small widths (-0.48 over every width); over the upper half (d_k >= 16384 by default) it
-    moves the slope by about 0.01, below the interval's resolution."""
-    return list(widths[(len(widths) - 1) // 2 :])
-
-
-def _rate(rows: list[dict], num_seeds: int) -> dict:
-    """`{"dims": [d_k], "values": [[E||J||_2 per d_k] per seed], "window": rate_window(dims),
-    "slopes": [slope over the window per seed], "full_slopes": [slope over every width per seed]}`."""
+def rate_fit(rows: list[dict], num_seeds: int, num_keys: int) -> dict:
+    """`{"dims": [d_k], "values": [[E||J||_2 per d_k] per seed], "slopes": [slope over every width
+    per seed], "derived_slope": the slope of the first-order law over the same widths
+    (`rate.derived_slope`, T = `num_keys`), "gap_density": f(0), "correction": a (`rate.py`)}`."""
     mine = select(rows, quantity="rate_jacobian_spectral")
     widths = distinct(mine, "width")
     values = [
         [select(mine, width=w, seed=seed)[0]["value"] for w in widths] for seed in range(num_seeds)
     ]
-    window = rate_window(widths)
-    start = len(widths) - len(window)
     return {
         "dims": widths,
         "values": values,
-        "window": window,
-        "slopes": [log_log_slope(window, v[start:]) for v in values],
-        "full_slopes": [log_log_slope(widths, v) for v in values],
+        "slopes": [log_log_slope(widths, v) for v in values],
+        "derived_slope": derived_slope(widths, num_keys),
+        "gap_density": gap_density(num_keys)[0],
+        "correction": correction(num_keys),
     }
 
 
@@ -208,27 +205,56 @@ def falls(above: dict) -> dict:
 def remedy(scaled: dict, unscaled: dict) -> dict:
     """Does the scale stop the fall? Per gradient, the interval over seeds of the scaled fall minus
     the unscaled one, (s(largest) - s(smallest)) - (u(largest) - u(smallest)) of the shares above
-    tau; pass if every lower end is above 0 (the unscaled case is the baseline), None with fewer
-    than `MIN_UNITS` seeds. `low`: the smallest lower end."""
+    tau (the unscaled case is the baseline), and of the scaled change s(largest) - s(smallest)
+    alone. Pass if every lower end of the first is above 0 and every upper end of the second is
+    at least 0 (the scaled share does not fall: a smaller fall than the baseline's is not enough),
+    None with fewer than `MIN_UNITS` seeds. `low`: the smallest lower end of the first;
+    `scaled_high`: the smallest upper end of the second."""
     differences = {
         g: interval(
             np.subtract(scaled[g][-1], scaled[g][0]) - np.subtract(unscaled[g][-1], unscaled[g][0])
         )
         for g in scaled
     }
-    units = min(d["n"] for d in differences.values())
+    changes = {g: interval(np.subtract(scaled[g][-1], scaled[g][0])) for g in scaled}
+    units = min(d["n"] for d in [*differences.values(), *changes.values()])
     low = min(d["low"] for d in differences.values())
+    scaled_high = min(d["high"] for d in changes.values())
     return {
         "differences": differences,
+        "scaled_changes": changes,
         "low": low,
+        "scaled_high": scaled_high,
         "units": units,
-        "pass": None if units < MIN_UNITS else bool(low > 0),
+        "pass": None if units < MIN_UNITS else bool(low > 0 and scaled_high >= 0),
     }
 
 
-def rate_check(slopes: list[float], predicted: float = -0.5) -> dict:
+def first_below(scaled: dict, unscaled: dict, dims: list) -> dict:
+    """The smallest d_k at which the unscaled share above tau is below the scaled one. Per gradient
+    and d_k of `dims` `[n]`, the interval over seeds of the paired difference unscaled - scaled
+    (`scaled`, `unscaled`: `{gradient: [[share per seed] per d_k]}`); `d_k`: the first d_k at which
+    every gradient's upper end is below 0 (None if there is none, or with fewer than `MIN_UNITS`
+    seeds)."""
+    differences = {
+        g: [interval(np.subtract(u, s)) for u, s in zip(unscaled[g], scaled[g])] for g in scaled
+    }
+    units = min(x["n"] for by_dim in differences.values() for x in by_dim)
+    below = [
+        all(by_dim[k]["high"] < 0 for by_dim in differences.values()) for k in range(len(dims))
+    ]
+    first = next((d for d, b in zip(dims, below) if b), None)
+    return {
+        "differences": differences,
+        "dims": list(dims),
+        "units": units,
+        "d_k": None if units < MIN_UNITS else first,
+    }
+
+
+def rate_check(slopes: list[float], predicted: float) -> dict:
     """The fitted exponents of E||J||_2, one per seed: pass (two-sided) if their 95% interval contains
-    `predicted`, None with fewer than `MIN_UNITS` seeds."""
+    `predicted` (`rate.derived_slope` over the same widths), None with fewer than `MIN_UNITS` seeds."""
     x = interval(slopes)
     return {
         **x,
@@ -237,9 +263,10 @@ def rate_check(slopes: list[float], predicted: float = -0.5) -> dict:
     }
 
 
-def _gradient_checks(stats: dict) -> dict:
+def _gradient_checks(stats: dict, dims: list) -> dict:
     """Per input family: the unscaled share above tau falls (`falls`), the scale stops that
-    (`remedy`), and the scaled share falls (`falls`: predicted for low_rank)."""
+    (`remedy`), the scaled share falls (`falls`: by construction for low_rank), and the smallest
+    d_k at which the unscaled share is below the scaled one (`first_below`)."""
 
     def above(family, scaling):
         return {g: st["above"] for g, st in stats[family][scaling].items()}
@@ -249,6 +276,7 @@ def _gradient_checks(stats: dict) -> dict:
             "vanishes": falls(above(i, "unscaled")),
             "remedy": remedy(above(i, "scaled"), above(i, "unscaled")),
             "scaled_vanishes": falls(above(i, "scaled")),
+            "unscaled_below_scaled": first_below(above(i, "scaled"), above(i, "unscaled"), dims),
         }
         for i in INPUTS
     }
@@ -291,11 +319,10 @@ def aggregate(rows: list[dict], config) -> dict:
     samples = _samples(rows, dims_, config.num_seeds)
     tau = gradient_tau(samples)
     grads = gradient_statistics(samples, tau)
-    rate = _rate(rows, config.num_seeds)
+    rate = rate_fit(rows, config.num_seeds, config.num_keys)
     checks = _checks(records, variance, limit, config)
-    checks["gradients"] = _gradient_checks(grads)
-    checks["jacobian_rate"] = rate_check(rate["slopes"])
-    checks["jacobian_rate_full"] = interval(rate["full_slopes"])
+    checks["gradients"] = _gradient_checks(grads, dims_)
+    checks["jacobian_rate"] = rate_check(rate["slopes"], rate["derived_slope"])
     return {
         "dtype": ", ".join(sorted({r["dtype"] for r in records})),
         "num_samples": config.num_samples,
@@ -332,12 +359,15 @@ def derive(summary: dict) -> dict:
     * `headline`: the unscaled gradient to q in the footnote's setting at the smallest and the
       largest d_k, over every sample of every seed: its mean, its median and its share above tau;
     * `rate_reference`: `[rate width]`, c d_k^(-1/2) through the seeds' mean at the smallest width;
-    * `rate_prefactor`: `[rate width]`, the seeds' mean E||J||_2 times sqrt(d_k).
+    * `rate_prefactor`: `[rate width]`, the seeds' mean E||J||_2 times sqrt(d_k), and
+      `rate_predicted_prefactor`: `[rate width]`, f(0) (1 - a / sqrt(d_k)) (`rate.predicted_prefactor`),
+      `rate_predicted`: `[rate width]`, the latter over sqrt(d_k) (the first-order E||J||_2).
     """
     variance, rate = summary["variance"], summary["rate"]
     worst_se = max(r["relative_standard_error"] for r in variance)
     widths = np.array(rate["dims"], float)
     start = np.array(rate["values"])[:, 0].mean()
+    predicted = predicted_prefactor(widths, summary["num_keys"])
     intervals = {
         family: {
             scaling: {
@@ -364,6 +394,8 @@ def derive(summary: dict) -> dict:
         "headline": {k: [v[0], v[-1]] for k, v in pooled.items()},
         "rate_reference": (start * np.sqrt(widths[0] / widths)).tolist(),
         "rate_prefactor": (np.array(rate["values"]).mean(axis=0) * np.sqrt(widths)).tolist(),
+        "rate_predicted_prefactor": predicted.tolist(),
+        "rate_predicted": (predicted / np.sqrt(widths)).tolist(),
     }
 
 
