@@ -10,9 +10,9 @@ and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
 first failing test) and writes it as JSON; exits 1 if any mutant survives.
 
-Not listed: softmax_scaling's checks (their verdicts are tested only through a full smoke run
-of the study, minutes per mutant). Every verdict of experiments/rank_collapse/checks.py is
-flipped by one mutant each.
+Every verdict of experiments/rank_collapse/checks.py, experiments/power_iteration/checks.py and
+experiments/softmax_scaling/summary.py (the outcome functions its checks read) is flipped by one
+mutant each, killed by tests that hand the checks synthetic summaries (seconds, no study run).
 """
 
 from __future__ import annotations
@@ -37,8 +37,33 @@ PRETRAINED = (
     "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
     "tests/experiments/test_pretrained.py::test_comparison_checks",
 )
-POWER = (
-    "tests/experiments/test_power_iteration.py::test_product_prediction_fails_when_delta_leaves_the_lambda_product",
+PI = "tests/experiments/test_power_iteration.py::"
+POWER_RATE = tuple(
+    PI + name
+    for name in (
+        "test_rate_hypothesis_passes_on_a_chain_at_its_lambda_2_that_excludes_the_competitors",
+        "test_rate_hypothesis_is_not_measured_when_a_competitor_fits_as_well",
+        "test_the_untrained_attention_only_row_checks_the_measurement_against_u",
+        "test_rate_hypothesis_ignores_the_transient_of_the_first_half",
+        "test_rate_hypothesis_fails_at_dobrushins_rate_and_faster_than_lambda_2",
+        "test_rate_hypothesis_is_not_measured_unresolved_or_with_too_few_seeds",
+    )
+)
+SS = "tests/experiments/test_softmax_scaling.py::"
+SOFTMAX_FALLS = (SS + "test_falls_passes_when_the_share_above_tau_falls_and_fails_otherwise",)
+SOFTMAX_REMEDY = (SS + "test_remedy_passes_when_the_scale_stops_the_fall_and_fails_otherwise",)
+SOFTMAX_RATE = (SS + "test_rate_check_is_two_sided_around_the_derived_slope",)
+SOFTMAX_DERIVED = (SS + "test_the_summary_fits_every_rate_width_against_the_derived_slope",)
+SOFTMAX_LAW = (SS + "test_the_first_order_law_matches_a_direct_monte_carlo_of_the_jacobian_norm",)
+SOFTMAX_BELOW = (
+    SS + "test_first_below_finds_the_smallest_d_k_where_the_unscaled_share_is_below_the_scaled",
+)
+SOFTMAX_TAU = (
+    SS + "test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_above_it",
+)
+POWER_CLUSTERS = (
+    PI + "test_cluster_rows_pass_where_the_claims_hold",
+    PI + "test_cluster_rows_fail_where_the_claims_do_not_hold",
 )
 WU = tuple(
     f"tests/experiments/test_rank_collapse.py::{name}"
@@ -249,19 +274,224 @@ MUTANTS = (
         "keeps_check verdict flipped",
         PRETRAINED,
     ),
+    # Every verdict of the power-iteration rows (and the numbers they read) flipped or broken.
     Mutant(
         "experiments/power_iteration/checks.py",
-        "worst, bool(worst <= math.log10(factor)), note)",
-        "worst, bool(worst > math.log10(factor)), note)",
-        "lambda-product verdict flipped",
-        POWER,
+        'bool(-eps <= x["low"] and x["high"] <= eps)',
+        'not (-eps <= x["low"] and x["high"] <= eps)',
+        "power_iteration: rate hypothesis verdict flipped",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'bool(-eps <= x["low"] and x["high"] <= eps)',
+        'bool(x["high"] <= eps)',
+        "power_iteration: rate hypothesis one-sided (faster than |lambda_2| passes)",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'if r["units"] < MIN_UNITS:',
+        "if False:",
+        "power_iteration: rate hypothesis judged on fewer than 10 seeds",
+        POWER_RATE,
     ),
     Mutant(
         "experiments/power_iteration/summary.py",
-        "ENTROPY_RANGE[0] <= h <= ENTROPY_RANGE[1]",
-        "ENTROPY_RANGE[0] <= h",
-        "regime check: upper entropy bound dropped",
-        POWER,
+        "return list(range(max(layers // 2, 1) + 1, layers + 1))",
+        "return list(range(2, layers + 1))",
+        "power_iteration: rate window includes the transient",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        '"epsilon": max(abs(r) for r in ref) if ref_ok else None,',
+        '"epsilon": min(abs(r) for r in ref) if ref_ok else None,',
+        "power_iteration: rate tolerance below the reference's own transient",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        "excess = log_rate - log_slem",
+        'excess = log_rate - np.asarray(seeds["log_tau"], np.float64)[:, index]',
+        "power_iteration: rate hypothesis against tau instead of |lambda_2|",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "if passed and tied:",
+        "if False:",
+        "power_iteration: rate hypothesis passes without excluding its competitors",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        "uniform_excess = log_rate - math.log(UNIFORM_CAUSAL_SLEM)",
+        "uniform_excess = log_rate - math.log(0.9)",
+        "power_iteration: the constant-rate competitor is not U's rate",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        "bool(distance <= LOG_RATE_RESOLUTION)",
+        "bool(distance > LOG_RATE_RESOLUTION)",
+        "power_iteration: the untrained attention-only chain against U flipped",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'if is_attention_only(run["spec"]["architecture"]) and phase == "init":',
+        'if is_attention_only(run["spec"]["architecture"]):',
+        "power_iteration: a trained attention-only row taken for U's chain",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        "return interval(np.sum(x * y, axis=1) / var)",
+        "return interval(np.sum(x * x, axis=1) / var)",
+        "power_iteration: slope of log-rate on log |lambda_2| miscomputed",
+        POWER_RATE,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'bool(small["final_max"] == 1)',
+        'bool(small["final_max"] != 1)',
+        "power_iteration: one cluster at small beta flipped",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'None if few else bool(count["low"] > 0)',
+        'None if few else bool(count["high"] > 0)',
+        "power_iteration: more clusters at larger beta, upper end only",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'passed = None if few or m["small_censored"] else bool(time["low"] > 0)',
+        'passed = None if few or m["small_censored"] else bool(time["low"] <= 0)',
+        "power_iteration: time to one cluster flipped",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/checks.py",
+        'passed = None if few or m["small_censored"] else bool(time["low"] > 0)',
+        'passed = None if few else bool(time["low"] > 0)',
+        "power_iteration: time ratio judged with a censored smallest beta",
+        POWER_CLUSTERS,
+    ),
+    Mutant(
+        "experiments/power_iteration/summary.py",
+        '"beats_mode": bool(margin["n"] >= MIN_UNITS and margin["low"] > 0),',
+        '"beats_mode": bool(margin["mean"] > 0),',
+        "power_iteration: trained model beats the mode baseline on its mean, any seeds",
+        (PI + "test_training_numbers_call_a_model_below_the_mode_baseline_briefly_trained",),
+    ),
+    Mutant(
+        "experiments/power_iteration/products.py",
+        "entropy = jnp.where(rows, h / jnp.log(jnp.where(rows, keys, 2)), 0)",
+        "entropy = jnp.where(rows, h / jnp.log(keys.shape[-1]), 0)",
+        "power_iteration: entropy normalised by log T, not by the visible keys",
+        (PI + "test_uniform_attention_over_the_visible_keys_has_entropy_one",),
+    ),
+    # Every verdict of the softmax-scaling rows (computed in its summary's outcome functions).
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(high < 0),',
+        '"pass": None if units < MIN_UNITS else bool(high >= 0),',
+        "softmax_scaling: the typical gradient vanishes (share above tau falls) flipped",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "differences = {g: interval(np.subtract(by_dim[-1], by_dim[0])) for g, by_dim in above.items()}",
+        "differences = {g: interval(np.subtract(by_dim[0], by_dim[-1])) for g, by_dim in above.items()}",
+        "softmax_scaling: the fall measured the wrong way round",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(high < 0),',
+        '"pass": bool(high < 0),',
+        "softmax_scaling: the fall judged on fewer than 10 seeds",
+        SOFTMAX_FALLS,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(low > 0 and scaled_high >= 0),',
+        '"pass": None if units < MIN_UNITS else bool(low <= 0 and scaled_high >= 0),',
+        "softmax_scaling: the remedy flipped",
+        SOFTMAX_REMEDY,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted),',
+        "softmax_scaling: the Jacobian exponent one-sided",
+        SOFTMAX_RATE,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else not (x["low"] <= predicted <= x["high"]),',
+        "softmax_scaling: the Jacobian exponent flipped",
+        SOFTMAX_RATE,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"derived_slope": derived_slope(widths, num_keys),',
+        '"derived_slope": -0.5,',
+        "softmax_scaling: the exponent tested against -1/2, not the derived finite-width slope",
+        SOFTMAX_DERIVED,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/rate.py",
+        "return -2.0 * math.log(2.0) * slope / f0",
+        "return -math.log(2.0) * slope / f0",
+        "softmax_scaling: the first-order correction a without int x 2 s'(x) dx = 2 ln 2",
+        SOFTMAX_LAW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/rate.py",
+        "return gap_density(num_keys)[0] * (1.0 - a / np.sqrt(d))",
+        "return gap_density(num_keys)[0] * (1.0 + a / np.sqrt(d))",
+        "softmax_scaling: the first-order correction with the wrong sign",
+        SOFTMAX_LAW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"pass": None if units < MIN_UNITS else bool(low > 0 and scaled_high >= 0),',
+        '"pass": None if units < MIN_UNITS else bool(low > 0),',
+        "softmax_scaling: the remedy passes while the scaled share falls",
+        SOFTMAX_REMEDY,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        'all(by_dim[k]["high"] < 0 for by_dim in differences.values())',
+        'all(by_dim[k]["mean"] < 0 for by_dim in differences.values())',
+        "softmax_scaling: the crossing d_k read on the mean, not the interval",
+        SOFTMAX_BELOW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "first = next((d for d, b in zip(dims, below) if b), None)",
+        "first = next((d for d, b in zip(dims[::-1], below[::-1]) if b), None)",
+        "softmax_scaling: the crossing read from the largest d_k down",
+        SOFTMAX_BELOW,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        "g: float(np.median(np.concatenate(by_dim[-1])))",
+        "g: float(np.median(np.concatenate(by_dim[0])))",
+        "softmax_scaling: tau from the smallest d_k",
+        SOFTMAX_TAU,
+    ),
+    Mutant(
+        "experiments/softmax_scaling/summary.py",
+        '"above": float(np.mean(v > tau)),',
+        '"above": float(np.mean(v < tau)),',
+        "softmax_scaling: the share below tau counted as above",
+        SOFTMAX_TAU,
     ),
     Mutant(
         "experiments/rank_collapse/checks.py",

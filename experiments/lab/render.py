@@ -5,7 +5,7 @@ A study's report and README section are templates over its summary dict:
 `render("rank_collapse", "report.md.j2", summary=summary, ...)`. Templates see
 the filters `fmt`, `num` (`x | num(".3g")` is `format(x, ".3g")`), `label`,
 `count`, `table` (rows -> Markdown table lines joined by newlines;
-`table(header)`) and `predictions_table`, so no Python writes prose or table pipes.
+`table(header)`), `interval` (`interval_text`) and `predictions_table`, so no Python writes prose or table pipes.
 """
 
 from __future__ import annotations
@@ -91,6 +91,20 @@ def kind_counts(records) -> dict[str, dict[str, int]]:
     return counts
 
 
+def rows_by_kind(records) -> list[dict]:
+    """The row records grouped by kind, in `KINDS` order (a record without a kind is a prediction):
+    `[{"kind", "counts": {verdict: count}, "records": [...]}]`, every kind listed, empty or not."""
+    counts = kind_counts(records)
+    return [
+        {
+            "kind": kind,
+            "counts": counts[kind],
+            "records": [p for p in records if p.get("kind", "prediction") == kind],
+        }
+        for kind in KINDS
+    ]
+
+
 def predictions_table(predictions) -> list[str]:
     """Markdown table lines of prediction records."""
     rows = [
@@ -143,6 +157,7 @@ def environment(study: str) -> jinja2.Environment:
         label=label,
         count=count,
         table=table,
+        interval=interval_text,
         predictions_table=lambda checks: "\n".join(predictions_table(checks)),
     )
     return env

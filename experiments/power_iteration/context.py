@@ -7,8 +7,9 @@ owns the wording, the headings and the tables' layout.
 
 from __future__ import annotations
 
+from experiments.lab.render import rows_by_kind
 from experiments.lab.study import config_of
-from experiments.power_iteration.constants import ENTROPY_RANGE, PHASE_LABELS, RESOLVED_FACTOR
+from experiments.power_iteration.constants import MIN_UNITS, RESOLVED_FACTOR
 
 
 def _fixed(summary) -> dict:
@@ -38,17 +39,39 @@ def _layers(run, phase: str) -> dict:
         {"layer": layer + 1, **{k: mean[k][layer] for k in keys}, **numbers}
         for layer, numbers in enumerate(run["phases"][phase]["derived"]["rows"])
     ]
-    return {"architecture": run["spec"]["architecture"], "phase": PHASE_LABELS[phase], "rows": rows}
+    derived = run["phases"][phase]["derived"]
+    return {
+        "architecture": run["spec"]["architecture"],
+        "phase": derived["label"],
+        "layers": derived["layers"],
+        "rows": rows,
+    }
 
 
 def _products(products) -> list[dict]:
     return [
         {
+            "architecture": run["spec"]["architecture"],
             "tables": [_layers(run, phase) for phase in run["phase_order"]],
-            "accuracy": run.get("eval_accuracy"),
-            "chance": run.get("chance_accuracy"),
+            "training": run["training"],
         }
         for run in products
+    ]
+
+
+def _rates(products) -> list[dict]:
+    """Per causal phase of each products run: the rate hypothesis's numbers (`summary.rate_test`)."""
+    return [
+        {
+            "architecture": run["spec"]["architecture"],
+            "phase": n["label"],
+            "layers": n["layers"],
+            "entropy": n["entropy"],
+            **n["rate"],
+        }
+        for run in products
+        for n in (run["phases"][p]["derived"] for p in run["phase_order"])
+        if n["rate"] is not None
     ]
 
 
@@ -60,6 +83,7 @@ def _clusters(clusters) -> list[dict]:
             "time_to_one": r["time_to_one"],
             "median_time": float(r["median_time"]),
             "probe_mean": r["probe_mean"],
+            "probe_interval": r["probe_interval"],
             "final_mean": r["final_mean"],
             "counts": [
                 {"mean": m, "min": lo, "max": hi, "spread": lo != hi}
@@ -73,53 +97,27 @@ def _clusters(clusters) -> list[dict]:
 def report(summary: dict) -> dict:
     """The context of `report.md.j2`."""
     clusters = sorted(summary["clusters"], key=lambda r: r["beta"])
-    records = summary["predictions"]
     return {
         "config": config_of(summary),
         "fixed": _fixed(summary),
-        "predictions": [p for p in records if p.get("kind", "prediction") == "prediction"],
-        "sanity": [p for p in records if p.get("kind") == "sanity"],
+        "kinds": rows_by_kind(summary["predictions"]),
         "products": _products(summary["products"]),
+        "rates": _rates(summary["products"]),
         "clusters": _clusters(clusters),
+        "metastability": summary["metastability"],
         "times": clusters[0]["times"] if clusters else [],
         "horizon": clusters[0]["horizon"] if clusters else None,
         "probe_time": clusters[0]["probe_time"] if clusters else None,
         "plots": summary["plots"],
-        "entropy_range": ENTROPY_RANGE,
         "resolved_factor": RESOLVED_FACTOR,
+        "min_units": MIN_UNITS,
     }
 
 
-def _ratio_rows(summary) -> list[dict]:
-    """Per products run and phase: the entropy and tau spans over layers, whether the regime holds, and the
-    spans of delta(P_l) / prod |lambda_2| and delta(P_l) / prod tau."""
-    rows = []
-    for run in summary["products"]:
-        for phase in run["phase_order"]:
-            n = run["phases"][phase]["derived"]
-            r = n["ratios"]
-            rows.append(
-                {
-                    "architecture": run["spec"]["architecture"],
-                    "phase": PHASE_LABELS[phase],
-                    "entropy": n["entropy"],
-                    "tau": n["tau"],
-                    "regime": n["regime"],
-                    "lambda": r["lambda_span"],
-                    "by_tau": r["tau_span"],
-                    "resolved": r["resolved"],
-                    "total": r["total"],
-                }
-            )
-    return rows
-
-
 def readme(summary: dict, times: dict) -> dict:
-    """The context of `readme.md.j2`: `report`'s, the products' ratio ranges and the run's `timing.json`."""
+    """The context of `readme.md.j2`: `report`'s and the run's `timing.json`."""
     return {
         **report(summary),
-        "ratios": _ratio_rows(summary),
-        "ratio_span": summary["ratio_span"],
         "timing": times,
         "runs": len(summary["fixed"]) + len(summary["products"]) + len(summary["clusters"]),
     }

@@ -7,7 +7,9 @@ import math
 import numpy as np
 
 from attnjax import plotting
-from experiments.power_iteration.constants import PHASE_LABELS
+
+# The products figure's lower limit: delta(P_l) is not resolved below float64 rounding.
+ROUNDING = 1e-16
 
 
 def _figure(width: float, height: float, rows: int, cols: int):
@@ -54,6 +56,7 @@ def _products_figure(summary):
         for run in runs:
             for phase in run["phase_order"]:
                 p = run["phases"][phase]
+                label = p["derived"]["label"]
                 layers = np.arange(1, len(p["mean"]["delta"]) + 1)
                 delta = np.asarray(p["mean"]["delta"], dtype=np.float64)
                 (line,) = ax.semilogy(
@@ -61,7 +64,7 @@ def _products_figure(summary):
                     np.where(delta > 0, delta, np.nan),
                     marker="o",
                     markersize=3,
-                    label=f"delta(P_l), {PHASE_LABELS[phase]}",
+                    label=f"delta(P_l), {label}",
                 )
                 bound = np.asarray(p["mean"]["bound"], dtype=np.float64)
                 ax.semilogy(
@@ -69,7 +72,7 @@ def _products_figure(summary):
                     np.where(bound > 0, bound, np.nan),
                     "--",
                     color=line.get_color(),
-                    label=f"prod tau, {PHASE_LABELS[phase]}",
+                    label=f"prod tau, {label}",
                 )
                 lam = np.asarray(p["mean"]["slem_bound"], dtype=np.float64)
                 ax.semilogy(
@@ -77,8 +80,22 @@ def _products_figure(summary):
                     np.where(lam > 0, lam, np.nan),
                     ":",
                     color=line.get_color(),
-                    label=f"prod |lambda_2|, {PHASE_LABELS[phase]}",
+                    label=f"prod |lambda_2|, {label}",
                 )
+        deepest = max(
+            (run["phases"][p]["derived"]["rate"] for run in runs for p in run["phase_order"]),
+            key=lambda r: -1 if r is None else len(r["reference_delta"]),
+        )
+        if deepest is not None:
+            ref = np.asarray(deepest["reference_delta"], dtype=np.float64)
+            ax.semilogy(
+                np.arange(1, len(ref) + 1),
+                ref,
+                "k-.",
+                linewidth=1,
+                label="delta(U^l), uniform causal",
+            )
+        ax.set_ylim(ROUNDING, 10.0)  # delta <= 1
         ax.set_title(f"{arch} (head-averaged attention)")
         ax.set_xlabel("layer l")
         ax.grid(True, alpha=0.3)

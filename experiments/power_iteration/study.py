@@ -27,14 +27,20 @@ consequences (Seneta 2006, "Non-negative Matrices and Markov Chains"):
     for the head-averaged chain A_l = mean_h A_l^h and for each head's own
     chain A_l^h ... A_1^h, with the total-variation distance between p_l
     (the mean row of P_l) and each layer's Perron vector pi_l. Untrained
-    models are bidirectional; trained ones causal (associative recall is
-    next-token prediction). A causal A is lower-triangular with a_11 = 1, so
-    its only stationary distribution is e_1 and the products converge to
-    the first token. Dong, Cordonnier & Loukas (2021) for the link with rank
-    collapse. These are theorems (sanity checks); the prediction is that
-    delta(P_l) follows prod_{i<=l} |lambda_2(A_i)|, the rate of a homogeneous
-    chain, within `products.lambda_factor` (see `products.py`), reported
-    beside each layer's attention entropy and tau.
+    models (`products.untrained_layers` deep) are measured with and without
+    the causal mask, with the same parameters; trained ones
+    (`products.num_layers` deep) are causal, since associative recall is
+    next-token prediction, and their held-out accuracy is reported beside
+    that of predicting the most frequent value of the context
+    (`mode_accuracy`). A causal A is lower-triangular with a_11 = 1, so its
+    only stationary distribution is e_1 and the products converge to the
+    first token. Dong, Cordonnier & Loukas (2021) for the link with rank
+    collapse. These are theorems (sanity checks). The hypothesis of this
+    codebase (no theorem covers a product of different maps) is that each
+    layer contracts the product at its own |lambda_2|:
+    delta(P_l) / delta(P_(l-1)) ~ |lambda_2(A_l)| once the transient is over,
+    tested over the second half of the layers against the exactly uniform
+    causal chain computed alongside (`products.uniform_causal_chain`).
 (c) `clusters`: Geshkovski, Letrouit, Polyanskiy & Rigollet 2023 ("A
     mathematical perspective on Transformers"), as they state it: n tokens on
     the unit sphere S^{d-1}, Q = K = V = I, inverse temperature beta,
@@ -58,7 +64,8 @@ Rows: (a) `{"matrix", "metric", "value"}` per matrix (`slem`, the fitted
 "values": d(0..steps)}`; (b) `{"phase", "seed", "chain": "mean" | "head",
 "metric", "values"}` (see `product_metrics`), and for the trained model
 `{"phase": "trained", "seed", "metric", "value"}` (held-out accuracy and loss,
-chance accuracy, divergence); (c) `{"seed", "metric", "values": [measures + 1]}`
+the mode-of-context accuracy on the same examples, chance accuracy,
+divergence); (c) `{"seed", "metric", "values": [measures + 1]}`
 (`clusters`, `min_cosine` every `clusters.measure_every` steps).
 """
 
@@ -108,7 +115,7 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         if self.part == "products":
-            setting = "trained-causal" if self.trained else "untrained-bidirectional"
+            setting = "trained-causal" if self.trained else "untrained"
             return f"products-{setting}-{self.architecture}"
         if self.part == "clusters":
             return f"clusters-b{self.beta:g}"
@@ -159,15 +166,17 @@ def _check_betas(betas) -> None:
         raise ValueError(f"clusters.betas must be distinct and increasing, got {betas}")
 
 
-def make_trainer(config, spec: RunSpec, task) -> training.Trainer:
+def make_trainer(config, spec: RunSpec, task, causal: bool) -> training.Trainer:
+    """The trainer of a products run: `products.num_layers` deep if trained, else
+    `products.untrained_layers`."""
     p = config.products
     return models.make_trainer(
         p.model,
         p.train,
         task,
         architecture=spec.architecture,
-        depth=p.num_layers,
-        causal=spec.trained,
+        depth=p.num_layers if spec.trained else p.untrained_layers,
+        causal=causal,
     )
 
 
@@ -196,6 +205,7 @@ def specs(config) -> list[RunSpec]:
     if len(set(p.architectures)) != len(p.architectures):
         raise ValueError(f"products.architectures must be distinct, got {tuple(p.architectures)}")
     checks.integer("products.num_seeds", p.num_seeds, 1)
+    checks.integer("products.untrained_layers", p.untrained_layers, 1)
     checks.integer("products.measure_batch_size", p.measure_batch_size, 1)
     checks.integer("products.train.steps", p.train.steps, 1)
     checks.integer("products.train.log_every", p.train.log_every, 1)
@@ -215,12 +225,11 @@ def specs(config) -> list[RunSpec]:
     checks.integer("clusters.num_seeds", c.num_seeds, 1)
     _check_number("clusters.radius", c.radius, 0.0, 2.0)
     _check_number("clusters.probe_time", c.probe_time, 0.0, c.steps * c.dt + 1e-9)
-    _check_number("products.lambda_factor", p.lambda_factor, 1.0)
     grid = _grid(config)
     task = models.make_task(p.task)
     for spec in grid:
         if spec.part == "products":
-            make_trainer(config, spec, task)  # raises on a bad model/optimiser config
+            make_trainer(config, spec, task, causal=True)  # raises on a bad model/optimiser config
     return grid
 
 
@@ -360,7 +369,7 @@ def _forward_fn(trainer: training.Trainer):
     return jax.jit(jax.vmap(forward, in_axes=(0, None)))
 
 
-def _measure_products(config, forward, state, inputs, phase: str) -> list[dict]:
+def _measure_products(config, forward, state, inputs, phase: str, causal: bool) -> list[dict]:
     """Metrics `[S, B, ...]` of every seed's attention, seeds folded into the batch axis.
 
     Folded rather than vmapped: a vmap of `attention_products` inside
@@ -370,54 +379,83 @@ def _measure_products(config, forward, state, inputs, phase: str) -> list[dict]:
     seeds, layers, batch = attention.shape[:3]
     folded = jnp.moveaxis(attention, 0, 1).reshape((layers, seeds * batch) + attention.shape[3:])
     with precision_context(config):
-        metrics = attention_products(folded, dtype_of(config))
+        metrics = attention_products(folded, dtype_of(config), causal)
         metrics = jax.tree.map(
             lambda v: np.asarray(v).reshape((seeds, batch) + v.shape[1:]), metrics
         )
     return _product_rows(metrics, phase)
 
 
+def mode_accuracy(inputs, targets, weights, num_pairs: int) -> np.ndarray:
+    """Per example `[B]`: the accuracy of predicting, at every scored position, the most frequent
+    value among the context's pairs (ties: the smallest id), the best answer that ignores the
+    query. `inputs`, `targets`, `weights` `[B, T]` of `attnjax.tasks.AssociativeRecall`, whose
+    values sit at positions 1, 3, ..., 2N - 1."""
+    values = np.asarray(inputs)[:, 1 : 2 * num_pairs : 2]
+    mode = np.array([np.bincount(row).argmax() for row in values])
+    weights = np.asarray(weights, np.float64)
+    hits = (np.asarray(targets) == mode[:, None]) * weights
+    return hits.sum(axis=1) / weights.sum(axis=1)
+
+
+def _mode_baseline(trainer: training.Trainer, eval_keys, num_pairs: int) -> np.ndarray:
+    """`[S]`: the mode-of-context accuracy (`mode_accuracy`) on each seed's held-out batches, the
+    ones `SeedsRunner.evaluate` scores (one batch per key of `eval_keys [N, S]`; a batch drawn
+    from a key alone is the same batch as inside the runner's vmap)."""
+    n, s = eval_keys.shape
+    per_seed = []
+    for seed in range(s):
+        accs = []
+        for i in range(n):
+            batch = trainer.task.batch(eval_keys[i, seed], trainer.batch_size)
+            accs.append(mode_accuracy(batch.inputs, batch.targets, batch.weights, num_pairs))
+        per_seed.append(np.mean(accs))
+    return np.asarray(per_seed)
+
+
 def products_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
-    """An untrained bidirectional model, or a causal one at initialisation and after training."""
+    """An untrained model measured without and with the causal mask (the same parameters), or a
+    causal one after training."""
     p = config.products
     task = models.make_task(p.task)
-    trainer = make_trainer(config, spec, task)
-    runner = training.SeedsRunner(trainer)
     root = _key(config, "products")
-    init_keys = jax.random.split(
-        jax.random.fold_in(root, 0), p.num_seeds
-    )  # the same parameters in both settings
+    init_keys = jax.random.split(jax.random.fold_in(root, 0), p.num_seeds)
     data_keys = jax.random.split(jax.random.fold_in(root, 1), p.num_seeds)
     eval_keys = jax.random.split(jax.random.fold_in(root, 2), p.num_seeds)
     inputs = task.batch(jax.random.fold_in(root, 3), p.measure_batch_size).inputs
-    forward = _forward_fn(trainer)
-    state = runner.init(init_keys)
-    rows = _measure_products(
-        config, forward, state, inputs, "init" if spec.trained else "untrained"
+    if not spec.trained:
+        # One initialisation; the mask is a flag of the model, not of its parameters.
+        state = training.SeedsRunner(make_trainer(config, spec, task, causal=True)).init(init_keys)
+        rows = []
+        for phase, causal in (("untrained", False), ("init", True)):
+            forward = _forward_fn(make_trainer(config, spec, task, causal=causal))
+            rows += _measure_products(config, forward, state, inputs, phase, causal=causal)
+        return rows
+    trainer = make_trainer(config, spec, task, causal=True)
+    runner = training.SeedsRunner(trainer)
+    state = training.fit(
+        runner,
+        runner.init(init_keys),
+        data_keys,
+        total_steps=p.train.steps,
+        log_every=p.train.log_every,
+        progress=run.log,
     )
-    if spec.trained:
-        state = training.fit(
-            runner,
-            state,
-            data_keys,
-            total_steps=p.train.steps,
-            log_every=p.train.log_every,
-            progress=run.log,
-        )
-        rows += _measure_products(config, forward, state, inputs, "trained")
-        evaluation = runner.evaluate(state, training.batch_keys(eval_keys, 0, p.train.eval_batches))
-        final = {
-            "eval_accuracy": evaluation["eval_accuracy"],
-            "eval_loss": evaluation["eval_loss"],
-            "chance_accuracy": np.full(p.num_seeds, task.chance_accuracy),
-            "diverged": np.asarray(state.diverged),
-        }
-        rows += [
-            {"phase": "trained", "seed": seed, "metric": name, "value": np.asarray(values)[seed]}
-            for name, values in final.items()
-            for seed in range(p.num_seeds)
-        ]
-    return rows
+    rows = _measure_products(config, _forward_fn(trainer), state, inputs, "trained", causal=True)
+    batch_keys = training.batch_keys(eval_keys, 0, p.train.eval_batches)
+    evaluation = runner.evaluate(state, batch_keys)
+    final = {
+        "eval_accuracy": evaluation["eval_accuracy"],
+        "eval_loss": evaluation["eval_loss"],
+        "mode_accuracy": _mode_baseline(trainer, batch_keys, p.task.num_pairs),
+        "chance_accuracy": np.full(p.num_seeds, task.chance_accuracy),
+        "diverged": np.asarray(state.diverged),
+    }
+    return rows + [
+        {"phase": "trained", "seed": seed, "metric": name, "value": np.asarray(values)[seed]}
+        for name, values in final.items()
+        for seed in range(p.num_seeds)
+    ]
 
 
 # --------------------------------------------------------------------------

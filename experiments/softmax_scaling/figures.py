@@ -67,7 +67,8 @@ def saturation(summary: dict):
 
 
 def jacobian(summary: dict):
-    """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed, with d_k^(-1/2)."""
+    """E||J||_2 of both scalings against d_k; right: the unscaled one at the rate widths, per seed,
+    with d_k^(-1/2) and the derived first-order law."""
     d = np.array(summary["dims"], float)
     fig = plotting.figure(10, 4)
     ax, rate = fig.subplots(1, 2)
@@ -98,30 +99,48 @@ def jacobian(summary: dict):
             label="one line per seed" if seed == 0 else None,
         )
     rate.loglog(widths, summary["rate_reference"], "k--", lw=1, label="∝ d_k^(−1/2)")
+    rate.loglog(
+        widths, summary["rate_predicted"], "k-", lw=1, label="f(0) (1 − a/√d_k)/√d_k (derived)"
+    )
     rate.set(xlabel="d_k", ylabel="E ||J||₂", title="Unscaled, logits = |q| u (rate run)")
     rate.legend(fontsize=8)
     return fig
 
 
-def _floored(spread: list[dict], key: str) -> np.ndarray:
-    """`[d_k]`: `key` of each spread over seeds, an underflowed median drawn at the axis floor."""
-    return np.maximum([x[key] for x in spread], np.finfo(float).tiny)
+def _floored(intervals: list[dict], key: str) -> np.ndarray:
+    """`[d_k]`: `key` of each interval over seeds, an underflowed (or undefined) value drawn at the
+    axis floor."""
+    values = np.array([x[key] for x in intervals], dtype=float)
+    return np.maximum(np.nan_to_num(values, nan=0.0), np.finfo(float).tiny)
 
 
 def gradient(summary: dict):
-    """Median ||dL/dq|| per input family against d_k, both scalings, min-max band over seeds."""
+    """||dL/dq|| per input family against d_k, both scalings: top, the median (solid) and the mean
+    (dashed) with the median's 95% band over seeds; bottom, the share of queries above tau."""
     d = np.array(summary["dims"], float)
-    families = list(summary["gradient_spread"])
-    fig = plotting.figure(4 * len(families), 4)
-    for ax, family in zip(np.atleast_1d(fig.subplots(1, len(families))), families):
+    families = list(summary["gradient_intervals"])
+    fig = plotting.figure(4 * len(families), 7)
+    axes = np.asarray(fig.subplots(2, len(families), squeeze=False))
+    for col, family in enumerate(families):
+        top, bottom = axes[0, col], axes[1, col]
         for scaling, color in (("unscaled", UNSCALED), ("scaled", SCALED)):
-            spread = summary["gradient_spread"][family][scaling]["grad_query"]  # [d_k]
-            low, high = _floored(spread, "low"), _floored(spread, "high")
-            ax.fill_between(d, low, high, color=color, alpha=0.25)
-            ax.loglog(d, _floored(spread, "median"), "o-", color=color, label=f"{scaling}")
-        ax.set(xlabel="d_k", ylabel="median ||∂L/∂q||", title=family)
-        ax.set_ylim(bottom=max(ax.get_ylim()[0], 1e-8))
-        ax.legend(fontsize=8)
+            stats = summary["gradient_intervals"][family][scaling]["grad_query"]
+            median, mean, above = stats["median"], stats["mean"], stats["above"]
+            top.fill_between(
+                d, _floored(median, "low"), _floored(median, "high"), color=color, alpha=0.25
+            )
+            top.loglog(d, _floored(median, "mean"), "o-", color=color, label=f"{scaling}, median")
+            top.loglog(d, _floored(mean, "mean"), "s--", color=color, label=f"{scaling}, mean")
+            bottom.fill_between(
+                d, [x["low"] for x in above], [x["high"] for x in above], color=color, alpha=0.25
+            )
+            bottom.semilogx(d, [x["mean"] for x in above], "o-", color=color, label=scaling)
+        top.axhline(summary["tau"]["grad_query"], color="k", ls=":", lw=1, label="tau")
+        top.set(xlabel="d_k", ylabel="||∂L/∂q||", title=family)
+        top.set_ylim(bottom=max(top.get_ylim()[0], 1e-8))
+        top.legend(fontsize=7)
+        bottom.set(xlabel="d_k", ylabel="P(||∂L/∂q|| > tau)", ylim=(0, 1))
+        bottom.legend(fontsize=7)
     return fig
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from experiments.lab.render import label, render
+from experiments.lab.render import interval_text, label, render, rows_by_kind
 from experiments.lab.study import config_of
-from experiments.softmax_scaling.constants import SCALINGS, STATS
+from experiments.softmax_scaling.constants import MIN_UNITS, SCALINGS, STATS
 
 README_RESULTS = "experiments/softmax_scaling/results"
 DIGITS = {
@@ -49,24 +49,24 @@ def limit_cells(summary: dict) -> list[str]:
     return [cell for stat in STATS for cell in ("", format(summary["limit"][stat], DIGITS[stat]))]
 
 
-def _spread(x: dict) -> str:
-    """A spread over seeds (`summary.spread`) as 'median [min, max]'."""
-    return f"{x['median']:.3g} [{x['low']:.3g}, {x['high']:.3g}]"
+STATISTIC_NAMES = {"mean": "mean", "median": "median", "above": "P(norm > tau)"}
 
 
 def gradient_rows(summary: dict) -> list[list]:
-    """Per input family, scaling and gradient: the median over samples at each d_k, as median [min, max] over seeds."""
+    """Per input family, scaling, gradient and statistic: its 95% interval over seeds at each d_k
+    (mean and median: geometric mean over seeds and its interval on the log scale)."""
     names = {"grad_query": "‖∂L/∂q‖", "grad_key": "‖∂L/∂K‖_F"}
     return [
-        [family, scaling, names[grad], *[_spread(x) for x in by_dim]]
-        for family, scalings in summary["gradient_spread"].items()
+        [family, scaling, names[grad], STATISTIC_NAMES[stat], *[interval_text(x) for x in by_dim]]
+        for family, scalings in summary["gradient_intervals"].items()
         for scaling, grads in scalings.items()
-        for grad, by_dim in grads.items()
+        for grad, stats in grads.items()
+        for stat, by_dim in stats.items()
     ]
 
 
 def rate_rows(summary: dict) -> list[list]:
-    """Per seed: E||J||_2 at each rate width, and the fitted slope."""
+    """Per seed: E||J||_2 at each rate width, and the slope fitted over every width."""
     rate = summary["rate"]
     return [
         [seed, *[format(v, ".4g") for v in values], format(slope, ".3f")]
@@ -74,8 +74,14 @@ def rate_rows(summary: dict) -> list[list]:
     ]
 
 
-def _of_kind(summary: dict, kind: str) -> list[dict]:
-    return [p for p in summary["predictions"] if p["kind"] == kind]
+def prefactor_rows(summary: dict) -> list[list]:
+    """Per rate width: the measured E||J||_2 sqrt(d_k) (mean over seeds) and f(0) (1 - a / sqrt(d_k))."""
+    return [
+        [d, format(m, ".4g"), format(p, ".4g")]
+        for d, m, p in zip(
+            summary["rate"]["dims"], summary["rate_prefactor"], summary["rate_predicted_prefactor"]
+        )
+    ]
 
 
 def context(summary: dict) -> dict:
@@ -84,14 +90,15 @@ def context(summary: dict) -> dict:
         summary=summary,
         config=config_of(summary),
         checks=summary["checks"],
-        predictions=_of_kind(summary, "prediction"),
-        sanity=_of_kind(summary, "sanity"),
+        kinds=rows_by_kind(summary["predictions"]),
+        min_units=MIN_UNITS,
         variance_rows=variance_rows(summary),
         saturation_rows=saturation_rows(summary),
         limit_cells=limit_cells(summary),
         gradient_rows=gradient_rows(summary),
         gradient_dims=[f"d_k={d}" for d in summary["dims"]],
         rate_rows=rate_rows(summary),
+        prefactor_rows=prefactor_rows(summary),
         rate_dims=[f"d_k={d}" for d in summary["rate"]["dims"]],
     )
 

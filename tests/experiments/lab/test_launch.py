@@ -32,7 +32,6 @@ TINY = {
     "dims": (4, 8),
     "num_samples": 4096,
     "saturation_samples": 64,
-    "flat_min_dim": 8,
     "gradient_samples": 16,
     "rate_dims": (256, 4096),
     "rate_samples": 256,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.lab.render import kind_counts, label
+from experiments.lab.render import interval_text, kind_counts, label, rows_by_kind
 from experiments.lab.study import KINDS, prediction
 
 
@@ -41,3 +41,22 @@ def test_kind_counts_count_each_kind_apart():
     assert counts["sanity"]["pass"] == 1
     assert counts["not applicable"]["not applicable"] == 1
     assert sum(sum(c.values()) for c in counts.values()) == len(rows)
+
+
+def test_rows_by_kind_lists_every_kind_in_order_with_its_counts_and_records():
+    rows = [
+        prediction("a", "s", "p", 1, True, kind="sanity"),
+        prediction("b", "s", "p", 1, False, kind="hypothesis"),
+        {"name": "c", "verdict": "pass"},  # a record without a kind is a prediction
+    ]
+    groups = rows_by_kind(rows)
+    assert [g["kind"] for g in groups] == list(KINDS)
+    by_kind = {g["kind"]: g for g in groups}
+    assert [r["name"] for r in by_kind["prediction"]["records"]] == ["c"]
+    assert by_kind["hypothesis"]["counts"]["fail"] == 1 and by_kind["replication"]["records"] == []
+
+
+def test_an_interval_reads_back_from_its_json_form():
+    """A summary.json stores NaN as "nan": the interval text reads it back, e.g. a one-seed interval."""
+    assert interval_text({"mean": 0.5, "low": 0.25, "high": 0.75}) == "0.5 [0.25, 0.75]"
+    assert interval_text({"mean": 0.5, "low": "nan", "high": "nan", "n": 1}) == "0.5 [nan, nan]"

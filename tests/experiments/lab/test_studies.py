@@ -64,7 +64,11 @@ def power_iteration_test_config():
     config = power_iteration_config.get_config("smoke")
     config.fixed.update(temperatures=(1.0,), num_matrices=2, seq_len=8, head_dim=8, steps=120)
     config.products.update(
-        architectures=("attention_only",), num_layers=2, num_seeds=1, measure_batch_size=2
+        architectures=("attention_only",),
+        num_layers=2,
+        untrained_layers=4,
+        num_seeds=1,
+        measure_batch_size=2,
     )
     config.products.model.update(features=8, num_heads=2)
     config.products.task.update(num_pairs=2, num_queries=2, vocab_size=8)
@@ -75,7 +79,7 @@ def power_iteration_test_config():
         dim=3,
         steps=500,
         measure_every=10,
-        num_seeds=2,
+        num_seeds=10,
         probe_time=20.0,
     )
     return config
