@@ -1,7 +1,7 @@
 """Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks (and the summary numbers
 they read), run on demand (not part of the suite).
 
-    python -m tests.mutation [--json out.json] [--only SUBSTRING]
+    python -m tests.mutation [--json out.json] [--only SUBSTRING] [--library] [--quick]
 
 Mutants are `MUTANTS` below and those of each module in `tests/mutants/`.
 Each mutant replaces one snippet of one file in a temporary copy of the
@@ -9,6 +9,10 @@ tracked tree, runs only the test files (or test ids) listed for it there,
 and is *killed* when they fail. The test selections are first run unmutated
 (they must pass, or a kill would mean nothing). Prints a table (mutant, the
 first failing test) and writes it as JSON; exits 1 if any mutant survives.
+
+`--library` keeps the mutants of the library (files under `attnjax/`); `--quick` runs each selection
+on the quick tier alone (`-m "not slow"`), where a mutant whose selection holds no quick test
+survives (its row says "no quick test").
 
 Not listed: softmax_scaling's checks (their verdicts are tested only through a full smoke run
 of the study, minutes per mutant). Every verdict of experiments/rank_collapse/checks.py is
@@ -449,16 +453,26 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
-def _pytest(tree: Path, tests) -> tuple[bool, str]:
-    """(passed, the first failing test id or the last output line)."""
+# pytest's exit status when no test was collected (here: the quick tier deselected every one).
+NO_TESTS = 5
+NO_QUICK_TEST = "no quick test"
+
+
+def _pytest(tree: Path, tests, quick: bool = False) -> tuple[bool | None, str]:
+    """(passed, the first failing test id or the last output line); with `quick`, the quick tier
+    alone (`-m "not slow"`), and (None, NO_QUICK_TEST) when it holds none of `tests`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    tier = ["-m", "not slow"] if quick else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tier]
+        + list(tests),
         cwd=tree,
         env=env,
         capture_output=True,
         text=True,
     )
+    if quick and proc.returncode == NO_TESTS:
+        return None, NO_QUICK_TEST
     lines = proc.stdout.splitlines()
     failed = [
         line.split(" ", 1)[1].split(" - ")[0]
@@ -470,13 +484,15 @@ def _pytest(tree: Path, tests) -> tuple[bool, str]:
     )
 
 
-def run(mutants, out: Path) -> list[dict]:
+def run(mutants, out: Path, quick: bool = False) -> list[dict]:
+    """Each mutant's row (file, description, killed, killed_by, tests), printed and written to `out`;
+    `quick`: on the quick tier alone (a selection without a quick test does not kill)."""
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
         tree = Path(tmp)
         _copy_tree(tree)
         for tests in sorted({m.tests for m in mutants}):
-            ok, detail = _pytest(tree, tests)
-            if not ok:
+            ok, detail = _pytest(tree, tests, quick)
+            if ok is False:
                 raise SystemExit(f"unmutated tests fail, fix them first: {tests}: {detail}")
         rows = []
         for m in mutants:
@@ -489,21 +505,23 @@ def run(mutants, out: Path) -> list[dict]:
                 )
             try:
                 path.write_text(text.replace(m.original, m.replacement))
-                passed, detail = _pytest(tree, m.tests)
+                passed, detail = _pytest(tree, m.tests, quick)
             finally:
                 path.write_text(text)
+            killed = passed is False
             rows.append(
                 dict(
                     file=m.file,
                     description=m.description,
-                    killed=not passed,
-                    killed_by=None if passed else detail,
+                    killed=killed,
+                    killed_by=detail if killed else None,
                     tests=list(m.tests),
+                    **({"note": NO_QUICK_TEST} if passed is None else {}),
                 )
             )
+            note = detail if killed else (f"({NO_QUICK_TEST})" if passed is None else "")
             print(
-                f"{'killed ' if not passed else 'SURVIVED'} {m.file:40s} {m.description:45s} "
-                f"{detail if not passed else ''}",
+                f"{'killed ' if killed else 'SURVIVED'} {m.file:40s} {m.description:45s} {note}",
                 flush=True,
             )
     out.write_text(json.dumps(rows, indent=1) + "\n")
@@ -516,11 +534,30 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only", default="", help="run the mutants whose file or description contains this"
     )
+    parser.add_argument(
+        "--library", action="store_true", help="only the mutants of the library (attnjax/)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help='run each selection on the quick tier alone (-m "not slow"); none there: survived',
+    )
     args = parser.parse_args(argv)
-    chosen = [m for m in all_mutants() if args.only in m.file or args.only in m.description]
-    rows = run(chosen, args.json)
+    chosen = [
+        m
+        for m in all_mutants()
+        if (args.only in m.file or args.only in m.description)
+        and (not args.library or m.file.startswith("attnjax/"))
+    ]
+    if not chosen:
+        raise SystemExit("no mutant matches --only / --library")
+    rows = run(chosen, args.json, quick=args.quick)
     survived = [r for r in rows if not r["killed"]]
-    print(f"{len(rows) - len(survived)} of {len(rows)} mutants killed; table in {args.json}")
+    killed = len(rows) - len(survived)
+    print(
+        f"{killed} of {len(rows)} mutants killed ({100 * killed / len(rows):.0f}%)"
+        f"{' on the quick tier' if args.quick else ''}; table in {args.json}"
+    )
     return 1 if survived else 0
 
 
