@@ -105,6 +105,27 @@ MUTANTS = (
         REF,
     ),
     Mutant(
+        "attnjax/nn/attention.py",
+        "q, k = self.query_ln(q), self.key_ln(k)",
+        "q, k = q, self.key_ln(k)",
+        "QK-norm: the queries' LayerNorm skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "q, k = cosine_normalize(q), cosine_normalize(k)",
+        "q, k = q, k",
+        "QK-norm: cosine normalisation skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True))",
+        "norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-2, keepdims=True))",
+        "QK-norm: cosine norm over the heads, not Dh",
+        REF,
+    ),
+    Mutant(
         "attnjax/nn/transformer.py",
         "table = jnp.concatenate([jnp.sin(position * rates), jnp.cos(position * rates)], axis=-1)",
         "table = jnp.zeros((length, 2 * half), dtype)",
