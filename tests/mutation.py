@@ -36,7 +36,7 @@ from tests.mutant import Mutant
 ROOT = Path(__file__).resolve().parents[1]
 
 
-REF = ("tests/attnjax/nn/test_reference_transformer.py",)
+REF = ("tests/attnjax/nn/test_transformer.py", "tests/attnjax/nn/test_reference_transformer.py")
 PRETRAINED = (
     "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
     "tests/experiments/test_pretrained.py::test_comparison_checks",
@@ -88,6 +88,11 @@ HF = (
     "tests/attnjax/pretrained/test_hf.py",
 )  # skips without torch / transformers: run these with the oracle extra
 SWITCHES = ("tests/attnjax/nn/test_switches.py",)
+GENERATE = ("tests/attnjax/nn/test_generate.py", "tests/attnjax/nn/test_generate_sampling.py")
+WINDOW = ("tests/attnjax/test_masks.py::test_with_window_keeps_the_last_w_keys",)
+ROPE_SCALING = (
+    "tests/attnjax/test_rope.py::test_scaled_frequencies_follow_hugging_faces_definitions",
+)
 
 MUTANTS = (
     Mutant(
@@ -200,14 +205,14 @@ MUTANTS = (
         "logits / temperature, axis=-1",
         "logits, axis=-1",
         "sampling temperature ignored",
-        ("tests/attnjax/nn/test_generate_sampling.py",),
+        GENERATE,
     ),
     Mutant(
         "attnjax/nn/generate.py",
         "jax.random.fold_in(key, step)",
         "jax.random.fold_in(key, 0)",
         "same sampling key at every step",
-        ("tests/attnjax/nn/test_generate_sampling.py",),
+        GENERATE,
     ),
     Mutant(
         "attnjax/nn/statistics.py",
@@ -430,21 +435,21 @@ MUTANTS = (
         "left=window - 1, right=",
         "left=window, right=",
         "sliding window one key wider",
-        SWITCHES + HF,
+        WINDOW + SWITCHES + HF,
     ),
     Mutant(
         "attnjax/rope.py",
         "jnp.where(wavelength < original / high, inv_freq, smoothed)",
         "inv_freq",
         "llama3 RoPE scaling: no smoothed band",
-        SWITCHES + HF,
+        ROPE_SCALING + SWITCHES + HF,
     ),
     Mutant(
         "attnjax/rope.py",
         "return inv_freq / scaling[1]",
         "return inv_freq",
         "linear RoPE scaling ignored",
-        SWITCHES + HF,
+        ROPE_SCALING + SWITCHES + HF,
     ),
 )
 
