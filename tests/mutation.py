@@ -232,7 +232,7 @@ MUTANTS = (
     ),
     Mutant(
         "attnjax/nn/edits.py",
-        "weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
+        "            weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
         "",
         "remove_keys without renormalisation",
         ("tests/attnjax/nn/test_edits.py",),
@@ -529,8 +529,16 @@ def run(mutants, out: Path, quick: bool = False) -> list[dict]:
                     f"{m.file}: the snippet of mutant {m.description!r} occurs "
                     f"{text.count(m.original)} times (need exactly once)"
                 )
+            mutated = text.replace(m.original, m.replacement)
+            if m.file.endswith(".py"):
+                try:
+                    compile(mutated, m.file, "exec")
+                except SyntaxError as error:  # a kill by a syntax error would test nothing
+                    raise SystemExit(
+                        f"{m.file}: mutant {m.description!r} is not valid Python: {error}"
+                    ) from None
             try:
-                path.write_text(text.replace(m.original, m.replacement))
+                path.write_text(mutated)
                 passed, detail = _pytest(tree, m.tests, quick)
             finally:
                 path.write_text(text)
