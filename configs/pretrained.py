@@ -63,6 +63,11 @@ def get_config(arg: str | None = None):
         )
     )
     if smoke:
-        config.corpus.update(lengths=(12,), sentences_per_length=6)
+        # Every axis a different size (MiniLM: 6 layers, 12 heads, 5 sentences, 4 path lengths of 24
+        # paths; SmolLM2: 30 layers, 9 heads, 5 sentences, 6 path lengths), so that a mean over the
+        # wrong axis cannot give the right shape.
+        config.corpus.update(lengths=(12,), sentences_per_length=5)
         config.paths.update(num_paths=24, num_sentences=3)
+        if not causal:
+            config.paths.lengths = (1, 2, 4, 6)
     return config

@@ -1,7 +1,7 @@
 """Hand mutants over `attnjax/nn`, the checkpoint loaders and the studies' checks (and the summary numbers
 they read), run on demand (not part of the suite).
 
-    python -m tests.mutation [--json out.json] [--only SUBSTRING]
+    python -m tests.mutation [--json out.json] [--only SUBSTRING] [--library] [--quick]
 
 Mutants are `MUTANTS` below and those of each module in `tests/mutants/`.
 Each mutant replaces one snippet of one file in a temporary copy of the
@@ -13,6 +13,10 @@ first failing test) and writes it as JSON; exits 1 if any mutant survives.
 Every verdict of experiments/rank_collapse/checks.py, experiments/power_iteration/checks.py and
 experiments/softmax_scaling/summary.py (the outcome functions its checks read) is flipped by one
 mutant each, killed by tests that hand the checks synthetic summaries (seconds, no study run).
+
+`--library` keeps the mutants of the library (files under `attnjax/`); `--quick` runs each selection
+on the quick tier alone (`-m "not slow"`), where a mutant whose selection holds no quick test
+survives (its row says "no quick test").
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tests.mutant import Mutant
 ROOT = Path(__file__).resolve().parents[1]
 
 
-REF = ("tests/attnjax/nn/test_reference_transformer.py",)
+REF = ("tests/attnjax/nn/test_transformer.py", "tests/attnjax/nn/test_reference_transformer.py")
 PRETRAINED = (
     "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
     "tests/experiments/test_pretrained.py::test_comparison_checks",
@@ -109,6 +113,11 @@ HF = (
     "tests/attnjax/pretrained/test_hf.py",
 )  # skips without torch / transformers: run these with the oracle extra
 SWITCHES = ("tests/attnjax/nn/test_switches.py",)
+GENERATE = ("tests/attnjax/nn/test_generate.py", "tests/attnjax/nn/test_generate_sampling.py")
+WINDOW = ("tests/attnjax/test_masks.py::test_with_window_keeps_the_last_w_keys",)
+ROPE_SCALING = (
+    "tests/attnjax/test_rope.py::test_scaled_frequencies_follow_hugging_faces_definitions",
+)
 
 MUTANTS = (
     Mutant(
@@ -123,6 +132,27 @@ MUTANTS = (
         "if self.config.rope is None:\n            return x",
         "if True:\n            return x",
         "RoPE removed",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "q, k = self.query_ln(q), self.key_ln(k)",
+        "q, k = q, self.key_ln(k)",
+        "QK-norm: the queries' LayerNorm skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "q, k = cosine_normalize(q), cosine_normalize(k)",
+        "q, k = q, k",
+        "QK-norm: cosine normalisation skipped",
+        REF,
+    ),
+    Mutant(
+        "attnjax/nn/attention.py",
+        "norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True))",
+        "norm = jnp.sqrt(jnp.sum(x32 * x32, axis=-2, keepdims=True))",
+        "QK-norm: cosine norm over the heads, not Dh",
         REF,
     ),
     Mutant(
@@ -200,14 +230,14 @@ MUTANTS = (
         "logits / temperature, axis=-1",
         "logits, axis=-1",
         "sampling temperature ignored",
-        ("tests/attnjax/nn/test_generate_sampling.py",),
+        GENERATE,
     ),
     Mutant(
         "attnjax/nn/generate.py",
         "jax.random.fold_in(key, step)",
         "jax.random.fold_in(key, 0)",
         "same sampling key at every step",
-        ("tests/attnjax/nn/test_generate_sampling.py",),
+        GENERATE,
     ),
     Mutant(
         "attnjax/nn/statistics.py",
@@ -227,7 +257,7 @@ MUTANTS = (
     ),
     Mutant(
         "attnjax/nn/edits.py",
-        "weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
+        "            weights = jnp.where(total > 0, weights / jnp.where(total > 0, total, 1), 0)\n",
         "",
         "remove_keys without renormalisation",
         ("tests/attnjax/nn/test_edits.py",),
@@ -635,21 +665,21 @@ MUTANTS = (
         "left=window - 1, right=",
         "left=window, right=",
         "sliding window one key wider",
-        SWITCHES + HF,
+        WINDOW + SWITCHES + HF,
     ),
     Mutant(
         "attnjax/rope.py",
         "jnp.where(wavelength < original / high, inv_freq, smoothed)",
         "inv_freq",
         "llama3 RoPE scaling: no smoothed band",
-        SWITCHES + HF,
+        ROPE_SCALING + SWITCHES + HF,
     ),
     Mutant(
         "attnjax/rope.py",
         "return inv_freq / scaling[1]",
         "return inv_freq",
         "linear RoPE scaling ignored",
-        SWITCHES + HF,
+        ROPE_SCALING + SWITCHES + HF,
     ),
 )
 
@@ -679,16 +709,26 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
-def _pytest(tree: Path, tests) -> tuple[bool, str]:
-    """(passed, the first failing test id or the last output line)."""
+# pytest's exit status when no test was collected (here: the quick tier deselected every one).
+NO_TESTS = 5
+NO_QUICK_TEST = "no quick test"
+
+
+def _pytest(tree: Path, tests, quick: bool = False) -> tuple[bool | None, str]:
+    """(passed, the first failing test id or the last output line); with `quick`, the quick tier
+    alone (`-m "not slow"`), and (None, NO_QUICK_TEST) when it holds none of `tests`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    tier = ["-m", "not slow"] if quick else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tier]
+        + list(tests),
         cwd=tree,
         env=env,
         capture_output=True,
         text=True,
     )
+    if quick and proc.returncode == NO_TESTS:
+        return None, NO_QUICK_TEST
     lines = proc.stdout.splitlines()
     failed = [
         line.split(" ", 1)[1].split(" - ")[0]
@@ -700,13 +740,15 @@ def _pytest(tree: Path, tests) -> tuple[bool, str]:
     )
 
 
-def run(mutants, out: Path) -> list[dict]:
+def run(mutants, out: Path, quick: bool = False) -> list[dict]:
+    """Each mutant's row (file, description, killed, killed_by, tests), printed and written to `out`;
+    `quick`: on the quick tier alone (a selection without a quick test does not kill)."""
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
         tree = Path(tmp)
         _copy_tree(tree)
         for tests in sorted({m.tests for m in mutants}):
-            ok, detail = _pytest(tree, tests)
-            if not ok:
+            ok, detail = _pytest(tree, tests, quick)
+            if ok is False:
                 raise SystemExit(f"unmutated tests fail, fix them first: {tests}: {detail}")
         rows = []
         for m in mutants:
@@ -717,23 +759,33 @@ def run(mutants, out: Path) -> list[dict]:
                     f"{m.file}: the snippet of mutant {m.description!r} occurs "
                     f"{text.count(m.original)} times (need exactly once)"
                 )
+            mutated = text.replace(m.original, m.replacement)
+            if m.file.endswith(".py"):
+                try:
+                    compile(mutated, m.file, "exec")
+                except SyntaxError as error:  # a kill by a syntax error would test nothing
+                    raise SystemExit(
+                        f"{m.file}: mutant {m.description!r} is not valid Python: {error}"
+                    ) from None
             try:
-                path.write_text(text.replace(m.original, m.replacement))
-                passed, detail = _pytest(tree, m.tests)
+                path.write_text(mutated)
+                passed, detail = _pytest(tree, m.tests, quick)
             finally:
                 path.write_text(text)
+            killed = passed is False
             rows.append(
                 dict(
                     file=m.file,
                     description=m.description,
-                    killed=not passed,
-                    killed_by=None if passed else detail,
+                    killed=killed,
+                    killed_by=detail if killed else None,
                     tests=list(m.tests),
+                    **({"note": NO_QUICK_TEST} if passed is None else {}),
                 )
             )
+            note = detail if killed else (f"({NO_QUICK_TEST})" if passed is None else "")
             print(
-                f"{'killed ' if not passed else 'SURVIVED'} {m.file:40s} {m.description:45s} "
-                f"{detail if not passed else ''}",
+                f"{'killed ' if killed else 'SURVIVED'} {m.file:40s} {m.description:45s} {note}",
                 flush=True,
             )
     out.write_text(json.dumps(rows, indent=1) + "\n")
@@ -746,11 +798,30 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only", default="", help="run the mutants whose file or description contains this"
     )
+    parser.add_argument(
+        "--library", action="store_true", help="only the mutants of the library (attnjax/)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help='run each selection on the quick tier alone (-m "not slow"); none there: survived',
+    )
     args = parser.parse_args(argv)
-    chosen = [m for m in all_mutants() if args.only in m.file or args.only in m.description]
-    rows = run(chosen, args.json)
+    chosen = [
+        m
+        for m in all_mutants()
+        if (args.only in m.file or args.only in m.description)
+        and (not args.library or m.file.startswith("attnjax/"))
+    ]
+    if not chosen:
+        raise SystemExit("no mutant matches --only / --library")
+    rows = run(chosen, args.json, quick=args.quick)
     survived = [r for r in rows if not r["killed"]]
-    print(f"{len(rows) - len(survived)} of {len(rows)} mutants killed; table in {args.json}")
+    killed = len(rows) - len(survived)
+    print(
+        f"{killed} of {len(rows)} mutants killed ({100 * killed / len(rows):.0f}%)"
+        f"{' on the quick tier' if args.quick else ''}; table in {args.json}"
+    )
     return 1 if survived else 0
 
 

@@ -8,7 +8,9 @@ Parameters are the model's own (a flat dict of path tuples -> arrays, as
     per layer (a = residual scale), with f in (attention, MLP):
       pre:  x <- x + a f(N(x));  post: x <- N(x + a f(x));  none: x <- x + a f(x)
     N: LayerNorm (x - mu) / sqrt(var + eps) g + b (Ba et al. 2016) or RMSNorm x / sqrt(mean x^2 + eps) g
-    attention: q = x W_q + b_q, k, v likewise, split into heads of Dh; RoPE on q, k (Su et al. 2021);
+    attention: q = x W_q + b_q, k, v likewise, split into heads of Dh; QK-norm on q, k: LayerNorm over
+      Dh without bias (scale g_q, g_k; eps 1e-6, flax's default; Dehghani et al. 2023), or cosine:
+      q sqrt(Dh) / ||q|| (each vector rescaled to norm sqrt(Dh)); then RoPE on q, k (Su et al. 2021);
       query head j reads key/value head j // (H / K) (Ainslie et al. 2023);
       softmax(q k^T / (sqrt(Dh) tau) + mask) v, concatenated, then W_o + b_o
     MLP: W_2 act(W_1 x + b_1) + b_2, act gelu (tanh form) / relu
@@ -55,6 +57,22 @@ def _dense(x, p):
     return x @ p["kernel"] + p.get("bias", 0.0)
 
 
+# flax.nnx.LayerNorm's default epsilon, which the QK-norm LayerNorms keep.
+QK_NORM_EPS = 1e-6
+
+
+def qk_norm(x, p, kind):
+    """QK-norm of queries or keys `[B, T, N, Dh]` over Dh: 'layernorm' (p: {'scale'}, no bias, eps
+    `QK_NORM_EPS`), 'cosine' (each vector to norm sqrt(Dh)) or None (x unchanged)."""
+    if kind is None:
+        return x
+    if kind == "cosine":
+        return x * math.sqrt(x.shape[-1]) / np.linalg.norm(x, axis=-1, keepdims=True)
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + QK_NORM_EPS) * p["scale"]
+
+
 def multi_head_attention(
     p,
     x,
@@ -64,19 +82,23 @@ def multi_head_attention(
     temperature=1.0,
     rope=None,
     rope_base=10000.0,
+    normalize_qk=None,
     mask=None,
     weights_edit=None,
     heads_edit=None,
     attention=softmax_attention,
 ):
-    """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts); `mask` `[T, T]` bool;
-    `weights_edit(P)`, `heads_edit(o)`: see the module docstring; `attention`: the attention on the
-    heads, `tests.reference.softmax_attention`'s signature (default: it)."""
+    """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts, and 'query_ln',
+    'key_ln' for the 'layernorm' QK-norm); `normalize_qk`: None, 'layernorm' or 'cosine' (`qk_norm`);
+    `mask` `[T, T]` bool; `weights_edit(P)`, `heads_edit(o)`: see the module docstring; `attention`:
+    the attention on the heads, `tests.reference.softmax_attention`'s signature (default: it)."""
     b, t, _ = x.shape
     dh = p["query"]["kernel"].shape[-1] // num_heads
     q = _dense(x, p["query"]).reshape(b, t, num_heads, dh)
     k = _dense(x, p["key"]).reshape(b, t, num_kv_heads, dh)
     v = _dense(x, p["value"]).reshape(b, t, num_kv_heads, dh)
+    q = qk_norm(q, p.get("query_ln"), normalize_qk)
+    k = qk_norm(k, p.get("key_ln"), normalize_qk)
     if rope is not None:
         q = np.stack([_rope(qi, rope_base, rope) for qi in q])
         k = np.stack([_rope(ki, rope_base, rope) for ki in k])
@@ -139,6 +161,7 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
                 temperature=att.temperature,
                 rope=att.rope,
                 rope_base=att.rope_base,
+                normalize_qk=att.normalize_qk,
                 mask=mask,
                 weights_edit=w_edit,
                 heads_edit=o_edit,

@@ -394,7 +394,9 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     }
 
 
-def _accumulate(total: dict, part: dict) -> dict:
+def accumulate(total: dict, part: dict) -> dict:
+    """`total` (the sums of the groups so far, `{}` before the first) with one group's `part` added: sums
+    add, the worst cases (`WORST`) take the max, the per-sentence rows (`PER_SENTENCE`) are appended."""
     part = {k: np.asarray(v, np.float64) for k, v in part.items()}
     if not total:
         return part
@@ -454,7 +456,7 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
                 hidden, jnp.asarray(delimiter_masks(group.tokens)), span=CONTENT_SPAN[kind]
             ),
         }
-        totals = _accumulate(totals, jax.device_get(sums))
+        totals = accumulate(totals, jax.device_get(sums))
         if example is None:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)

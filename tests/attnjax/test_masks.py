@@ -16,6 +16,22 @@ def test_local_window_mask_band():
     np.testing.assert_array_equal(got, (s >= t - 2) & (s <= t + 1))
 
 
+@pytest.mark.parametrize("is_causal", [True, False])
+def test_with_window_keeps_the_last_w_keys(is_causal):
+    """A window of W keys: query t keeps keys t - W < s (and s < t + W unless causal, where the causal
+    mask bounds the right side); combined with a given mask by logical and."""
+    window = 3
+    t, s = np.meshgrid(np.arange(7), np.arange(7), indexing="ij")
+    got = np.asarray(masks.with_window(None, window, 7, 7, is_causal))
+    want = (s > t - window) & (is_causal | (s < t + window))
+    np.testing.assert_array_equal(got, want)
+    given = np.random.default_rng(0).random((7, 7)) < 0.6
+    np.testing.assert_array_equal(
+        np.asarray(masks.with_window(jnp.asarray(given), window, 7, 7, is_causal)), want & given
+    )
+    assert masks.with_window(given, None, 7, 7, is_causal) is given
+
+
 def test_local_window_with_right_zero_is_causal():
     np.testing.assert_array_equal(masks.local_window_mask(7, right=0), masks.causal_mask(7))
 

@@ -56,6 +56,26 @@ def test_dot_products_depend_only_on_the_offset(layout):
     assert dot(3, 1) != pytest.approx(dot(3, 2), abs=1e-3)  # and it does depend on the offset
 
 
+def test_scaled_frequencies_follow_hugging_faces_definitions():
+    """Linear scaling divides every rate by the factor; Llama 3.1's (Hugging Face's
+    `_compute_llama3_parameters`, in NumPy) divides the long wavelengths, keeps the short ones and
+    interpolates the band between, at Llama 3.1's own parameters, where all three bands are populated."""
+    dim, base = 64, 500000.0
+    inv_freq = base ** (-np.arange(0, dim, 2) / dim)
+    got = np.asarray(rope.inverse_frequencies(dim, base, ("linear", 4.0), jnp.float64))
+    np.testing.assert_allclose(got, inv_freq / 4.0, rtol=1e-12)
+    factor, low, high, original = 8.0, 1.0, 4.0, 8192
+    wavelength = 2 * np.pi / inv_freq
+    long, short = wavelength > original / low, wavelength < original / high
+    assert long.any() and short.any() and (~long & ~short).any()
+    smooth = (original / wavelength - low) / (high - low)
+    want = np.where(long, inv_freq / factor, inv_freq)
+    want = np.where(~long & ~short, (1 - smooth) * want / factor + smooth * want, want)
+    scaling = ("llama3", factor, low, high, original)
+    got = np.asarray(rope.inverse_frequencies(dim, base, scaling, jnp.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_layouts_differ_by_a_permutation_of_coordinates():
     """Interleaved on x equals half-split on x with its coordinates permuted (the GGUF converter's permutation)."""
     x = _heads(3, (5, 2, 8))

@@ -132,6 +132,20 @@ def test_cosine_qk_bounds_logits_by_sqrt_head_dim():
     np.testing.assert_allclose(w, jax.nn.softmax(logits, axis=-1), atol=1e-6)
 
 
+def test_decoding_with_a_key_padding_mask_equals_the_masked_causal_forward():
+    """Decoding in two chunks with a key-padding mask (True: keep) sees what the full causal forward
+    sees: each query the earlier kept keys, never an unfilled cache slot (float64)."""
+    mha = nn.MultiHeadAttention(8, 2, param_dtype=jnp.float64, rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 5, 8)))
+    keep = np.ones((2, 1, 1, 7), bool)
+    keep[0, ..., 1], keep[1, ..., 3] = False, False
+    full = mha(x, mask=jnp.asarray(keep[..., :5]), is_causal=True)
+    mha.init_cache(2, 7)
+    step = nnx.jit(lambda m, chunk: m(chunk, decode=True, mask=jnp.asarray(keep)))
+    decoded = jnp.concatenate([step(mha, x[:, :2]), step(mha, x[:, 2:])], axis=1)
+    np.testing.assert_allclose(np.asarray(decoded), np.asarray(full), rtol=0, atol=1e-12)
+
+
 def test_sown_weights_are_row_stochastic():
     mha = nn.MultiHeadAttention(16, 4, temperature=0.5, rngs=nnx.Rngs(0))
     x = host_random.normal(9, (2, 7, 16), jnp.float32)

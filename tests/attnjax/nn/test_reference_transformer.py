@@ -43,6 +43,12 @@ CASES = {
     "attention-only-no-norm": dict(
         positions="learned", norm=None, mlp=False, final_norm=False, temperature=0.5
     ),
+    "qk-layernorm-rope-gqa": dict(
+        positions=None, norm="pre", rope="half", num_kv_heads=2, normalize_qk="layernorm"
+    ),
+    "qk-cosine-causal": dict(
+        positions="learned", norm="pre", normalize_qk="cosine", temperature=0.8, causal=True
+    ),
 }
 
 
@@ -85,10 +91,19 @@ def test_transformer_matches_float64_reference(name):
     np.testing.assert_allclose(np.asarray(logits), want_logits, **TOL)
 
 
-@pytest.mark.parametrize("rope", [None, "half"])
-def test_multi_head_attention_matches_float64_reference(rope):
+@pytest.mark.parametrize(
+    "rope, normalize_qk", [(None, None), ("half", None), ("half", "layernorm"), (None, "cosine")]
+)
+def test_multi_head_attention_matches_float64_reference(rope, normalize_qk):
     mha = nn.MultiHeadAttention(
-        12, 6, num_kv_heads=3, temperature=0.6, rope=rope, param_dtype=jnp.float64, rngs=nnx.Rngs(1)
+        12,
+        6,
+        num_kv_heads=3,
+        temperature=0.6,
+        rope=rope,
+        normalize_qk=normalize_qk,
+        param_dtype=jnp.float64,
+        rngs=nnx.Rngs(1),
     )
     flat = randomize(mha, 1)
     params = ref.param_tree(flat)
@@ -97,7 +112,14 @@ def test_multi_head_attention_matches_float64_reference(rope):
     mask[:, 0] = True
     out = mha(jnp.asarray(x), mask=jnp.asarray(mask))
     want = ref.multi_head_attention(
-        params, x, num_heads=6, num_kv_heads=3, temperature=0.6, rope=rope, mask=mask
+        params,
+        x,
+        num_heads=6,
+        num_kv_heads=3,
+        temperature=0.6,
+        rope=rope,
+        normalize_qk=normalize_qk,
+        mask=mask,
     )
     np.testing.assert_allclose(np.asarray(out), want, **TOL)
 

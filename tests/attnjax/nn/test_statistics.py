@@ -80,9 +80,18 @@ IDS = np.array([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8, 2, 8, 1, 8, 2, 8
 VALID = np.arange(11)[None, :] < np.array([[11], [7]])  # the second sequence: 4 padding keys
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.slow
+# The quick tier's case (RoPE, grouped-query attention, causal mask, temperature); the others are slow.
+QUICK = ("causal-gqa-rope", jnp.float64)
+
+
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        pytest.param(name, dtype, marks=() if (name, dtype) == QUICK else pytest.mark.slow)
+        for name in sorted(CASES)
+        for dtype in (jnp.float32, jnp.float64)
+    ],
+)
 def test_statistics_equal_the_dense_computation(name, dtype):
     model = _model(name, dtype)
     mask = masks.key_padding_mask(valid=jnp.asarray(VALID))

@@ -93,20 +93,22 @@ def softmax_scaling_test_config():
 
 
 def long_context_test_config():
-    """The smoke variant on a 2-layer tiny llama (`tests/tiny_checkpoint.py`, written once per test run in the
-    run's scratch directory, so every worker gives the same config), at T <= 32."""
+    """The smoke variant on a 4-layer tiny llama (2 heads; `tests/tiny_checkpoint.py`, written once per test
+    run in the run's scratch directory, so every worker gives the same config), at T <= 32, on 3 segments:
+    segments, layers and heads of distinct counts, so that an aggregation over the wrong axis cannot give
+    the right shape."""
     path = Path(os.environ[RUN_DIR_VARIABLE]) / "long_context_tiny"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / "long_context_tiny.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (path / "tokenizer.json").exists():
-            tiny_checkpoint.write(path, layers=2)
+            tiny_checkpoint.write(path, layers=4)
     config = long_context_config.get_config("smoke")
     config.model.path = str(path)
-    config.text.segment_stride = 32
+    config.text.update(num_segments=3, segment_stride=32)
     config.statistics.lengths = (16, 32)
     config.stream.update(length=32, windows=(4, 8), sinks=(4,), recompute_positions=2, bin=8)
-    config.ablation.update(length=16, layers=(1,))
+    config.ablation.update(length=16, layers=(1, 3))
     return config
 
 
