@@ -348,6 +348,9 @@ DEPTHS = (4, 8, 16, 32)
 # Per depth: r_L, cosine, g of a network whose collapse deepens with depth, and of one that keeps its rank.
 COLLAPSING = ((0.7, 0.3, 0.4), (0.3, 0.6, 0.2), (0.05, 0.9, 0.05), (2e-4, 1.0, 3e-4))
 KEEPING = ((0.9, 0.15, 0.6), (0.9, 0.15, 0.6), (0.9, 0.16, 0.59), (0.9, 0.16, 0.58))
+# No trend at all, and a network that recovers with depth (r_L and g rise, the cosine falls).
+FLAT = ((0.9, 0.15, 0.6),) * 4
+RECOVERING = ((0.5, 0.5, 0.2), (0.7, 0.3, 0.3), (0.8, 0.2, 0.45), (0.9, 0.15, 0.6))
 
 
 def noci_verdicts(unscaled, scaled, placement=("post_ln", "post_ln_scaled"), seeds=SEEDS):
@@ -377,8 +380,8 @@ def test_noci_trends_pass_when_only_the_unscaled_network_collapses_with_depth():
 
 @pytest.mark.parametrize(
     "unscaled,scaled",
-    [(KEEPING, KEEPING), (COLLAPSING, COLLAPSING), (KEEPING, COLLAPSING)],
-    ids=["neither-collapses", "both-collapse", "reversed"],
+    [(KEEPING, KEEPING), (COLLAPSING, COLLAPSING), (KEEPING, COLLAPSING), (FLAT, RECOVERING)],
+    ids=["neither-collapses", "both-collapse", "reversed", "unscaled-flat-scaled-recovers"],
 )
 def test_noci_trends_fail_unless_the_scaling_is_what_removes_the_trend(unscaled, scaled):
     got = noci_verdicts(unscaled, scaled)
@@ -713,8 +716,8 @@ def test_the_attention_only_hypothesis_passes_when_it_predicts_the_mode():
 
 @pytest.mark.parametrize(
     "gain,not_mode",
-    [(0.34, 0.5), (0.0, 0.1)],
-    ids=["learns-recall", "retrieves-above-uniform-guessing"],
+    [(0.34, 0.5), (0.0, 0.1), (0.09, 0.0)],
+    ids=["learns-recall", "retrieves-above-uniform-guessing", "beats-the-mode-without-retrieval"],
 )
 def test_the_attention_only_hypothesis_fails_when_it_does_more_than_the_mode(gain, not_mode):
     rng = np.random.default_rng(0)
