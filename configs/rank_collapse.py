@@ -10,8 +10,9 @@ embedding std, every grid point run for `num_seeds` seeds at once:
 
 * `init_sweep`: per-layer metrics of untrained models (the setting of Dong et
   al. 2021), bidirectional; for attention-only networks also Dong et al.'s
-  bound from the actual weights and the eps-scaling identity of every layer
-  (its input 1 x_bar^T + eps R fed through the layer), layer by layer.
+  bound from the actual weights, layer by layer, and at `dong_embedding_std`
+  the eps-scaling identity of every layer (its input 1 x_bar^T + eps R fed
+  through the layer).
 * `scale_sweep`: the initialisation scale as a variable: the same
   measurements against the std of the token embedding.
 * `mask_sweep`: the causal counterparts of init-sweep runs (Wu et al. 2024,

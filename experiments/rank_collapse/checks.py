@@ -598,9 +598,9 @@ def layernorm_checks(summary: dict) -> list[dict]:
                 run["interval"]["mean"],
                 None,
                 "the figure's setting (model, width, depth, initialisation, data, precision, LayerNorm "
-                "placement) is not retrieved, so this run (D = 64, T = 24, causal, our initialisation) cannot "
-                f"be matched to it. Measured, r_L: float64 {interval_text(run['interval'])} (min "
-                f"{run['min']:.3g}); {float32}",
+                f"placement) is not retrieved, so this run (D = {run['width']}, T = {run['length']}, causal, "
+                f"L = {run['depth']}, this library's initialisation) cannot be matched to it. Measured, "
+                f"r_L: float64 {interval_text(run['interval'])} (min {run['min']:.3g}); {float32}",
                 kind="not applicable",
             )
         )

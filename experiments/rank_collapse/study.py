@@ -12,7 +12,7 @@ Rows (one per seed and metric): `{"phase": "init" | "train" | "final",
 "step", "seed", "metric", "values"}` for per-layer profiles (`[L + 1]` or `[L]`,
 see `attnjax.analysis.depth.depth_profile`; `[B, ...]` per example for the
 `dong/*` metrics of attention-only networks; `[E, L, B]` for the
-`identity/residual` of bidirectional attention-only networks (`scaling.py`, one
+`identity/residual` of the runs in Dong et al.'s setting (`scaling.py`, one
 row per eps of `EPS`); `[L + 1]` for the `chain/residual_fro` of causal
 attention-only networks (`chain.py`); `[L]` for the Noci sweep's
 `layer_grad_norm/*`; `[L, num_paths]` for `path_residual`; `[L + 1]` and a
@@ -322,13 +322,14 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
 
 
 @_cached
-def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
+def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool, identity: bool = False):
     """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, per-layer gradient norms of the
     attention projections on each seed's gradient batch (`training.layer_grad_norms`) or {}, the
     attention-only metrics or {}).
 
     The attention-only metrics (`dong`): Dong et al.'s bound (`_dong_metrics`);
-    bidirectional: the eps-scaling identity of every layer (`identity/residual`,
+    with `identity` (a bidirectional run in Dong et al.'s setting): the
+    eps-scaling identity of every layer (`identity/residual`,
     `scaling.layer_residuals` at `EPS`); causal with the full mask: the exact
     uniform causal chain on the same inputs (`chain/residual_fro`,
     `chain.chain_residuals`). One program per run; the gradient norms roughly
@@ -339,10 +340,10 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
 
     def attention_only_metrics(state, hidden):
         out = _dong_metrics(state.params, hidden, block.num_heads, block.attention.temperature)
-        if not config.causal:
+        if identity:
             blocks = trainer.model(state).blocks
             out["identity/residual"] = scaling.layer_residuals(blocks, hidden, EPS)
-        elif block.attention.window is None:
+        if config.causal and block.attention.window is None:
             out["chain/residual_fro"] = chain.chain_residuals(hidden[0], config.num_layers)
         return out
 
@@ -368,17 +369,32 @@ def _first_batches(task, batch_size: int, data_keys):
     return jax.tree.map(lambda *x: jnp.stack(x), *batches)
 
 
+def is_dong_setting(config, spec: RunSpec) -> bool:
+    """Whether `spec` is a run in Dong et al.'s setting: untrained bidirectional attention only (softmax) at
+    `config.dong_embedding_std` (else the init sweep's first std), where the eps-scaling identity is measured."""
+    stds = tuple(config.init_sweep.embedding_stds)
+    std = config.get("dong_embedding_std", stds[0] if stds else None)
+    return (
+        is_attention_only(spec.architecture)
+        and spec.kind == "softmax"
+        and not spec.causal
+        and spec.embedding_std == std
+    )
+
+
 def _init_rows(
     config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False
 ) -> list[dict]:
-    """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics and per-layer gradient norms
-    when asked (of the training loss on the first `measure_batch_size` examples of each seed's data)."""
+    """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics (and in their setting,
+    `is_dong_setting`, the eps-scaling identity) and per-layer gradient norms when asked (of the training
+    loss on the first `measure_batch_size` examples of each seed's data)."""
     init_keys, data_keys, _, measure_key = _keys(
         config, num_seeds(config, spec.sweep, spec.architecture)
     )
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, config.measure_batch_size, data_keys)
-    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(
+    identity = dong and is_dong_setting(config, spec)
+    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong, identity)(
         init_keys, inputs, batches
     )
     metrics = {**_profile_seeds[spec.causal](hidden, attention), **extra, **norms}

@@ -1047,11 +1047,13 @@ def _full_rank(run: Optional[dict]) -> Optional[dict]:
 
 def _layernorm(summary: dict) -> dict:
     """Wu et al.'s LayerNorm: `constructions` (`_construction` of each the config lists and has a run),
-    `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run (float64), r_L per seed,
-    its `interval`, lowest seed and mean (`last`), and `float32`: the same of its float32-sweep twin
-    (None: no twin)."""
-    block = config_of(summary).get("layernorm")
+    `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run (float64), its depth,
+    width D and sequence length T, r_L per seed, its `interval`, lowest seed and mean (`last`), and
+    `float32`: the same of its float32-sweep twin (None: no twin)."""
+    config = config_of(summary)
+    block = config.get("layernorm")
     names = list(block.constructions) if block is not None else []
+    length = models.make_task(config.task).seq_len
 
     def last_layer(run):
         r = last_per_seed(run, "residual_fro")
@@ -1069,6 +1071,8 @@ def _layernorm(summary: dict) -> dict:
         postln.append(
             {
                 "depth": run["spec"]["depth"],
+                "width": config.model.features,
+                "length": length,
                 **last_layer(run),
                 "float32": None if twin is None else last_layer(twin),
             }
