@@ -124,8 +124,15 @@ def get_config(arg: str | None = None):
 
     # Bidirectional at initialisation: the setting of Dong et al. (pre-LN and post-LN, with and without
     # 1/sqrt(L) branches: the Noci sweep); skips without LayerNorm show the shared component growing.
+    # L = 8 and 16 are left out (attention only is at float64 rounding from L = 4 on at std 1; the skips'
+    # shared component is read at L = 4 and 32): their cost pays for the Noci sweep's 10 seeds.
     config.init_sweep = _sweep(
-        (4, 8, 16, 32), ("attention_only", "skip"), ("softmax",), (1.0,), False
+        (4, 8, 16, 32),
+        ("attention_only", "skip"),
+        ("softmax",),
+        (1.0,),
+        False,
+        exclude=tuple((a, d) for a in ("attention_only", "skip") for d in (8, 16)),
     )
     # Seeds are batched in one program, so 10 cost little more than 2 in an untrained sweep.
     config.scale_sweep = _sweep(
