@@ -24,7 +24,20 @@ checked by `attnjax.checks` before any compute.
 Numerics: logits and softmax run in at least float32 (bf16/fp16 inputs are
 promoted), outputs come back in the input dtype. Masked entries get exactly
 zero weight; a query row with every key masked gets zero weights and a zero
-output, with zero gradients.
+output, with zero gradients. A -inf in the bias masks its entry
+(`bias_mask`): a row of -inf is a fully masked row.
+
+Masked means masked: a key that every query row reading it masks (padding,
+`key_value_seq_lengths`, a masked column of the mask or the bias, keys past
+the causal or local-window reach) cannot affect the output, the lse or any
+gradient, whatever its key and value hold, NaN and inf included: its zero
+weight would still meet them in `weights @ V` (and in q's gradient through
+the logits) as 0 x NaN, so they are zeroed first (`without_unread_keys`, a
+`where` on key and value only where such a key can exist). A key that some
+row attends to is read by the product of every row, so a NaN or inf there
+reaches the rows that mask it too (a dense product cannot skip single
+entries); keep padding masked for every row (e.g. with
+`key_value_seq_lengths`) when it may hold garbage.
 """
 
 from __future__ import annotations
@@ -50,13 +63,73 @@ Scalar = Union[float, Array]
 
 
 def _prepare(query, key, value, mask, bias, temperature):
-    """Validates all inputs (shapes and dtypes only); returns mask (boolean) and bias as arrays."""
+    """Validates all inputs (shapes and dtypes only); returns mask (boolean) and bias as arrays.
+
+    A -inf entry of the bias masks its (query, key) pair: it joins the mask
+    (`bias_mask`), so a row of -inf is a fully masked row.
+    """
     checks.qkv(query, key, value)
     checks.temperature(temperature)
     target = checks.logits_shape(query, key)
     mask = checks.bool_mask(checks.broadcastable("mask", mask, target))
     bias = checks.broadcastable("bias", bias, target)
-    return mask, bias
+    return masks_lib.combine_masks(mask, bias_mask(bias)), bias
+
+
+def bias_mask(bias: Optional[Array]) -> Optional[Array]:
+    """The pairs an additive bias masks: `bias != -inf` (boolean, bias's shape), None for no bias.
+
+    softmax(x + b) gives exactly 0 weight where b = -inf, whatever the other
+    entries of the row, and a row of -inf alone has no distribution: both are
+    masked entries, so a row of -inf is a fully masked row (zero weights and
+    output), not the uniform row clipping -inf would make. NaN stays unmasked.
+    """
+    if bias is None:
+        return None
+    return jnp.logical_not(jnp.isneginf(bias))
+
+
+def without_unread_keys(
+    key: Array,
+    value: Optional[Array],
+    mask: Optional[Array] = None,
+    *,
+    reachable: Optional[int] = None,
+) -> tuple[Array, Optional[Array]]:
+    """key `[..., S, K, D]` and value `[..., S, K, Dv]` (or None) with zeros at the keys that no query reads.
+
+    Key s of key head k is unread when every query row of every query head
+    reading k (heads k G .. k G + G - 1, G = H / K) masks it: `mask` (boolean,
+    broadcastable to `[..., H, T, S]`, True = attend; None for none) is False
+    at (h, t, s) for all such h and all t, or s >= `reachable` (the bound of
+    the causal and local-window masks, `masks.reachable_keys`; None for S).
+    Its weight is exactly 0 in every row, yet a NaN or inf in its key or value
+    would enter the products as 0 x NaN (the output, and q's gradient through
+    the logits); zeroed by a `where`, it cannot, and its gradients are 0, as
+    they are mathematically. Returns the inputs themselves when no key can be
+    unread (no mask, and every key reachable), so that path costs nothing.
+    """
+    num_kv, kv_len = key.shape[-2], key.shape[-3]
+    read = None
+    if reachable is not None and reachable < kv_len:
+        read = jnp.asarray(np.arange(kv_len)[:, None] < reachable)  # [S, 1]
+    if mask is not None:
+        mask = jnp.reshape(mask, (1,) * (key.ndim - mask.ndim) + mask.shape)
+        by_head = jnp.any(mask, axis=-2)  # [..., H|1, S|1]
+        if by_head.shape[-2] > 1:  # [..., K, G, S|1]: a key head is read if one of its group reads
+            grouped = (num_kv, by_head.shape[-2] // num_kv, by_head.shape[-1])
+            by_head = jnp.any(jnp.reshape(by_head, by_head.shape[:-2] + grouped), axis=-2)
+        by_key = jnp.swapaxes(by_head, -1, -2)  # [..., S|1, K|1]
+        read = by_key if read is None else by_key & _lift(read, by_key.ndim)
+    if read is None:
+        return key, value
+    read = _lift(read, key.ndim - 1)[..., None]
+    key = jnp.where(read, key, jnp.zeros((), key.dtype))
+    return key, None if value is None else jnp.where(read, value, jnp.zeros((), value.dtype))
+
+
+def _lift(x: Array, rank: int) -> Array:
+    return jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape)
 
 
 def _keyword_masks(query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window):
@@ -277,13 +350,20 @@ def dot_product_attention(
       query: `[..., T, H, D]`.
       key: `[..., S, K, D]`, K dividing H (grouped-query attention).
       value: `[..., S, K, Dv]`.
-      bias: additive logits bias, broadcastable to `[..., H, T, S]`.
+      bias: additive logits bias, broadcastable to `[..., H, T, S]`; -inf
+        entries are masked entries (an additive 0 / -inf mask goes here), a
+        row of -inf is a fully masked row.
       mask: broadcastable to `[..., H, T, S]`; boolean (True = attend) or
         numeric 0/1 (nonzero = attend). Extra leading size-1 axes are allowed
-        (an unbatched query with a `[1, H, T, S]` mask).
-      scale: logits scale; default 1/sqrt(D).
+        (an unbatched query with a `[1, H, T, S]` mask). A concrete float mask
+        holding anything but 0 and 1 (an additive mask) raises, pointing to
+        `bias=`; a traced one is read as nonzero = attend, unchecked.
+      scale: logits scale, any finite number (0 gives uniform weights, a
+        negative one ranks keys in reverse); default 1/sqrt(D). NaN or inf
+        raise when concrete; a traced scale is unchecked.
       is_causal: also apply the causal mask (query t attends to keys s <= t,
-        top-left aligned as in jax.nn).
+        top-left aligned as in jax.nn). A bool (as are `return_weights` and
+        `return_residual`; anything else raises a TypeError).
       query_seq_lengths: integer `[...]` (jax.nn: `[B]`): queries t >= length
         are padding; their rows are fully masked (zero output).
       key_value_seq_lengths: integer `[...]`: keys s >= length are masked.
@@ -292,7 +372,9 @@ def dot_product_attention(
       implementation: None (cuDNN on a GPU for bf16/fp16 when no weights or
         dropout are asked for and it accepts the shapes, else the XLA core),
         'xla' (always the core) or 'cudnn' (cuDNN or an error).
-      temperature: positive scalar dividing the scaled, biased logits.
+      temperature: positive scalar dividing the scaled, biased logits (a
+        number > 0, +inf the uniform limit, or a scalar array; 0, negative
+        or NaN raise when concrete, a traced one is unchecked).
       return_weights: also return the attention weights.
       dropout_rate: in [0, 1); when > 0, each weight is dropped with this
         probability (needs `dropout_rng`) and kept ones are scaled by
@@ -315,12 +397,20 @@ def dot_product_attention(
 
     Raises:
       ValueError: naming the argument and shapes, for inputs of the wrong rank,
-        mismatched heads or dims, masks/biases/lengths that do not broadcast, or
-        bad options; raised while tracing, before any compute.
+        mismatched heads or dims, a head dim D = 0, masks/biases/lengths that do
+        not broadcast, an additive float mask, or bad options and scalars;
+        raised while tracing, before any compute.
       TypeError: likewise, for an argument of the wrong type or dtype.
     """
     query, key, value = checks.as_arrays(query, key, value)
     mask, bias = _prepare(query, key, value, mask, bias, temperature)
+    checks.scale(scale)
+    for name, flag in (
+        ("is_causal", is_causal),
+        ("return_weights", return_weights),
+        ("return_residual", return_residual),
+    ):
+        checks.boolean(name, flag)
     batch_shape = query.shape[:-3]
     query_seq_lengths = checks.lengths("query_seq_lengths", query_seq_lengths, batch_shape)
     key_value_seq_lengths = checks.lengths(
@@ -333,18 +423,23 @@ def dot_product_attention(
     causal, local, kv_valid, q_valid = _keyword_masks(
         query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
     )
+    data_mask = masks_lib.combine_masks(mask, kv_valid, q_valid)
+    mask = masks_lib.combine_masks(data_mask, causal, local)
+    reachable = masks_lib.reachable_keys(
+        query.shape[-3], key.shape[-3], is_causal=is_causal, window=window
+    )
+    key, value = without_unread_keys(
+        key, value, None if data_mask is None else mask, reachable=reachable
+    )
     residual = ()
     if return_residual:
-        full_mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
-        residual = (
-            _log_sum_exp(query, key, full_mask, bias, scale=scale, temperature=temperature),
-        )
+        residual = (_log_sum_exp(query, key, mask, bias, scale=scale, temperature=temperature),)
     if implementation == "cudnn" or (
         implementation is None
         and not (return_weights or use_dropout)
         and _can_use_cudnn(query, key, value, temperature)
     ):
-        cudnn_mask = masks_lib.combine_masks(mask, local, kv_valid, q_valid)
+        cudnn_mask = masks_lib.combine_masks(data_mask, local)
         try:
             out = _jax_nn_attention(
                 query, key, value, cudnn_mask, bias, is_causal, scale, temperature, "cudnn"
@@ -354,7 +449,6 @@ def dot_product_attention(
             if implementation == "cudnn":
                 raise
             # cuDNN does not support these shapes/mask on this GPU: use the core.
-    mask = masks_lib.combine_masks(mask, causal, local, kv_valid, q_valid)
     keep = None
     if use_dropout:
         keep = jax.random.bernoulli(

@@ -1,9 +1,10 @@
 """Argument checks shared by the library's functions, modules and configs.
 
 Each raises a `ValueError` (a bad value) or `TypeError` (a bad type) whose
-message names the argument and what it got, before any compute. All are
-static: they read shapes, dtypes and Python values only, so they run while
-tracing and never on traced values.
+message names the argument and what it got, before any compute. They read
+shapes, dtypes and Python values, so they run while tracing; a few also read
+the values of concrete (not traced) arrays where a check needs them (a float
+mask, an array scale or temperature), and let traced ones pass unchecked.
 
 Attention's inputs follow `jax.nn.dot_product_attention`: query
 `[..., T, H, D]`, key `[..., S, K, D]`, value `[..., S, K, Dv]`, logits (and
@@ -42,12 +43,56 @@ def positive_number(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
-def temperature(value) -> None:
-    """A softmax temperature: a positive number, or a scalar array (possibly traced, so its value is unchecked)."""
+def finite(name: str, value) -> None:
+    """`value` (a number) is finite: not inf, not NaN."""
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def concrete(value) -> bool:
+    """Whether `value` has a value now: not a tracer (inside `jit`, `vmap`, `grad`, its value is unknown)."""
+    return not isinstance(value, jax.core.Tracer)
+
+
+def _real_scalar(name: str, value):
+    """`value` as a NumPy scalar if it is a concrete real scalar (number or 0-d array), None if traced.
+
+    A bool, a string or another object: TypeError; an array of rank > 0 or of a
+    non-real dtype: ValueError / TypeError naming `name`.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a number, got the bool {value!r}")
     if isinstance(value, _NUMBERS):
-        positive_number("temperature", value)
-    elif jnp.ndim(value) != 0:
-        raise ValueError(f"temperature must be a scalar, got shape {jnp.shape(value)}")
+        return value
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise TypeError(
+            f"{name} must be a number or a scalar array, got {type(value).__name__} {value!r:.60}"
+        )
+    if jnp.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
+    if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
+        raise TypeError(f"{name} must be a real number, got dtype {value.dtype}")
+    return np.asarray(value)[()] if concrete(value) else None
+
+
+def temperature(value) -> None:
+    """A softmax temperature: a number > 0 (+inf allowed: the uniform limit; NaN is not), or a scalar array,
+    checked alike when concrete; a traced one's value is unchecked (0 or a negative one then gives NaN or
+    the inverted softmax)."""
+    number = _real_scalar("temperature", value)
+    if number is not None:
+        positive_number("temperature", number)
+
+
+def scale(value) -> None:
+    """A logits scale (None passes: the default 1/sqrt(D)): a finite number, or a scalar array, checked alike
+    when concrete. Any finite value is a scale: 0 gives uniform weights, a negative one ranks keys in
+    reverse; NaN and inf raise. A traced one's value is unchecked."""
+    if value is None:
+        return
+    number = _real_scalar("scale", value)
+    if number is not None and not np.isfinite(number):
+        raise ValueError(f"scale must be a finite number, got {value!r}")
 
 
 def rate(name: str, value) -> None:
@@ -80,6 +125,23 @@ def choice(name: str, value, choices) -> None:
     """`value` is one of `choices` (a tuple, or the keys of a dict)."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def floating_dtype(name: str, value, *, optional: bool = False) -> None:
+    """`value` is a floating-point dtype in any spelling `jnp.dtype` resolves (`jnp.float32`,
+    `'bfloat16'`, `np.float16`, `float`), or None when `optional`; a TypeError otherwise."""
+    if optional and value is None:
+        return
+    try:
+        dtype = None if value is None else jnp.dtype(value)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        got = f"{value!r}" if dtype is None else str(dtype)
+        raise TypeError(
+            f"{name} must be a floating-point dtype (a dtype or its name: float32, bfloat16, "
+            f"float16, float64){' or None' if optional else ''}, got {got}"
+        )
 
 
 def nonempty_lengths(query, key) -> None:
@@ -134,6 +196,8 @@ def qkv(query, key, value) -> None:
         raise _shape_error("query and key must have the same batch dims", query=query, key=key)
     if query.shape[-1] != key.shape[-1]:
         raise _shape_error("query and key must have the same head dim D", query=query, key=key)
+    if query.shape[-1] < 1:
+        raise _shape_error("query and key must have a head dim D >= 1", query=query, key=key)
     num_heads, num_kv_heads = query.shape[-2], key.shape[-2]
     if num_heads % num_kv_heads:
         raise _shape_error(
@@ -182,13 +246,29 @@ def broadcastable(name: str, x, target: tuple[int, ...]):
 
 
 def bool_mask(mask):
-    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`."""
+    """Boolean masks pass; numeric {0, 1} masks (as flax's `make_attention_mask` gives) become `mask != 0`.
+
+    A concrete floating-point mask must hold only 0 and 1: an additive mask (0 where
+    a key is kept, -inf or -1e9 where it is not, as jax.nn's `bias` takes) read as
+    nonzero = attend would attend to exactly the masked keys, so it raises a
+    ValueError pointing to `bias=`. A traced float mask cannot be read: it is taken
+    as nonzero = attend, unchecked. Integer masks are nonzero = attend.
+    """
     if mask is None or mask.dtype == jnp.bool_:
         return mask
     if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
         raise TypeError(
             f"mask must be boolean or numeric 0/1 (nonzero = attend), got dtype {mask.dtype}"
         )
+    if jnp.issubdtype(mask.dtype, jnp.floating) and concrete(mask):
+        values = np.asarray(mask)
+        other = values[(values != 0) & (values != 1)]
+        if other.size:
+            raise ValueError(
+                f"mask must be boolean or 0/1 (nonzero = attend); this float mask of shape "
+                f"{tuple(mask.shape)} also holds {float(other.ravel()[0])}: an additive mask "
+                f"(0 to keep, -inf to mask) belongs in bias=, not mask="
+            )
     return mask != 0
 
 

@@ -21,6 +21,14 @@ feature maps are closed over an explicit `[M, D]` projection matrix: drawing
 new features means building a new map from a new PRNG key; nothing is hidden or
 mutable. `call_feature_map` also accepts plain `phi(x)` callables.
 
+A positive map built from exp may also carry its logarithm as an attribute,
+`phi.log(x, *, is_query=False)` = log phi(x) `[..., M]` (`elu_plus_one` and
+`favor_plus` do; read it with `call_log_feature_map`). exp underflows to 0 or
+overflows where the log is still an ordinary number (exp(-1e4)), and linear
+attention's output is unchanged by a common factor on the features (see
+`attnjax.linear`), so `attnjax.linear` rescales in log space before taking exp
+and such features never vanish there.
+
 Maps provided:
 
 * `elu_plus_one`: elu(x) + 1 > 0, M = D (Katharopoulos et al. 2020).
@@ -43,7 +51,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Callable, Protocol
+from typing import Callable, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +65,7 @@ _KEY_EXPONENT_CAP = 40.0
 
 
 class FeatureMap(Protocol):
-    """phi(x `[..., D]`, *, is_query) -> `[..., M]`."""
+    """phi(x `[..., D]`, *, is_query) -> `[..., M]`; positive maps may add `log` (module doc)."""
 
     def __call__(self, x: Array, *, is_query: bool = False) -> Array: ...
 
@@ -74,6 +82,19 @@ def _accepts_is_query(fn: Callable) -> bool:
     return any(p.name == "is_query" or p.kind is p.VAR_KEYWORD for p in params)
 
 
+def _call(fn: Callable, x: Array, is_query: bool, name: str) -> Array:
+    """fn(x) `[..., M]` (with `is_query` when fn takes it), checked: floating, leading dims kept."""
+    out = fn(x, is_query=is_query) if _accepts_is_query(fn) else fn(x)
+    if not hasattr(out, "shape") or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise TypeError(f"{name} must return a floating-point array, got {out!r:.80}")
+    if out.ndim != x.ndim or out.shape[:-1] != x.shape[:-1]:
+        raise ValueError(
+            f"{name} must map [..., D] to [..., M] keeping the leading dims "
+            f"(input shape {tuple(x.shape)}, output shape {tuple(out.shape)})"
+        )
+    return out
+
+
 def call_feature_map(feature_map: Callable, x: Array, *, is_query: bool) -> Array:
     """Applies `feature_map` to `x` `[..., D]` and checks the result `[..., M]`.
 
@@ -85,15 +106,22 @@ def call_feature_map(feature_map: Callable, x: Array, *, is_query: bool) -> Arra
     """
     if not callable(feature_map):
         raise TypeError(f"feature_map must be callable, got {type(feature_map).__name__}")
-    out = feature_map(x, is_query=is_query) if _accepts_is_query(feature_map) else feature_map(x)
-    if not hasattr(out, "shape") or not jnp.issubdtype(out.dtype, jnp.floating):
-        raise TypeError(f"feature_map must return a floating-point array, got {out!r:.80}")
-    if out.ndim != x.ndim or out.shape[:-1] != x.shape[:-1]:
-        raise ValueError(
-            f"feature_map must map [..., D] to [..., M] keeping the leading dims "
-            f"(input shape {tuple(x.shape)}, output shape {tuple(out.shape)})"
-        )
-    return out
+    return _call(feature_map, x, is_query, "feature_map")
+
+
+def call_log_feature_map(feature_map: Callable, x: Array, *, is_query: bool) -> Optional[Array]:
+    """log phi(x) `[..., M]` from the map's `log` attribute, or None if it has none.
+
+    Checked as `call_feature_map` checks phi(x). A map without `log` (relu, the
+    random maps other than FAVOR+, any plain callable) gives None: its features
+    are only available as phi(x).
+    """
+    log = getattr(feature_map, "log", None)
+    if log is None:
+        return None
+    if not callable(log):
+        raise TypeError(f"feature_map.log must be callable, got {type(log).__name__}")
+    return _call(log, x, is_query, "feature_map.log")
 
 
 def num_features(feature_map: Callable, dim: int) -> int:
@@ -111,11 +139,24 @@ def num_features(feature_map: Callable, dim: int) -> int:
 def elu_plus_one(x: Array, *, is_query: bool = False) -> Array:
     """phi(x) = elu(x) + 1 > 0, elementwise; `[..., D]` -> `[..., D]`.
 
-    The feature map of Katharopoulos et al. 2020 ("Transformers are RNNs").
+    The feature map of Katharopoulos et al. 2020 ("Transformers are RNNs"):
+    x + 1 for x > 0, exp(x) otherwise. Computed as exp(x), not as
+    expm1(x) + 1, which in float32 loses every digit below x ~ -17. exp(x)
+    itself underflows to 0 below x ~ -87 (float32); `elu_plus_one.log` (x for
+    x <= 0, log1p(x) above) does not, and `attnjax.linear` uses it.
     `is_query` is ignored.
     """
     del is_query
-    return jax.nn.elu(x) + jnp.ones((), x.dtype)
+    return jnp.where(x > 0, x + jnp.ones((), x.dtype), jnp.exp(jnp.minimum(x, 0)))
+
+
+def _log_elu_plus_one(x: Array, *, is_query: bool = False) -> Array:
+    """log(elu(x) + 1): x for x <= 0, log1p(x) above; `[..., D]` -> `[..., D]`."""
+    del is_query
+    return jnp.where(x > 0, jnp.log1p(jnp.maximum(x, 0)), x)
+
+
+elu_plus_one.log = _log_elu_plus_one
 
 
 def relu(x: Array, *, is_query: bool = False) -> Array:
@@ -217,26 +258,41 @@ def favor_plus(projection: Array, *, stabilize: bool = True) -> FeatureMap:
 
     The query shift is held out of the gradient (it cancels in the outputs).
 
+    In linear attention (`attnjax.linear`) neither the shift nor the clip is
+    used: it reads `phi.log`, the exact log phi(x) = w_i . x' - |x'|^2 / 2 -
+    log(M) / 2 (no stabiliser), and rescales every query and every set of keys
+    by powers of two before taking exp, so keys whose features are all below
+    exp(-87) (float32: keys 100x the scale of the queries) still count.
+
     Args:
       projection: W `[M, D]`.
-      stabilize: apply the stabiliser described above.
+      stabilize: apply the stabiliser described above to phi(x).
 
     Returns:
-      phi(x, *, is_query=False) -> `[..., M]` in at least float32.
+      phi(x, *, is_query=False) -> `[..., M]` in at least float32, with
+      `phi.log(x, *, is_query=False)` -> log phi(x) `[..., M]`.
     """
     projection = _check_projection(projection)
     num, dim = projection.shape
     log_scale = -0.5 * math.log(num)
 
-    def phi(x: Array, *, is_query: bool = False) -> Array:
+    def log_phi(x: Array, *, is_query: bool = False) -> Array:
+        del is_query
         x, wx = _project(x, projection, dim**-0.25)
         exponent = wx - 0.5 * jnp.sum(jnp.square(x), axis=-1, keepdims=True)
+        return exponent + jnp.asarray(log_scale, exponent.dtype)
+
+    def phi(x: Array, *, is_query: bool = False) -> Array:
+        exponent = log_phi(x)
         if stabilize and is_query:
             exponent = exponent - jax.lax.stop_gradient(jnp.max(exponent, axis=-1, keepdims=True))
+            exponent = exponent + jnp.asarray(log_scale, exponent.dtype)
         elif stabilize:
-            exponent = jnp.minimum(exponent, jnp.asarray(_KEY_EXPONENT_CAP, exponent.dtype))
-        return jnp.exp(exponent + jnp.asarray(log_scale, exponent.dtype))
+            cap = _KEY_EXPONENT_CAP + log_scale
+            exponent = jnp.minimum(exponent, jnp.asarray(cap, exponent.dtype))
+        return jnp.exp(exponent)
 
+    phi.log = log_phi
     return phi
 
 

@@ -10,7 +10,11 @@ Each factory returns a function with the signature of
 and raises `ValueError` for what its kernel cannot do: an additive `bias`,
 an array `mask` (the kernels take masks as structure, not data),
 `return_weights` (a fused kernel never forms the `[T, S]` weights), dropout,
-sequence lengths. Leading axes are flattened into one batch axis.
+sequence lengths. Leading axes are flattened into one batch axis. Keys no
+query can reach (s >= T when causal, s >= T + right with a local window) are
+zeroed before the kernel, so NaN or inf there cannot reach the output or a
+gradient; a key that some row reaches is read by the rows of its block that
+mask it, so garbage there can (as in `attnjax.dot_product_attention`).
 
 * `splash_attention()`: `jax.experimental.pallas.ops.tpu.splash_attention`
   (in jax itself, 0.10 included). Its kernel (`make_splash_mha`, or
@@ -48,7 +52,8 @@ import jax
 import jax.numpy as jnp
 
 from attnjax import checks
-from attnjax.attention import default_scale
+from attnjax import masks as masks_lib
+from attnjax.attention import default_scale, without_unread_keys
 
 Array = jax.Array
 SPLASH_BLOCK = 128  # the smallest block the splash kernel accepts (a TPU lane width)
@@ -62,14 +67,18 @@ def _check_call(
     bias,
     mask,
     *,
+    scale=None,
+    is_causal=False,
     return_weights=False,
     dropout_rate=0.0,
     query_seq_lengths=None,
     key_value_seq_lengths=None,
     **ignored,
 ) -> tuple[int, int]:
-    """Reject what a kernel cannot do, and check shapes; returns (H, K)."""
+    """Reject what a kernel cannot do, and check shapes and scalars; returns (H, K)."""
     del ignored  # implementation, dropout_rng: nothing to do
+    checks.boolean("is_causal", is_causal)
+    checks.scale(scale)
     unsupported = {
         "bias": bias is not None,
         "mask": mask is not None,
@@ -98,6 +107,11 @@ def _check_call(
             f"{kernel}: key and value must have one shape [..., S, K, D], with query's batch axes "
             f"and D, got query {query.shape}, key {key.shape}, value {value.shape}"
         )
+    if query.shape[-1] < 1:
+        raise ValueError(
+            f"{kernel}: query and key must have a head dim D >= 1, got query {query.shape}, "
+            f"key {key.shape}"
+        )
     heads, kv_heads = query.shape[-2], key.shape[-2]
     if heads % kv_heads:
         raise ValueError(
@@ -107,8 +121,18 @@ def _check_call(
     return heads, kv_heads
 
 
-def _batched(query: Array, key: Array, value: Array):
-    """Flatten leading axes: `[..., T, H, D]` -> `[B, T, H, D]`, and the function restoring `[..., T, H, D]`."""
+def _batched(query: Array, key: Array, value: Array, is_causal: bool, window=None):
+    """Flatten leading axes: `[..., T, H, D]` -> `[B, T, H, D]`, and the function restoring `[..., T, H, D]`.
+
+    Keys that no query reaches through the causal / local-window structure (s >= T
+    when causal, s >= T + right with a window) are zeroed first
+    (`attention.without_unread_keys`): a kernel multiplies their zero weights by
+    their values, so a NaN there (padding garbage) would reach every row of its block.
+    """
+    reachable = masks_lib.reachable_keys(
+        query.shape[-3], key.shape[-3], is_causal=is_causal, window=window
+    )
+    key, value = without_unread_keys(key, value, reachable=reachable)
     lead = query.shape[:-3]
     flat = [x.reshape((-1, *x.shape[-3:])) for x in (query, key, value)]
     return flat, lambda out: out.reshape((*lead, *out.shape[-3:]))
@@ -213,7 +237,17 @@ def splash_attention(*, interpret: bool = False) -> Callable:
         local_window_size=None,
         **options,
     ):
-        heads, kv_heads = _check_call("splash_attention", query, key, value, bias, mask, **options)
+        heads, kv_heads = _check_call(
+            "splash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         q_len, kv_len = query.shape[-3], key.shape[-3]
         if q_len % SPLASH_BLOCK or kv_len % SPLASH_BLOCK:
             raise ValueError(
@@ -223,7 +257,9 @@ def splash_attention(*, interpret: bool = False) -> Callable:
         kernel = _splash_kernel(
             heads, kv_heads, q_len, kv_len, _mask_window(is_causal, local_window_size), interpret
         )
-        (q, k, v), restore = _batched(query, key, value)
+        (q, k, v), restore = _batched(
+            query, key, value, is_causal, checks.window(local_window_size)
+        )
         q = (q * jnp.asarray(_scale(query, scale), q.dtype)).transpose(0, 2, 1, 3)  # [B, H, T, D]
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, D]
         if kv_heads == heads:
@@ -263,12 +299,22 @@ def tpu_flash_attention(*, interpret: bool = False) -> Callable:
         local_window_size=None,
         **options,
     ):
-        heads, _ = _check_call("tpu_flash_attention", query, key, value, bias, mask, **options)
+        heads, _ = _check_call(
+            "tpu_flash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         _no_window("tpu_flash_attention", local_window_size)
         from jax.experimental.pallas import tpu as pltpu
         from jax.experimental.pallas.ops.tpu import flash_attention as flash
 
-        (q, k, v), restore = _batched(query, key, value)
+        (q, k, v), restore = _batched(query, key, value, is_causal)
         k, v = _repeat_heads(k, heads), _repeat_heads(v, heads)
         bq, bk = min(128, q.shape[1]), min(128, k.shape[1])
         sizes = flash.BlockSizes(
@@ -323,11 +369,21 @@ def gpu_flash_attention(
         local_window_size=None,
         **options,
     ):
-        heads, _ = _check_call("gpu_flash_attention", query, key, value, bias, mask, **options)
+        heads, _ = _check_call(
+            "gpu_flash_attention",
+            query,
+            key,
+            value,
+            bias,
+            mask,
+            scale=scale,
+            is_causal=is_causal,
+            **options,
+        )
         _no_window("gpu_flash_attention", local_window_size)
         from jax.experimental.pallas.ops.gpu import attention as gpu
 
-        (q, k, v), restore = _batched(query, key, value)
+        (q, k, v), restore = _batched(query, key, value, is_causal)
         bq, bk = min(block_q, q.shape[1]), min(block_k, k.shape[1])
         sizes = gpu.BlockSizes(
             block_q=bq, block_k=bk, block_q_dkv=bq, block_kv_dkv=bk, block_q_dq=bq, block_kv_dq=bk

@@ -32,16 +32,47 @@ with T != S, query t sees keys s <= t (top-left alignment, as `masks.causal_mask
 
 Numerics: features, S, z, numerator and normaliser are computed in at least
 float32 (bf16/fp16 inputs are promoted); the output comes back in value's
-dtype. The normaliser is den + eps (eps = 0 by default: no bias); a row whose
-normaliser is exactly 0 (no visible key, or every kernel value 0) gives a zero
-output and zero weights, not NaN. Positive feature maps (`elu_plus_one`,
-`relu`, `relu_random`, `favor_plus`) keep den >= 0 and the weights a
-probability distribution; `trig_random` does not (its den may vanish or be
-negative).
+dtype. The normaliser is den + eps (eps = 0 by default: no bias). Positive
+feature maps (`elu_plus_one`, `relu`, `relu_random`, `favor_plus`) keep
+den >= 0 and the weights a probability distribution; `trig_random` does not
+(its den may vanish or be negative).
+
+Floating-point range. The output is unchanged when phi(q_t) is multiplied by
+any c_t > 0 (it cancels between row t's numerator and normaliser), and when
+every key feature query t sees is multiplied by one common b_t > 0. So
+features are carried as f * 2^n, n an integer per query and per key and f
+with its largest |entry| in [1/2, 1), and keys are summed in units of the
+largest key exponent among those summed: over all keys (non-causal); in the
+causal form, across chunks that of every earlier key (the carried state is
+rescaled when a larger key arrives) and inside a chunk, per query t, that of
+the keys s <= t (a running maximum, so no later key changes an earlier row);
+in the recurrent form the state's, which it carries
+(`LinearAttentionState.log2_scale`). Powers of two multiply exactly, so the
+rescaling changes no bit of a result that does not under- or overflow:
+features at any scale the dtype holds give the output of unit scale (relu at
+1e-30 or 1e30 in float32, whose products 1e-60 and 1e60 it does not hold).
+The division is differentiated as d(num / den) = (d num - out d den) / den, so
+gradients stay finite where den^2 would underflow. Maps that give their
+logarithm (`elu_plus_one`, `favor_plus`; see `attnjax.features`) are rescaled
+in log space, before exp, so features that would all underflow (elu + 1 at
+x = -1e4, FAVOR+ keys 100x the queries) still give their attention. eps keeps
+its meaning: it is added to the normaliser in the caller's units (rescaled
+with it), so with eps > 0 the output does depend on the features' scale.
+
+What remains: a key whose features are below 2^-126 (float32; 2^-1022 in
+float64: XLA on CPU flushes subnormals) times the largest key feature it is
+summed with counts as 0. A query that sees only such keys, or no key at all
+(masked, or before the first key), or whose features are all 0 (a relu query
+with no positive coordinate, a map that underflows inside), or whose features
+meet no visible key's (phi(q).phi(k) = 0 for each), has normaliser 0 (with
+eps = 0): it attends to nothing. Its output is 0, NaN-free and with gradient
+0, and its row of `linear_attention_weights` sums to 0 instead of 1, which is
+how such rows are told apart from an average.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple, Optional
 
 import einops
@@ -68,9 +99,10 @@ def _check_options(feature_map: Callable, eps: float, chunk_size: Optional[int] 
     if (
         not isinstance(eps, (int, float, np.floating, np.integer))
         or isinstance(eps, bool)
+        or not math.isfinite(eps)
         or eps < 0
     ):
-        raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+        raise ValueError(f"eps must be a non-negative finite float, got {eps}")
     if chunk_size is not None:
         if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool):
             raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__}")
@@ -125,17 +157,89 @@ def _cast_and_mask(query, key, value, valid):
     return q, k, v
 
 
+# --------------------------------------------------------------------------
+# Features as f * 2^n (module doc, "Floating-point range")
+#
+# n is an int32 per row (query or key); _NO_KEYS stands for the exponent of an
+# all-zero row and of a set with no key: below every real exponent (those are
+# clipped to +-_MAX_EXPONENT), so it never wins a maximum, and far enough from
+# the int32 limits that sums and differences of two exponents cannot overflow.
+
+_MAX_EXPONENT = 2**16
+_NO_KEYS = -(2**29)
+# ln 2 = _LN2_HI + _LN2_LO, _LN2_HI with 7 significant bits, so n * _LN2_HI is
+# exact for |n| <= 2^16 in float32 (Cody and Waite's argument reduction).
+_LN2_HI = 89.0 / 128.0
+_LN2_LO = math.log(2.0) - _LN2_HI
+
+
+def _pow2(k: Array, dtype) -> Array:
+    """2^k, exactly, for int k clipped to the dtype's normal exponents (its bits, built directly)."""
+    info = jnp.finfo(dtype)
+    bits = {4: jnp.int32, 8: jnp.int64}[jnp.dtype(dtype).itemsize]
+    k = jnp.clip(k, info.minexp, info.maxexp - 1).astype(bits)
+    return jax.lax.bitcast_convert_type((k - info.minexp + 1) << info.nmant, dtype)
+
+
+def _ldexp(x: Array, k: Array) -> Array:
+    """x * 2^k for int k (broadcast against x), as two exact power-of-two factors.
+
+    Exact unless the result under- or overflows; k beyond twice the dtype's
+    exponent range is clipped there, which still gives 0 (or inf) for x <= 1
+    (or >= 1), as the unclipped product would.
+    """
+    info = jnp.finfo(x.dtype)
+    k = jnp.clip(k, 2 * info.minexp, 2 * (info.maxexp - 1))
+    half = k >> 1
+    return x * _pow2(half, x.dtype) * _pow2(k - half, x.dtype)
+
+
+def _scaled_features(feature_map: Callable, x: Array, *, is_query: bool) -> tuple[Array, Array]:
+    """phi(x) = f * 2^n: f `[..., M]` in x's dtype, largest |f| per row in [1/2, 1) (or all 0),
+    n `[...]` int32 (_NO_KEYS for all-zero rows). n is held out of the gradient.
+
+    Maps with `log` (`features.call_log_feature_map`) are reduced in log space:
+    f = exp(log phi - n ln 2), so no row underflows before it is rescaled.
+    """
+    log_phi = features_lib.call_log_feature_map(feature_map, x, is_query=is_query)
+    if log_phi is None:
+        phi = features_lib.call_feature_map(feature_map, x, is_query=is_query).astype(x.dtype)
+        top = jax.lax.stop_gradient(jnp.max(jnp.abs(phi), axis=-1))
+        _, n = jnp.frexp(top)
+        f = _ldexp(phi, -n[..., None])
+        return f, jnp.where(top == 0, _NO_KEYS, n)
+    log_phi = log_phi.astype(x.dtype)
+    largest = jax.lax.stop_gradient(jnp.max(log_phi, axis=-1))
+    top = jnp.where(jnp.isfinite(largest), largest, jnp.zeros_like(largest))
+    n = jnp.clip(jnp.floor(top * math.log2(math.e)) + 1, -_MAX_EXPONENT, _MAX_EXPONENT)
+    rest = (top - n * _LN2_HI) - n * _LN2_LO  # top - n ln 2, in [-ln 2, 0) up to rounding
+    f = jnp.exp((log_phi - top[..., None]) + rest[..., None])  # log_phi - top: exact near top
+    return f, jnp.where(largest == -jnp.inf, _NO_KEYS, n.astype(jnp.int32))
+
+
 def _features(q, k, feature_map, keep=None):
-    """phi(q) `[..., M]`, phi(k) `[..., M]`; key features zeroed where `keep` (broadcastable) is False."""
-    phi_q = features_lib.call_feature_map(feature_map, q, is_query=True).astype(q.dtype)
-    phi_k = features_lib.call_feature_map(feature_map, k, is_query=False).astype(k.dtype)
-    if phi_q.shape[-1] != phi_k.shape[-1]:
+    """(f_q `[..., M]`, n_q `[...]`), (f_k, n_k): `_scaled_features` of q and k; keys where
+    `keep` (broadcastable to f_k) is False get f = 0 and n = _NO_KEYS."""
+    f_q, n_q = _scaled_features(feature_map, q, is_query=True)
+    f_k, n_k = _scaled_features(feature_map, k, is_query=False)
+    if f_q.shape[-1] != f_k.shape[-1]:
         raise ValueError(
-            f"feature_map gives {phi_q.shape[-1]} query features but {phi_k.shape[-1]} key features"
+            f"feature_map gives {f_q.shape[-1]} query features but {f_k.shape[-1]} key features"
         )
     if keep is not None:
-        phi_k = jnp.where(keep, phi_k, jnp.zeros_like(phi_k))
-    return phi_q, phi_k
+        f_k = jnp.where(keep, f_k, jnp.zeros_like(f_k))
+        n_k = jnp.where(keep[..., 0], n_k, _NO_KEYS)
+    return (f_q, n_q), (f_k, n_k)
+
+
+def _set_scale(n_k: Array, axis: int) -> Array:
+    """The exponent of a set of keys: the largest n over `axis` (_NO_KEYS if none)."""
+    return jnp.max(n_k, axis=axis)
+
+
+def _to_set_scale(f_k: Array, n_k: Array, scale: Array) -> Array:
+    """Key features in units of 2^scale: f * 2^(n - scale) (<= 1 when scale is their set's)."""
+    return _ldexp(f_k, (n_k - scale)[..., None])
 
 
 def _group_queries(x: Array, num_kv_heads: int) -> Array:
@@ -143,11 +247,34 @@ def _group_queries(x: Array, num_kv_heads: int) -> Array:
     return einops.rearrange(x, "... (k g) x -> ... k g x", k=num_kv_heads)
 
 
-def _normalise(num: Array, den: Array, eps: float) -> Array:
-    """num `[..., Dv]` / (den + eps) `[...]`; 0 where that is exactly 0."""
-    den = den + jnp.asarray(eps, den.dtype)
-    safe = jnp.where(den != 0, den, jnp.ones_like(den))
-    return num / safe[..., None]
+def _divide(num: Array, den: Array) -> Array:
+    """num `[..., X]` / den `[...]`, 0 where den is 0."""
+    nonzero = (den != 0)[..., None]
+    safe = jnp.where(nonzero, den[..., None], jnp.ones_like(den[..., None]))
+    return jnp.where(nonzero, num / safe, jnp.zeros_like(num))
+
+
+@jax.custom_jvp
+def _ratio(num: Array, den: Array) -> Array:
+    """`_divide`, differentiated as d(num / den) = (d num - out d den) / den: no den^2, which
+    underflows (float32: den < 1e-19) long before den does."""
+    return _divide(num, den)
+
+
+@_ratio.defjvp
+def _ratio_jvp(primals, tangents):
+    num, den = primals
+    d_num, d_den = tangents
+    out = _divide(num, den)
+    return out, _divide(d_num - out * d_den[..., None], den)
+
+
+def _normalise(num: Array, den: Array, eps: float, log2_units: Array) -> Array:
+    """num `[..., Dv]` / (den + eps) `[...]`, num and den given in units of 2^log2_units `[...]`
+    (so eps, in the caller's units, is eps * 2^-log2_units here); 0 where that is 0."""
+    if eps:
+        den = den + _ldexp(jnp.asarray(eps, den.dtype), -log2_units)
+    return _ratio(num, den)
 
 
 def _expand(x: Array, rank: int) -> Array:
@@ -162,13 +289,16 @@ def _expand(x: Array, rank: int) -> Array:
 def _linear_noncausal(q, k, v, feature_map, eps, valid):
     """q `[..., T, H, D]`, k `[..., S, K, D]`, v `[..., S, K, Dv]` -> `[..., T, H, Dv]`."""
     keep = None if valid is None else valid[..., None, None]
-    phi_q, phi_k = _features(q, k, feature_map, keep)
-    kv = jnp.einsum("...skm,...ske->...kme", phi_k, v)  # S [..., K, M, Dv]
-    z = jnp.sum(phi_k, axis=-3)  # [..., K, M]
-    phi_q = _group_queries(phi_q, k.shape[-2])  # [..., T, K, G, M]
-    num = jnp.einsum("...tkgm,...kme->...tkge", phi_q, kv)
-    den = jnp.einsum("...tkgm,...km->...tkg", phi_q, z)
-    out = _normalise(num, den, eps)  # [..., T, K, G, Dv]
+    (f_q, n_q), (f_k, n_k) = _features(q, k, feature_map, keep)
+    scale = _set_scale(n_k, axis=-2)  # [..., K]: one set of keys per head
+    f_k = _to_set_scale(f_k, n_k, scale[..., None, :])  # [..., S, K, M]
+    kv = jnp.einsum("...skm,...ske->...kme", f_k, v)  # S [..., K, M, Dv]
+    z = jnp.sum(f_k, axis=-3)  # [..., K, M]
+    f_q = _group_queries(f_q, k.shape[-2])  # [..., T, K, G, M]
+    num = jnp.einsum("...tkgm,...kme->...tkge", f_q, kv)
+    den = jnp.einsum("...tkgm,...km->...tkg", f_q, z)
+    units = _group_queries(n_q[..., None], k.shape[-2])[..., 0] + scale[..., None, :, None]
+    out = _normalise(num, den, eps, units)  # [..., T, K, G, Dv]
     return einops.rearrange(out, "... k g e -> ... (k g) e")
 
 
@@ -204,27 +334,35 @@ def _align_causal_keys(k: Array, v: Array, valid: Optional[Array], q_len: int):
     return jnp.pad(k, pad), jnp.pad(v, pad), valid
 
 
-def _carry_state(phi_q, phi_k, v):
-    """Contributions of all earlier chunks, by a scan over chunks carrying (S, z).
+def _carry_state(f_q, f_k, v, scale):
+    """Contributions of all earlier chunks, by a scan over chunks carrying (S, z, exponent).
 
-    phi_q `[N, ..., K, R, M]`, phi_k `[N, ..., K, C, M]`, v `[N, ..., K, C, Dv]`
-    -> numerator `[N, ..., K, R, Dv]` and normaliser `[N, ..., K, R]`, where
-    chunk n reads only S_n = sum over keys of chunks j < n of phi(k) v^T.
+    f_q `[N, ..., K, R, M]`, f_k `[N, ..., K, C, M]` (in units of 2^scale),
+    v `[N, ..., K, C, Dv]`, scale `[N, ..., K]` -> numerator `[N, ..., K, R, Dv]`,
+    normaliser `[N, ..., K, R]`, both in units of 2^state_scale, and state_scale
+    `[N, ..., K]` (_NO_KEYS before any key), where chunk n reads only
+    S_n = sum over keys of chunks j < n of phi(k) v^T. The state is kept at the
+    scale of the largest key so far: rescaled (exactly) when a larger one comes.
     """
 
     def step(state, chunk):
-        kv, z = state
-        q_n, k_n, v_n = chunk
+        kv, z, state_scale = state
+        q_n, k_n, v_n, scale_n = chunk
         num = jnp.einsum("...rm,...me->...re", q_n, kv)
         den = jnp.einsum("...rm,...m->...r", q_n, z)
-        kv = kv + jnp.einsum("...cm,...ce->...me", k_n, v_n)
-        z = z + jnp.sum(k_n, axis=-2)
-        return (kv, z), (num, den)
+        new = jnp.maximum(state_scale, scale_n)
+        old, added = (state_scale - new)[..., None], (scale_n - new)[..., None]
+        kv = _ldexp(kv, old[..., None]) + _ldexp(
+            jnp.einsum("...cm,...ce->...me", k_n, v_n), added[..., None]
+        )
+        z = _ldexp(z, old) + _ldexp(jnp.sum(k_n, axis=-2), added)
+        return (kv, z, new), (num, den, state_scale)
 
-    kv0 = jnp.zeros(phi_k.shape[1:-2] + phi_k.shape[-1:] + v.shape[-1:], phi_k.dtype)
-    z0 = jnp.zeros(phi_k.shape[1:-2] + phi_k.shape[-1:], phi_k.dtype)
-    _, (num, den) = jax.lax.scan(step, (kv0, z0), (phi_q, phi_k, v))
-    return num, den
+    kv0 = jnp.zeros(f_k.shape[1:-2] + f_k.shape[-1:] + v.shape[-1:], f_k.dtype)
+    z0 = jnp.zeros(f_k.shape[1:-2] + f_k.shape[-1:], f_k.dtype)
+    scale0 = jnp.full(scale.shape[1:], _NO_KEYS, scale.dtype)
+    _, (num, den, state_scale) = jax.lax.scan(step, (kv0, z0, scale0), (f_q, f_k, v, scale))
+    return num, den, state_scale
 
 
 def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
@@ -237,16 +375,25 @@ def _linear_causal(q, k, v, feature_map, eps, valid, chunk_size):
     q = einops.rearrange(q, "... (k g) c d -> ... k (g c) d", k=num_kv_heads)  # rows (g, c)
     k, v = _to_chunks(k, chunk), _to_chunks(v, chunk)  # [N, ..., K, C, D|Dv]
     keep = _to_chunks(valid[..., None, None], chunk)  # [N, ..., 1, C, 1]; padding is invalid
-    phi_q, phi_k = _features(q, k, feature_map, keep)
-    # Inside a chunk: the masked quadratic form (where, not a product, so a
-    # non-finite future score cannot leak as 0 * inf).
-    scores = jnp.einsum("...rm,...cm->...rc", phi_q, phi_k)  # [N, ..., K, G*C, C]
-    tril = jnp.tile(masks_lib.causal_mask(chunk), (group, 1))
-    scores = jnp.where(_expand(tril, scores.ndim), scores, jnp.zeros_like(scores))
-    num_carried, den_carried = _carry_state(phi_q, phi_k, v)
-    num = jnp.einsum("...rc,...ce->...re", scores, v) + num_carried
-    den = jnp.sum(scores, axis=-1) + den_carried
-    out = _normalise(num, den, eps)  # [N, ..., K, G*C, Dv]
+    (f_q, n_q), (f_k, n_k) = _features(q, k, feature_map, keep)
+    # Across chunks: the state, in units of its largest key (_carry_state).
+    scale = _set_scale(n_k, axis=-1)  # [N, ..., K]: the keys of each chunk
+    f_state = _to_set_scale(f_k, n_k, scale[..., None])  # [N, ..., K, C, M]
+    num_carried, den_carried, carried_scale = _carry_state(f_q, f_state, v, scale)
+    # Row t in units of 2^units_t, the largest key exponent it has seen: the state's and
+    # those of the chunk's keys s <= t (a running maximum: no later key changes a row).
+    units = jnp.maximum(jax.lax.cummax(n_k, axis=n_k.ndim - 1), carried_scale[..., None])
+    units = jnp.tile(units, (1,) * (units.ndim - 1) + (group,))  # [N, ..., K, G*C], rows (g, c)
+    # Inside a chunk: the masked quadratic form, each term phi(q_t).phi(k_s) in row t's
+    # units (where, not a product, so a non-finite future score cannot leak as 0 * inf).
+    seen = _expand(jnp.tile(masks_lib.causal_mask(chunk), (group, 1)), units.ndim + 1)
+    shift = jnp.where(seen, n_k[..., None, :] - units[..., :, None], 0)
+    scores = jnp.einsum("...rm,...cm->...rc", f_q, f_k)  # [N, ..., K, G*C, C]
+    scores = _ldexp(jnp.where(seen, scores, jnp.zeros_like(scores)), shift)
+    carried = carried_scale[..., None] - units  # <= 0
+    num = jnp.einsum("...rc,...ce->...re", scores, v) + _ldexp(num_carried, carried[..., None])
+    den = jnp.sum(scores, axis=-1) + _ldexp(den_carried, carried)
+    out = _normalise(num, den, eps, n_q + units)  # [N, ..., K, G*C, Dv]
     return _from_chunks(einops.rearrange(out, "... k (g c) e -> ... (k g) c e", g=group), length)
 
 
@@ -287,16 +434,17 @@ def linear_attention(
         means more work inside chunks, fewer sequential steps and fewer saved
         states. On CPU at D = 64, M = 256, C from 32 to 128 run alike; on a
         GPU, where each step costs a kernel launch, larger C (e.g. 256) pays.
-      eps: added to the normaliser (default 0: exact ratio). Rows whose
-        normaliser is exactly 0 give a zero output.
+      eps: added to the normaliser in the caller's units, a finite float
+        >= 0 (default 0: exact ratio). Rows whose normaliser is 0 attend to
+        nothing and give a zero output (module doc, "What remains").
 
     Returns:
       `[..., T, H, Dv]` in value's dtype.
 
     Raises:
       ValueError: naming the argument and shapes, for wrong ranks, mismatched
-        heads or dims, non-key masks, chunk_size < 1, or a feature_map whose
-        projection dim is not D; at trace time.
+        heads or dims, non-key masks, chunk_size < 1, eps negative, NaN or
+        infinite, or a feature_map whose projection dim is not D; at trace time.
       TypeError: likewise, for a feature_map that is not callable, a non-boolean
         mask or an argument of the wrong type.
     """
@@ -324,22 +472,34 @@ def linear_attention_weights(
     A_ts = phi(q_t).phi(k_s) / (sum_{s'} phi(q_t).phi(k_s') + eps) over the
     valid keys (s <= t if causal), 0 elsewhere, so `A @ V` is exactly
     `linear_attention`'s output. With a positive feature map every row is a
-    probability distribution (rows with nothing to attend are 0), so every
-    analysis of softmax attention matrices applies. Costs O(T S M): for study,
-    not for long sequences. Args as `linear_attention`; computed in at least
-    float32 and returned in that dtype.
+    probability distribution; a row with nothing to attend (see the module
+    doc) is 0 and sums to 0. Each row is rescaled on its own (by its largest
+    term), so here even keys far below the largest one count. Every analysis
+    of softmax attention matrices applies. Costs O(T S M): for study, not for
+    long sequences. Args as `linear_attention`; computed in at least float32
+    and returned in that dtype.
     """
     value = jnp.zeros(key.shape[:-1] + (1,), key.dtype) if hasattr(key, "shape") else key
     valid = _prepare(query, key, value, mask, feature_map, eps)
     q, k, _ = _cast_and_mask(query, key, value, valid)
-    phi_q, phi_k = _features(q, k, feature_map, None if valid is None else valid[..., None, None])
+    keep = None if valid is None else valid[..., None, None]
+    (f_q, n_q), (f_k, n_k) = _features(q, k, feature_map, keep)
     num_kv_heads = key.shape[-2]
-    q = _group_queries(phi_q, num_kv_heads)  # [..., T, K, G, M]
-    scores = jnp.einsum("...tkgm,...skm->...kgts", q, phi_k)
+    f_q = _group_queries(f_q, num_kv_heads)  # [..., T, K, G, M]
+    terms = jnp.einsum("...tkgm,...skm->...kgts", f_q, f_k)  # A_ts / 2^(n_q,t + n_k,s)
+    seen = terms != 0
     if is_causal:
-        causal = _expand(masks_lib.causal_mask(query.shape[-3], key.shape[-3]), scores.ndim)
-        scores = jnp.where(causal, scores, jnp.zeros_like(scores))
-    weights = _normalise(scores, jnp.sum(scores, axis=-1), eps)  # rows over s
+        causal = _expand(masks_lib.causal_mask(query.shape[-3], key.shape[-3]), terms.ndim)
+        seen = seen & causal
+    # Row t in units of 2^(n_q,t + top_t), top_t its largest exponent n_k,s + e_ts
+    # (terms = m * 2^e, m in [1/2, 1)): the largest term of each row is in [1/2, 1).
+    n_k = einops.rearrange(n_k, "... s k -> ... k 1 1 s")
+    _, e = jnp.frexp(jax.lax.stop_gradient(terms))
+    top = jnp.max(jnp.where(seen, n_k + e, _NO_KEYS), axis=-1)  # [..., K, G, T]
+    shift = jnp.where(seen, n_k - top[..., None], jnp.zeros_like(e))
+    terms = _ldexp(jnp.where(seen, terms, jnp.zeros_like(terms)), shift)
+    n_q = einops.rearrange(n_q, "... t (k g) -> ... k g t", k=num_kv_heads)
+    weights = _normalise(terms, jnp.sum(terms, axis=-1), eps, n_q + top)  # rows over s
     return einops.rearrange(weights, "... k g t s -> ... (k g) t s")
 
 
@@ -348,14 +508,19 @@ def linear_attention_weights(
 
 
 class LinearAttentionState(NamedTuple):
-    """Running sums of the recurrent form, one per key/value head.
+    """Running sums of the recurrent form, one per key/value head, in units of 2^log2_scale.
 
-    kv: S = sum_s phi(k_s) v_s^T, `[..., K, M, Dv]`.
-    normalizer: z = sum_s phi(k_s), `[..., K, M]`.
+    kv: S / 2^L, S = sum_s phi(k_s) v_s^T, `[..., K, M, Dv]`.
+    normalizer: z / 2^L, z = sum_s phi(k_s), `[..., K, M]`.
+    log2_scale: L `[..., K]` int32, the exponent of the largest key feature so
+      far (a large negative value before any key; see `init_state`). The sums
+      are rescaled, exactly, when a larger key arrives, so features of any
+      scale the dtype holds neither under- nor overflow them (module doc).
     """
 
     kv: Array
     normalizer: Array
+    log2_scale: Array
 
 
 def init_state(
@@ -365,14 +530,15 @@ def init_state(
     value_dim: int,
     dtype=jnp.float32,
 ) -> LinearAttentionState:
-    """Zero state for `linear_attention_step`.
+    """Zero state for `linear_attention_step`: kv, normalizer 0, log2_scale "no key yet".
 
     Args:
       batch_shape: leading dims `[...]` of the inputs.
       num_kv_heads: K, the number of key/value heads.
       num_features: M (`features.num_features(feature_map, D)`).
       value_dim: Dv.
-      dtype: state dtype, float32 by default (keep float32 or wider).
+      dtype: dtype of kv and normalizer, float32 by default (keep float32 or
+        wider); log2_scale is int32.
     """
     batch_shape = tuple(batch_shape)
     for name, value in (
@@ -383,7 +549,8 @@ def init_state(
         checks.positive_int(name, value)
     kv = jnp.zeros(batch_shape + (num_kv_heads, num_features, value_dim), dtype)
     normalizer = jnp.zeros(batch_shape + (num_kv_heads, num_features), dtype)
-    return LinearAttentionState(kv, normalizer)
+    log2_scale = jnp.full(batch_shape + (num_kv_heads,), _NO_KEYS, jnp.int32)
+    return LinearAttentionState(kv, normalizer, log2_scale)
 
 
 def _check_step(state, q_t, k_t, v_t) -> None:
@@ -401,11 +568,21 @@ def _check_step(state, q_t, k_t, v_t) -> None:
     # Reuse the sequence checks on a length-1 sequence [..., 1, H, D].
     checks.qkv(q_t[..., None, :, :], k_t[..., None, :, :], v_t[..., None, :, :])
     expected_kv = k_t.shape[:-1] + state.kv.shape[-2:]
-    if state.kv.shape != expected_kv or state.normalizer.shape != state.kv.shape[:-1]:
+    if (
+        state.kv.shape != expected_kv
+        or state.normalizer.shape != state.kv.shape[:-1]
+        or state.log2_scale.shape != state.kv.shape[:-2]
+    ):
         raise ValueError(
-            f"state does not match the inputs: expected kv [..., K, M, Dv] with [..., K] = "
-            f"{k_t.shape[:-1]}, Dv = {v_t.shape[-1]} (got kv.shape={tuple(state.kv.shape)}, "
-            f"normalizer.shape={tuple(state.normalizer.shape)})"
+            f"state does not match the inputs: expected kv [..., K, M, Dv], normalizer "
+            f"[..., K, M] and log2_scale [..., K] with [..., K] = {k_t.shape[:-1]}, "
+            f"Dv = {v_t.shape[-1]} (got kv.shape={tuple(state.kv.shape)}, "
+            f"normalizer.shape={tuple(state.normalizer.shape)}, "
+            f"log2_scale.shape={tuple(state.log2_scale.shape)})"
+        )
+    if state.log2_scale.dtype != jnp.int32:
+        raise TypeError(
+            f"state.log2_scale must be int32 (from init_state), got {state.log2_scale.dtype}"
         )
     if state.kv.shape[-1] != v_t.shape[-1]:
         raise ValueError(f"state value dim {state.kv.shape[-1]} != v_t.shape[-1]={v_t.shape[-1]}")
@@ -423,7 +600,9 @@ def linear_attention_step(
     """One step of causal linear attention as an RNN (Katharopoulos et al. 2020, §3.4).
 
         S_t = S_{t-1} + phi(k_t) v_t^T,   z_t = z_{t-1} + phi(k_t),
-        out_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps).
+        out_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps),
+
+    with S and z held in units of 2^log2_scale (`LinearAttentionState`).
 
     Args:
       state: `LinearAttentionState` from `init_state` or a previous step.
@@ -438,18 +617,23 @@ def linear_attention_step(
     _check_step(state, q_t, k_t, v_t)
     _check_options(feature_map, eps)
     dtype = jnp.promote_types(_compute_dtype(q_t, k_t, v_t), state.kv.dtype)
-    phi_q, phi_k = _features(q_t.astype(dtype), k_t.astype(dtype), feature_map)
-    if phi_k.shape[-1] != state.kv.shape[-2]:
+    (f_q, n_q), (f_k, n_k) = _features(q_t.astype(dtype), k_t.astype(dtype), feature_map)
+    if f_k.shape[-1] != state.kv.shape[-2]:
         raise ValueError(
-            f"feature_map gives M={phi_k.shape[-1]} features, state has M={state.kv.shape[-2]}"
+            f"feature_map gives M={f_k.shape[-1]} features, state has M={state.kv.shape[-2]}"
         )
-    kv = state.kv.astype(dtype) + phi_k[..., :, None] * v_t.astype(dtype)[..., None, :]
-    normalizer = state.normalizer.astype(dtype) + phi_k
-    q = _group_queries(phi_q, k_t.shape[-2])  # [..., K, G, M]
+    scale = jnp.maximum(state.log2_scale, n_k)  # [..., K]
+    old = (state.log2_scale - scale)[..., None]
+    f_k = _to_set_scale(f_k, n_k, scale)  # [..., K, M]
+    kv = _ldexp(state.kv.astype(dtype), old[..., None])
+    kv = kv + f_k[..., :, None] * v_t.astype(dtype)[..., None, :]
+    normalizer = _ldexp(state.normalizer.astype(dtype), old) + f_k
+    q = _group_queries(f_q, k_t.shape[-2])  # [..., K, G, M]
     num = jnp.einsum("...kgm,...kme->...kge", q, kv)
     den = jnp.einsum("...kgm,...km->...kg", q, normalizer)
-    out = einops.rearrange(_normalise(num, den, eps), "... k g e -> ... (k g) e")
+    units = _group_queries(n_q[..., None], k_t.shape[-2])[..., 0] + scale[..., None]
+    out = einops.rearrange(_normalise(num, den, eps, units), "... k g e -> ... (k g) e")
     new_state = LinearAttentionState(
-        kv.astype(state.kv.dtype), normalizer.astype(state.normalizer.dtype)
+        kv.astype(state.kv.dtype), normalizer.astype(state.normalizer.dtype), scale
     )
     return new_state, out.astype(v_t.dtype)

@@ -89,6 +89,24 @@ def with_window(
     return band if mask is None else combine_masks(jnp.asarray(mask) != 0, band)
 
 
+def reachable_keys(
+    q_len: int, kv_len: int, *, is_causal: bool = False, window: Optional[tuple[int, int]] = None
+) -> int:
+    """How many leading keys some query can see through the causal and local-window masks alone.
+
+    Query t (0 <= t < T) sees keys s <= t when `is_causal` and t - left <= s <= t + right
+    within `window` = (left, right), top-left aligned as `causal_mask`: no query sees a key
+    s >= T (causal) or s >= T + right (window), and every key before that bound is seen by
+    some query. Returns min(S, bound), S = `kv_len` without either mask.
+    """
+    bound = kv_len
+    if is_causal:
+        bound = min(bound, q_len)
+    if window is not None:
+        bound = min(bound, q_len + window[1])
+    return bound
+
+
 def key_padding_mask(
     *, lengths: Optional[Array] = None, valid: Optional[Array] = None, kv_len: Optional[int] = None
 ) -> Array:

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnjax import checks
+
 Array = jax.Array
 Scalar = Union[float, Array]
 
@@ -33,14 +35,22 @@ def softmax_with_temperature(
 
     Args:
       logits: `[..., S]` scores; computed in at least float32.
-      temperature: positive scalar dividing the logits (softmax(x / t)).
+      temperature: positive scalar dividing the logits (softmax(x / t)): a
+        number > 0 (+inf: the uniform limit) or a scalar array. A concrete one
+        that is 0, negative or NaN raises; a traced one is unchecked (0 or a
+        negative one then gives what x / t gives: NaN rows or the inverted softmax).
       mask: optional boolean array broadcastable to `logits`, True = keep.
 
     Returns:
       `[..., S]` probabilities in `promote_types(logits.dtype, float32)`. Masked
       entries are exactly 0; rows with nothing unmasked are all zeros. Never NaN
       for finite inputs, however large the logits or small the temperature.
+
+    Raises:
+      ValueError: a concrete temperature that is not > 0, or not a scalar.
+      TypeError: a temperature that is not a number or an array (a string, a bool).
     """
+    checks.temperature(temperature)
     dtype = jnp.promote_types(logits.dtype, jnp.float32)
     logits = logits.astype(dtype)
     if isinstance(temperature, (int, float, np.number)):  # a constant: nothing to differentiate

@@ -397,6 +397,11 @@ class Checkpointer:
     `rows` is the run's list of JSON-able row dicts: a study appends to it
     before each save (`fit`'s `on_log`), and `restore` replaces it with the
     rows of the step it restores.
+
+    A step that cannot be restored (a file cut short by a full disk, deleted,
+    or a state of another shape) raises a ValueError naming the directory,
+    the step, the cause, and what to delete: that step, to resume from the
+    one before, or the directory, to start the run again.
     """
 
     def __init__(self, directory: str):
@@ -437,11 +442,33 @@ class Checkpointer:
             )
         args = self._ocp.args
         abstract = jax.tree.map(self._ocp.utils.to_shape_dtype_struct, like)
-        restored = self.manager.restore(
-            step, args=args.Composite(state=args.StandardRestore(abstract), rows=args.JsonRestore())
-        )
+        try:
+            restored = self.manager.restore(
+                step,
+                args=args.Composite(state=args.StandardRestore(abstract), rows=args.JsonRestore()),
+            )
+        except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise many kinds
+            raise ValueError(self._unreadable(step, error)) from error
         self.rows = list(restored.rows)
         return restored.state
+
+    def _unreadable(self, step: int, error: Exception) -> str:
+        """The message for step `step` that cannot be restored: the path, the cause, and what to delete."""
+        directory = os.fspath(self.manager.directory)
+        cause = (str(error).strip().splitlines() or [""])[0].split(" [tensorstore_spec")[0]
+        if len(cause) > 400:  # a chain of causes, the root one last
+            cause = "..." + cause[-400:]
+        earlier = [s for s in self.all_steps() if s < step]
+        resume = (
+            f"delete {os.path.join(directory, str(step))} to resume from step {max(earlier)}, or "
+            if earlier
+            else "delete "
+        )
+        return (
+            f"checkpoint step {step} in {directory} cannot be read ({type(error).__name__}: "
+            f"{cause}); it is corrupt (a file cut short or missing) or holds another "
+            f"state than `like`: {resume}{directory} to start the run again"
+        )
 
     def close(self) -> None:
         self.manager.close()

@@ -149,7 +149,11 @@ def _stationary(a: jax.Array, *, tol: float, max_iter: int) -> jax.Array:
     pi = better_of(lambda pi: _stationary_by_solve(a))(pi)
     pi = better_of(lambda pi: _stationary_by_squaring(pi, a))(pi)
     pi = jnp.clip(pi, 0, None)
-    return pi / jnp.sum(pi, axis=-1, keepdims=True)
+    pi = pi / jnp.sum(pi, axis=-1, keepdims=True)
+    # A NaN entry makes the residual NaN, which stops no loop and wins no comparison: without this the
+    # chain would keep the uniform start (or whatever its batch's iterations left), not NaN.
+    has_nan = jnp.any(jnp.isnan(a), axis=(-2, -1))[..., None]
+    return jnp.where(has_nan, jnp.asarray(jnp.nan, pi.dtype), pi)
 
 
 def _host_spectral_radius(b: jax.Array) -> jax.Array:

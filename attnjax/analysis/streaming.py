@@ -36,7 +36,13 @@ accepted but is itself a T x S array, which defeats the purpose at long
 context (give `[..., 1, 1, S]`-shaped ones, or the keywords).
 
 A fully masked row gets finite values: lse = `attnjax.attention.MASKED_LSE`
-(jax.nn's -0.7 x float32 max), argmax -1, every other statistic 0.
+(jax.nn's -0.7 x float32 max), argmax -1, every other statistic 0. As in
+`attnjax.dot_product_attention`, a -inf in the bias masks its entry (a row of
+-inf is a fully masked row), and a key masked for every query of its key head
+by `mask`, `bias` or `key_padding`, or past the causal / local-window reach,
+has its key and value zeroed before the pass (`attention.without_unread_keys`:
+decided from those arrays and the positions' bounds, without a T x S array),
+so NaN or inf there cannot reach a statistic, the output or a gradient.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import numpy as np
 
 from attnjax import attention as attention_lib
 from attnjax import checks
+from attnjax import masks as masks_lib
 from attnjax.softmax import clip_logits
 
 Array = jax.Array
@@ -229,9 +236,9 @@ def attention_statistics(
         `[..., H, T, S]`, as in `attnjax.dot_product_attention`. A full
         `[T, S]` mask is a T x S array: prefer the keywords below.
       bias: additive logits bias broadcastable to `[..., H, T, S]` (a full one
-        is a T x S array too).
+        is a T x S array too); -inf entries are masked entries.
       is_causal: query i attends to keys j <= i.
-      scale: logits scale; default 1/sqrt(D).
+      scale: logits scale, a finite number; default 1/sqrt(D).
       temperature: positive scalar dividing the scaled, biased logits.
       key_padding: boolean `[..., S]`, True for real keys (built per chunk).
       local_window: w or (left, right): query i attends to keys
@@ -264,16 +271,27 @@ def attention_statistics(
     _check_options(query, key, value, chunk_size, window)
     _check_chunk("query_chunk_size", query_chunk_size, "query", query)
     checks.temperature(temperature)
+    checks.scale(scale)
     checks.boolean("is_causal", is_causal)
     batch_shape, (q_len, num_heads), kv_len = query.shape[:-3], query.shape[-3:-1], key.shape[-3]
     target = batch_shape + (num_heads, q_len, kv_len)
     mask = checks.bool_mask(checks.broadcastable("mask", mask, target))
     bias = checks.broadcastable("bias", bias, target)
+    mask = masks_lib.combine_masks(mask, attention_lib.bias_mask(bias))
     key_padding = _check_key_padding(key_padding, batch_shape, kv_len)
     local_window = checks.window(local_window)
     sinks = _check_sinks(sink_positions, kv_len)
     lse = _check_lse(lse, query)
     scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
+    data_mask = masks_lib.combine_masks(
+        mask, None if key_padding is None else key_padding[..., None, None, :]
+    )
+    key, value = attention_lib.without_unread_keys(
+        key,
+        value,
+        data_mask,
+        reachable=masks_lib.reachable_keys(q_len, kv_len, is_causal=is_causal, window=local_window),
+    )
     dtype = jnp.promote_types(query.dtype, jnp.float32)
     rank = len(target)
 

@@ -434,7 +434,8 @@ class MultiHeadAttention(nnx.Module):
         Softmax attention: `cached_key`, `cached_value` `[B, max_len, K, Dh]`
         (only the K = num_kv_heads key/value heads). Linear attention: the
         recurrent state `cached_kv` `[B, K, M, Dh]` and `cached_normalizer`
-        `[B, K, M]` (at least float32). Both: `cache_index`, the number of
+        `[B, K, M]` (at least float32), in units of 2^`cached_log2_scale` `[B, K]`
+        (int32; `attnjax.linear.LinearAttentionState`). Both: `cache_index`, the number of
         positions written so far (int32 scalar). `dtype` defaults to the
         module's computation dtype, else its parameter dtype.
         """
@@ -458,6 +459,7 @@ class MultiHeadAttention(nnx.Module):
             )
             self.cached_kv = nnx.Cache(state.kv)
             self.cached_normalizer = nnx.Cache(state.normalizer)
+            self.cached_log2_scale = nnx.Cache(state.log2_scale)
         self.cache_index = nnx.Cache(jnp.zeros((), jnp.int32))
         self.cache_shape = (batch_size, max_len)
 
@@ -492,10 +494,12 @@ class MultiHeadAttention(nnx.Module):
         phi = self._feature_map()
         q = q / jnp.asarray(self.config.temperature, q.dtype)
         step = functools.partial(linear_lib.linear_attention_step, feature_map=phi)
-        state = linear_lib.LinearAttentionState(self.cached_kv[...], self.cached_normalizer[...])
+        state = linear_lib.LinearAttentionState(
+            self.cached_kv[...], self.cached_normalizer[...], self.cached_log2_scale[...]
+        )
         inputs = (_time_major(q), _time_major(k), _time_major(v))
         state, out = jax.lax.scan(lambda s, qkv_t: step(s, *qkv_t), state, inputs)
-        self.cached_kv[...], self.cached_normalizer[...] = state
+        self.cached_kv[...], self.cached_normalizer[...], self.cached_log2_scale[...] = state
         return jnp.moveaxis(out, 0, -3)
 
     def decode(

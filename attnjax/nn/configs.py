@@ -222,21 +222,23 @@ class BlockConfig:
       skip: residual connections around both sub-layers.
       mlp: an MLP sub-layer after the attention.
       norm: 'pre', 'post' or None (see `Block`).
-      residual_scale: a, the scale of each residual branch (e.g. 1/sqrt(L),
+      residual_scale: a > 0 (finite), the scale of each residual branch (e.g. 1/sqrt(L),
         Noci et al. 2022); the string 'inv_sqrt_depth' is 1/sqrt(L), which
         `TransformerConfig.layer` resolves with its depth L.
       mlp_features: hidden width of the MLP (None: 4 D).
       mlp_activation: see `Mlp` ('gelu_tanh', 'gelu', 'relu', 'swiglu').
       norm_kind: 'layernorm' or 'rmsnorm', for every norm of the model
         (blocks, and a `Transformer`'s embedding and final norms); norm_eps
-        its epsilon.
+        its epsilon (> 0, finite).
       use_bias: biases in the attention projections and the MLP.
       residual_dropout_rate: dropout on each sub-layer's output, before the
         residual add (`nnx.Dropout`), in [0, 1); 0 (default) is off. (Dropout
         on the attention weights is `attention.dropout_rate`.)
       deterministic: default for the call's `deterministic` (True: no dropout).
       dtype, param_dtype: computation and parameter dtypes (of the whole
-        model in a `Transformer`).
+        model in a `Transformer`): floating-point, in any spelling
+        `jnp.dtype` resolves (`jnp.bfloat16`, 'float32', `np.float16`);
+        dtype None computes in the parameters' dtype.
     """
 
     features: int = 64
@@ -273,12 +275,16 @@ class BlockConfig:
                 )
         else:
             checks.positive_number("residual_scale", self.residual_scale)
+            checks.finite("residual_scale", self.residual_scale)
         if self.mlp_features is not None:
             checks.positive_int("mlp_features", self.mlp_features)
         checks.choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         checks.choice("norm_kind", self.norm_kind, NORM_KINDS)
         checks.positive_number("norm_eps", self.norm_eps)
+        checks.finite("norm_eps", self.norm_eps)
         checks.rate("residual_dropout_rate", self.residual_dropout_rate)
+        checks.floating_dtype("dtype", self.dtype, optional=True)
+        checks.floating_dtype("param_dtype", self.param_dtype)
 
     @property
     def head_dim(self) -> int:
@@ -305,10 +311,10 @@ class TransformerConfig:
       num_layers: L >= 1.
       block: the `BlockConfig` of every layer (width, heads, switches, MLP,
         norms, attention, dtypes).
-      vocab_size: token vocabulary (integer inputs `[B, T]`), or None for
+      vocab_size: token vocabulary V >= 1 (integer inputs `[B, T]`), or None for
         real-valued inputs `[B, T, input_features]` with a linear input projection.
-      input_features: width of real-valued inputs (when `vocab_size` is None).
-      output_features: width of the output head (default `vocab_size`, else D).
+      input_features: width (>= 1) of real-valued inputs (when `vocab_size` is None).
+      output_features: width (>= 1) of the output head (default `vocab_size`, else D).
       max_len: longest sequence (learned positions need it).
       positions: 'learned', 'sinusoidal' or None (e.g. with `attention.rope`).
       type_vocab_size: number of token types (BERT's segment embeddings,
@@ -352,6 +358,9 @@ class TransformerConfig:
                 "give exactly one of vocab_size (token inputs) or input_features (real-valued inputs), "
                 f"got vocab_size={self.vocab_size}, input_features={self.input_features}"
             )
+        for name in ("vocab_size", "input_features", "output_features"):
+            if getattr(self, name) is not None:
+                checks.positive_int(name, getattr(self, name))
         checks.choice("positions", self.positions, POSITION_CHOICES)
         for name in ("embedding_norm", "final_norm", "causal", "head_bias"):
             checks.boolean(name, getattr(self, name))

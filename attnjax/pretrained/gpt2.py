@@ -17,12 +17,15 @@ when the head is not tied.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attnjax import nn
 from attnjax.nn import params
+from attnjax.pretrained.fields import Fields
 
 MODEL_TYPES = ("gpt2",)
 ACTIVATIONS = {
@@ -31,41 +34,55 @@ ACTIVATIONS = {
     "gelu": "gelu",
     "relu": "relu",
 }
-# Options of GPT-2 configs that change the model; their only supported values.
+LAYERS_FIELD = "n_layer"
+# Options of GPT-2 configs that change the model; their only supported values (`transformers.GPT2Config`'s
+# defaults).
 FIXED = {
     "scale_attn_weights": True,
     "scale_attn_by_inverse_layer_idx": False,
     "add_cross_attention": False,
 }
+# `transformers.GPT2Config`'s values of the options a config.json may leave out (n_inner None: 4 D).
+DEFAULTS = {
+    **FIXED,
+    "activation_function": "gelu_new",
+    "layer_norm_epsilon": 1e-5,
+    "n_inner": None,
+    "tie_word_embeddings": True,
+}
 
 
-def config_from_hf(hf: dict, *, dtype=None, param_dtype=jnp.float32) -> nn.TransformerConfig:
-    """A gpt2 config.json (dict) -> `TransformerConfig`."""
+def config_from_hf(
+    hf: dict, *, dtype=None, param_dtype=jnp.float32, source: str = "config.json"
+) -> nn.TransformerConfig:
+    """A gpt2 config.json (dict) -> `TransformerConfig`.
+
+    Options the file leaves out take `DEFAULTS`; the sizes are required. Errors name `source`
+    and the field as the file spells it.
+    """
+    f = Fields(hf, source, "model_type 'gpt2'", DEFAULTS)
     for name, value in FIXED.items():
-        if hf.get(name, value) != value:
-            raise ValueError(f"unsupported {name}={hf[name]!r} (supported: {value})")
-    activation = hf.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unsupported activation_function {activation!r}; supported: {tuple(ACTIVATIONS)}"
-        )
-    features = int(hf["n_embd"])
+        if f.boolean(name) != value:
+            raise f.error(f"unsupported {name}={hf[name]!r} (supported: {value})")
+    activation = f.choice("activation_function", ACTIVATIONS)
+    features, num_heads = f.positive_int("n_embd"), f.positive_int("n_head")
+    f.divisible("n_embd", features, "n_head", num_heads)
     return nn.TransformerConfig.create(
-        num_layers=int(hf["n_layer"]),
+        num_layers=f.positive_int(LAYERS_FIELD),
         features=features,
-        num_heads=int(hf["n_head"]),
+        num_heads=num_heads,
         fused_qkv=True,
-        vocab_size=int(hf["vocab_size"]),
-        max_len=int(hf["n_positions"]),
+        vocab_size=f.positive_int("vocab_size"),
+        max_len=f.positive_int("n_positions"),
         positions="learned",
         norm="pre",
         norm_kind="layernorm",
-        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+        norm_eps=f.positive_number("layer_norm_epsilon"),
         final_norm=True,
         use_bias=True,
-        mlp_features=int(hf.get("n_inner") or 4 * features),
+        mlp_features=f.positive_int("n_inner", optional=True) or 4 * features,
         mlp_activation=ACTIVATIONS[activation],
-        head="tied" if hf.get("tie_word_embeddings", True) else "linear",
+        head="tied" if f.boolean("tie_word_embeddings") else "linear",
         head_bias=False,
         causal=True,
         dtype=dtype,
@@ -111,3 +128,9 @@ def params_from_hf(get, names: set, config: nn.TransformerConfig) -> dict:
         if config.head == "linear"
         else None,
     )
+
+
+def not_read(names: set) -> set:
+    """Tensors the model does not have by design: the causal-mask buffers `attn.bias` and
+    `attn.masked_bias` older files hold (Hugging Face skips them too)."""
+    return {n for n in names if re.search(r"(^|\.)attn\.(bias|masked_bias)$", n)}

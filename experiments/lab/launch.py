@@ -18,6 +18,10 @@ and report are written once, when every run has a record.
   waited for, then the outputs. A failed or killed job loses only its
   unfinished run: the same call (the same command) submits only what is
   missing, and a call that finds every run done writes the outputs at once.
+  A launcher stopped while it waits (SIGINT: Ctrl-C; SIGTERM: kill, or
+  scancel of the launcher's own job) cancels its jobs first, so none runs on
+  unwatched, and says so. (SIGKILL cannot be caught: its jobs run on, and
+  record their runs.)
 
 submitit is imported only here, only for `submit`; it is the `cluster` extra
 (`pip install attnjax[cluster]`). Job logs go to `workdir/submitit/`.
@@ -25,9 +29,12 @@ submitit is imported only here, only for `submit`; it is the `cluster` extra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from typing import Callable, Optional
+import signal
+import threading
+from typing import Callable, Iterator, Optional
 
 from experiments.lab import study as study_lib
 
@@ -125,6 +132,37 @@ def make_executor(launcher: str, folder: str, name: str, slurm: SlurmOptions = S
     return executor
 
 
+@contextlib.contextmanager
+def _cancel_jobs_when_stopped(jobs: list, progress: Callable[[str], None]) -> Iterator[None]:
+    """While the launcher waits for `jobs` (submitit jobs, filled in as they are submitted): on SIGINT
+    or SIGTERM, cancel every one of them, say so, then stop (KeyboardInterrupt for SIGINT, exit status
+    128 + the signal's number for SIGTERM). Signal handlers belong to the main thread: elsewhere
+    nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for job in jobs:
+            with contextlib.suppress(Exception):  # a job that already ended, a scancel that failed
+                job.cancel(check=False)
+        progress(
+            f"stopped by {signal.Signals(signum).name}: cancelled {len(jobs)} jobs "
+            f"({', '.join(str(job.job_id) for job in jobs)}); their unfinished runs have no record: "
+            "run the same command again to submit them"
+        )
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _job(study: study_lib.Study, config, workdir: str, run_ids: list[str]) -> None:
     """One job: its share of the runs (the outputs are left to the submitting process)."""
     study_lib.run(
@@ -150,7 +188,8 @@ def submit(
     """Run the study's missing runs as at most `jobs` submitit jobs, wait for them, then write the outputs.
 
     Raises RuntimeError (after writing nothing but the finished runs' records)
-    if a job failed; calling again submits only the runs still missing.
+    if a job failed; calling again submits only the runs still missing. SIGINT
+    or SIGTERM while waiting cancels the jobs before the launcher stops.
     """
     specs, wd = study_lib.prepare(study, config, workdir, progress)
     executor_parameters(
@@ -165,16 +204,17 @@ def submit(
             f"{study.name}: submitting {len(shares)} {launcher} jobs for the {count} runs of "
             f"{len(specs)} without a record; logs in {os.path.dirname(folder)}"
         )
-        submitted = executor.map_array(
-            _job, *zip(*[(study, config, workdir, share) for share in shares])
-        )
-        failed = []
-        for job, share in zip(submitted, shares):
-            try:
-                job.result()
-            except Exception as error:  # noqa: BLE001 - a job's failure is reported, then the others waited for
-                last_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-                failed.append(f"job {job.job_id} ({', '.join(share)}): {last_line}")
+        submitted, failed = [], []
+        with _cancel_jobs_when_stopped(submitted, progress):
+            submitted += executor.map_array(
+                _job, *zip(*[(study, config, workdir, share) for share in shares])
+            )
+            for job, share in zip(submitted, shares):
+                try:
+                    job.result()
+                except Exception as error:  # noqa: BLE001 - a job's failure is reported, then the others waited for
+                    last_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+                    failed.append(f"job {job.job_id} ({', '.join(share)}): {last_line}")
         if failed:
             left = [spec.run_id for spec in specs if not wd.is_done(spec.run_id)]
             raise RuntimeError(

@@ -16,6 +16,7 @@ import os
 
 import jinja2
 
+from experiments.lab.stats import number
 from experiments.lab.study import KINDS, VERDICTS, verdict
 
 LABELS = {
@@ -107,8 +108,10 @@ def predictions_table(predictions) -> list[str]:
 
 
 def interval_text(x: dict, spec: str = ".3g") -> str:
-    """An interval dict (`experiments.lab.stats.interval`) as 'mean [low, high]', each `format(., spec)`."""
-    return f"{x['mean']:{spec}} [{x['low']:{spec}}, {x['high']:{spec}}]"
+    """An interval dict (`experiments.lab.stats.interval`, or its JSON form with 'nan' ends) as
+    'mean [low, high]', each `format(., spec)`."""
+    mean, low, high = (number(x[k]) for k in ("mean", "low", "high"))
+    return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def num(value, spec: str) -> str:

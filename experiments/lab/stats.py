@@ -5,6 +5,10 @@ of one checkpoint. The interval is the mean's two-sided Student-t interval,
 mean +- t_(1 - (1 - c)/2, n - 1) * s / sqrt(n), with s the sample standard
 deviation (ddof = 1); its ends are NaN when it is undefined (fewer than two
 units, or a value that is not finite), never a made-up width.
+
+A summary reaches checks, figures and templates in its JSON form, where NaN
+and inf are the strings 'nan', 'inf' and '-inf' (`attnjax.serialization`);
+`number` reads such a value back as a float.
 """
 
 from __future__ import annotations
@@ -29,3 +33,18 @@ def interval(values, confidence: float = 0.95) -> dict:
         return {"mean": mean, "low": math.nan, "high": math.nan, "n": n}
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * np.std(v, ddof=1) / math.sqrt(n))
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def number(value) -> float:
+    """A number as a summary's JSON form holds it, as a float: an int or float, or 'nan', 'inf', '-inf'
+    (how `attnjax.serialization.to_json` writes NaN and inf). Anything else raises TypeError."""
+    if isinstance(value, str) and value in NON_FINITE:
+        return NON_FINITE[value]
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(
+        f"value must be a number or one of {sorted(NON_FINITE)} (a JSON number), got {value!r}"
+    )

@@ -54,6 +54,12 @@ VERDICTS = ("pass", "fail", "not measured", "not applicable")
 #              resolution condition: fails only on a bug;
 # not applicable  the paper's setting differs from what the run offers (the note says which part).
 KINDS = ("prediction", "replication", "hypothesis", "sanity", "not applicable")
+PROGRESS_TITLES = {
+    "prediction": "predictions",
+    "replication": "replications",
+    "hypothesis": "hypotheses",
+    "sanity": "sanity checks",
+}
 
 
 def verdict(passed: Optional[bool]) -> str:
@@ -246,12 +252,14 @@ def _summary(study: Study, config, specs: list, wd: Workdir) -> dict:
 def _write_outputs(
     study: Study, summary: dict, wd: Workdir, progress: Callable[[str], None]
 ) -> None:
-    """summary.json (with the plots' names), plots/*.png and report.md; then the verdicts and the report's path."""
+    """plots/*.png, then summary.json (with the plots' names) and report.md; then the verdicts and the
+    report's path. The summary is written after the figures it lists, so a kill in between leaves no
+    summary naming a plot that is not there."""
     figures = study.figures(summary)
     summary["plots"] = sorted(f"{name}.png" for name in figures)
-    wd.write_summary(summary)
     for name, figure in figures.items():
         wd.write_figure(name, figure)
+    wd.write_summary(summary)
     path = wd.write_report(study.report(summary))
     for kind in KINDS:
         mine = [p for p in summary["predictions"] if p.get("kind", "prediction") == kind]
@@ -260,7 +268,7 @@ def _write_outputs(
             progress(f"{kind}: {len(mine)}")
         elif mine or kind == "prediction":
             progress(
-                f"{kind}: {counts['pass']} pass, {counts['fail']} fail, "
+                f"{PROGRESS_TITLES[kind]}: {counts['pass']} pass, {counts['fail']} fail, "
                 f"{counts['not measured']} not measured"
             )
     progress(f"report: {path}")
@@ -272,12 +280,14 @@ def prepare(
     """The study's specs, checked, and its workdir with config.json written (or checked, on resume).
 
     Every check of the config (`study.specs`) happens before the workdir is
-    touched or anything compiles. The workdir reports on `progress` (e.g. a
-    corrupt run record moved aside).
+    touched or anything compiles; a workdir that cannot be written is refused
+    here, before any run. The workdir reads only the records of these specs'
+    runs, each checked against its spec, and reports on `progress` (a corrupt
+    record moved aside, a stray one left alone).
     """
     specs = study.specs(config)
     _check_specs(specs)
-    wd = Workdir(workdir, log=progress)
+    wd = Workdir(workdir, log=progress, specs={s.run_id: dataclasses.asdict(s) for s in specs})
     wd.write_config(config.to_dict())
     return specs, wd
 

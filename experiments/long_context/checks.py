@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 from experiments.lab.render import interval_text
+from experiments.lab.stats import number
 from experiments.lab.study import prediction
 
 BARBERO = "Barbero et al. 2025"
@@ -54,18 +55,19 @@ DIGITS = ".4g"  # an interval's numbers, as the records and the report print the
 
 
 def _resolved(iv: dict) -> bool:
-    return math.isfinite(iv["low"]) and math.isfinite(iv["high"])
+    """Whether both ends of interval `iv` (JSON form: 'nan' for NaN) are finite."""
+    return math.isfinite(number(iv["low"])) and math.isfinite(number(iv["high"]))
 
 
 def _lower(name, source, text, iv, threshold, note="", strict=False) -> dict:
     """Pass iff the interval's lower end is >= `threshold` (> when `strict`)."""
-    low = iv["low"]
+    low = number(iv["low"])
     passed = (low > threshold if strict else low >= threshold) if _resolved(iv) else None
     return prediction(name, source, text, interval_text(iv, DIGITS), passed, note)
 
 
 def _upper(name, source, text, iv, threshold, note="") -> dict:
-    passed = (iv["high"] <= threshold) if _resolved(iv) else None
+    passed = (number(iv["high"]) <= threshold) if _resolved(iv) else None
     return prediction(name, source, text, interval_text(iv, DIGITS), passed, note)
 
 
@@ -115,7 +117,7 @@ def predictions(summary: dict) -> list[dict]:
             ABLATION_RATIO,
         )
     )
-    gap = st["prefix_gap"]
+    gap = None if st["prefix_gap"] is None else number(st["prefix_gap"])
     out.append(
         prediction(
             "a T-token input's statistics are the longest forward's first T rows",
@@ -127,7 +129,7 @@ def predictions(summary: dict) -> list[dict]:
             kind="sanity",
         )
     )
-    early = summary["early_gap"]
+    early = number(summary["early_gap"])
     out.append(
         prediction(
             "window masks equal full attention before the window fills",
@@ -138,7 +140,7 @@ def predictions(summary: dict) -> list[dict]:
             kind="sanity",
         )
     )
-    ent = st["model_mean"]["normalized_entropy"][-1]["mean"]
+    ent = number(st["model_mean"]["normalized_entropy"][-1]["mean"])
     out.append(
         prediction(
             "attention is neither one-hot nor uniform",

@@ -477,6 +477,69 @@ def test_bad_inputs_raise_before_compute(shapes, kwargs, message):
         jax.eval_shape(lambda q, k, v: attnjax.dot_product_attention(q, k, v, **kwargs), *arrays)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"scale": float("nan")}, ValueError, r"scale must be a finite number, got nan"),
+        ({"scale": -float("inf")}, ValueError, r"scale must be a finite number, got -inf"),
+        ({"scale": jnp.asarray(jnp.nan)}, ValueError, r"scale must be a finite number"),
+        ({"scale": "0.5"}, TypeError, r"scale must be a number or a scalar array, got str"),
+        ({"scale": np.ones(2)}, ValueError, r"scale must be a scalar, got shape \(2,\)"),
+        ({"temperature": float("nan")}, ValueError, r"temperature must be a positive number"),
+        ({"temperature": jnp.asarray(0.0)}, ValueError, r"temperature must be a positive number"),
+        ({"temperature": "abc"}, TypeError, r"temperature must be a number or a scalar array"),
+        ({"is_causal": "False"}, TypeError, r"is_causal must be a bool, got 'False'"),
+        ({"is_causal": 1}, TypeError, r"is_causal must be a bool, got 1"),
+        ({"return_weights": "yes"}, TypeError, r"return_weights must be a bool"),
+        ({"return_residual": None}, TypeError, r"return_residual must be a bool"),
+    ],
+)
+def test_bad_scalars_raise_naming_them(kwargs, error, message):
+    q = jnp.zeros((1, 3, 2, 4), jnp.float32)
+    with pytest.raises(error, match=message):
+        attnjax.dot_product_attention(q, q, q, **kwargs)
+
+
+def test_a_zero_head_dim_raises_as_jax_nn_does():
+    q = jax.ShapeDtypeStruct((1, 3, 2, 0), jnp.float32)
+    with pytest.raises(ValueError, match=r"head dim D >= 1 \(got query.shape=\(1, 3, 2, 0\)"):
+        jax.eval_shape(lambda q: attnjax.dot_product_attention(q, q, q), q)
+
+
+@pytest.mark.parametrize("scale", [-0.5, 0.0])
+def test_any_finite_scale_is_legal_zero_and_negative_included(scale):
+    """A negative scale ranks keys in reverse, a zero one gives uniform weights: both are what the formula says."""
+    q, k, v = qkv(40, (1,), 5, 6, 2, 1, 4)
+    out, weights = attnjax.dot_product_attention(q, k, v, scale=scale, return_weights=True)
+    ref_out, ref_weights = softmax_attention(q, k, v, scale=scale)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights, ref_weights, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "temperature, error, message",
+    [
+        (0.0, ValueError, r"temperature must be a positive number, got 0.0"),
+        (-1.0, ValueError, r"temperature must be a positive number, got -1.0"),
+        (float("nan"), ValueError, r"temperature must be a positive number, got nan"),
+        (jnp.asarray(-2.0), ValueError, r"temperature must be a positive number"),
+        ("abc", TypeError, r"temperature must be a number or a scalar array, got str 'abc'"),
+        (True, TypeError, r"temperature must be a number, got the bool True"),
+        (jnp.ones(3), ValueError, r"temperature must be a scalar, got shape \(3,\)"),
+    ],
+)
+def test_softmax_with_temperature_rejects_bad_temperatures(temperature, error, message):
+    with pytest.raises(error, match=message):
+        attnjax.softmax_with_temperature(jnp.zeros((2, 3), jnp.float32), temperature)
+
+
+def test_softmax_with_temperature_takes_a_traced_temperature():
+    """Inside jit its value is unknown, so unchecked: the call traces (a check reading it would raise)."""
+    x = jnp.asarray([[1.0, 2.0, 3.0]], jnp.float32)
+    got = jax.jit(attnjax.softmax_with_temperature)(x, jnp.asarray(2.0))
+    np.testing.assert_allclose(got, jax.nn.softmax(x / 2.0), rtol=1e-6)
+
+
 def test_integer_inputs_raise_type_error():
     x = jnp.ones((2, 4, 2, 8), jnp.int32)
     with pytest.raises(TypeError, match="query must be a floating-point array"):

@@ -21,9 +21,14 @@ def normal(seed, shape, dtype=np.float64, scale=1.0):
 
 def favor_reference(x, w):
     """phi(x)_i = exp(w_i . x' - |x'|^2 / 2) / sqrt(M), x' = x / D^(1/4), float64."""
+    return np.exp(favor_log_reference(x, w))
+
+
+def favor_log_reference(x, w):
+    """log phi(x)_i = w_i . x' - |x'|^2 / 2 - log(M) / 2, x' = x / D^(1/4), float64."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     x = x / x.shape[-1] ** 0.25
-    return np.exp(x @ w.T - 0.5 * np.sum(x * x, axis=-1, keepdims=True)) / np.sqrt(w.shape[0])
+    return x @ w.T - 0.5 * np.sum(x * x, axis=-1, keepdims=True) - 0.5 * np.log(w.shape[0])
 
 
 # ---------------------------------------------------------------- deterministic maps
@@ -46,6 +51,38 @@ def test_relu_random_matches_formula():
     want = np.maximum(np.asarray(x) @ np.asarray(w).T, 0.0) / np.sqrt(32)
     assert got.shape == (4, 32) and got.dtype == jnp.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_elu_plus_one_keeps_its_digits_far_below_zero_in_float32():
+    """elu(x) + 1 = exp(x) for x <= 0: computed as expm1(x) + 1 it lost every digit below
+    x ~ -17 in float32 (0 at x = -20, where exp(x) = 2e-9)."""
+    x = np.linspace(-80.0, 0.0, 161).astype(np.float32)
+    got = np.asarray(features.elu_plus_one(x), np.float64)
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)), rtol=1e-6)
+
+
+def test_log_features_are_the_log_of_the_features():
+    """`phi.log` = log phi (elu_plus_one, favor_plus unstabilised), finite where phi underflows;
+    maps without it give None."""
+    x = normal(40, (3, 5, 8))  # float64
+    np.testing.assert_allclose(
+        np.exp(features.call_log_feature_map(features.elu_plus_one, x, is_query=True)),
+        features.elu_plus_one(x),
+        rtol=1e-12,
+    )
+    w = features.orthogonal_random_matrix(jax.random.key(41), 16, 8, dtype=jnp.float64)
+    phi = features.favor_plus(w)
+    for is_query in (True, False):
+        log_phi = features.call_log_feature_map(phi, x, is_query=is_query)
+        np.testing.assert_allclose(np.exp(log_phi), favor_reference(x, w), rtol=1e-12)
+    far = 1e4 * x  # features exp(-1e7) or so: 0 in any float, their logs ordinary numbers
+    assert np.all(np.asarray(phi(far, is_query=False)) == 0)
+    log_far = features.call_log_feature_map(phi, far, is_query=False)
+    np.testing.assert_allclose(log_far, favor_log_reference(far, w), rtol=1e-12)
+    assert np.all(np.isfinite(log_far)) and np.all(np.asarray(log_far) < -1e4)
+    assert np.all(np.isfinite(features.elu_plus_one.log(-1e4 + x)))
+    for plain in (features.relu, features.relu_random(w), jax.nn.softplus):
+        assert features.call_log_feature_map(plain, x, is_query=False) is None
 
 
 # ---------------------------------------------------------------- FAVOR+
@@ -250,6 +287,19 @@ def test_validation_errors():
         features.call_feature_map("elu", x, is_query=False)
     with pytest.raises(ValueError, match="keeping the leading dims"):
         features.call_feature_map(lambda y: jnp.sum(y), x, is_query=False)
+
+    def with_bad_log(y):
+        return y
+
+    def total(y):
+        return jnp.sum(y)
+
+    with_bad_log.log = total
+    with pytest.raises(ValueError, match="feature_map.log must map"):
+        features.call_log_feature_map(with_bad_log, x, is_query=False)
+    with_bad_log.log = "log"
+    with pytest.raises(TypeError, match="feature_map.log must be callable"):
+        features.call_log_feature_map(with_bad_log, x, is_query=False)
     with pytest.raises(ValueError, match="scaling"):
         features.orthogonal_random_matrix(jax.random.key(0), 4, 4, scaling="unit")
     with pytest.raises(ValueError, match="num_features must be >= 1"):

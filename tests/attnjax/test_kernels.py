@@ -134,3 +134,43 @@ def test_kernel_as_the_attention_fn_of_a_module():
         with jax.default_matmul_precision("highest"):
             outs.append(layer(x, is_causal=True))
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_keys_no_query_reaches_cannot_make_nan():
+    """Causal with S > T: keys s >= T are masked for every query. NaN and inf there (padding garbage) leave the
+    output and the gradients of the GPU kernel (interpret mode) as they are with finite keys, 0 for those keys."""
+    fn = _kernel("gpu")
+    q, k, v, cotangent = _inputs(16, 2, 2)
+    q, cotangent = q[:, :8], cotangent[:, :8]
+    garbage = (jnp.arange(16) >= 8)[None, :, None, None]
+    k_bad, v_bad = jnp.where(garbage, jnp.inf, k), jnp.where(garbage, jnp.nan, v)
+    with jax.default_matmul_precision("highest"):
+        out, grads = _value_and_grads(fn, q, k_bad, v_bad, cotangent, is_causal=True)
+        ref_out, ref_grads = _value_and_grads(
+            attnjax.dot_product_attention, q, k, v, cotangent, is_causal=True
+        )
+    np.testing.assert_allclose(out, ref_out, atol=1e-5, rtol=1e-5)
+    for grad, ref_grad, arg in zip(grads, ref_grads, "qkv"):
+        np.testing.assert_allclose(grad, ref_grad, atol=1e-5, rtol=1e-5, err_msg=f"d/d{arg}")
+    np.testing.assert_array_equal(grads[1][:, 8:], 0.0)
+    np.testing.assert_array_equal(grads[2][:, 8:], 0.0)
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(scale=float("nan")), ValueError, r"scale must be a finite number, got nan"),
+        (dict(scale="0.1"), TypeError, r"scale must be a number"),
+        (dict(is_causal="False"), TypeError, r"is_causal must be a bool, got 'False'"),
+    ],
+)
+def test_bad_scalars_raise_naming_them(options, error, message):
+    q, k, v, _ = _inputs(16, 2, 2)
+    with pytest.raises(error, match=message):
+        kernels.gpu_flash_attention(interpret=True)(q, k, v, **options)
+
+
+def test_a_zero_head_dim_raises():
+    q = jnp.zeros((1, 16, 2, 0), jnp.float32)
+    with pytest.raises(ValueError, match=r"head dim D >= 1.*\(1, 16, 2, 0\)"):
+        kernels.gpu_flash_attention(interpret=True)(q, q, q)

@@ -61,30 +61,83 @@ FEATURE_MAPS = {
 }
 
 
-def quadratic_reference(q, k, v, np_phi, *, causal=False, valid=None):
-    """normalise_rows(phi(Q) phi(K)^T ⊙ mask) V in float64; returns (out, weights).
+def visible(t, s, causal, valid):
+    """bool `[..., 1, T, S]`: query t sees key s (s <= t if causal, top-left; `valid` `[..., S]`)."""
+    keep = np.tril(np.ones((t, s), bool)) if causal else np.ones((t, s), bool)
+    if valid is None:
+        return keep
+    return keep & np.asarray(valid)[..., None, None, :]
+
+
+def quadratic_reference(q, k, v, np_phi, *, causal=False, valid=None, eps=0.0):
+    """rows of (phi(Q) phi(K)^T ⊙ mask) / (row sum + eps), times V, in float64; (out, weights).
 
     Causal masks are top-left aligned (query t sees keys s <= t); `valid` is `[..., S]`.
     """
     num_heads, num_kv = q.shape[-2], k.shape[-2]
-    pq = np_phi(q)
-    pk = np.repeat(np_phi(k), num_heads // num_kv, axis=-2)
+    pq = np_phi(np.asarray(q, np.float64))
+    pk = np.repeat(np_phi(np.asarray(k, np.float64)), num_heads // num_kv, axis=-2)
     v = np.repeat(np.asarray(v, np.float64), num_heads // num_kv, axis=-2)
     scores = np.einsum("...thm,...shm->...hts", pq, pk)
-    t, s = scores.shape[-2:]
-    keep = np.tril(np.ones((t, s), bool)) if causal else np.ones((t, s), bool)
-    if valid is not None:
-        keep = keep & np.asarray(valid)[..., None, None, :]
-    scores = np.where(keep, scores, 0.0)
-    total = scores.sum(-1, keepdims=True)
+    scores = np.where(visible(*scores.shape[-2:], causal, valid), scores, 0.0)
+    total = scores.sum(-1, keepdims=True) + eps
     weights = scores / np.where(total != 0, total, 1.0)
     return np.einsum("...hts,...she->...the", weights, v), weights
 
 
+def quadratic_reference_vjp(q, k, v, np_phi, np_dphi, g, *, causal=False, valid=None):
+    """Gradients (dq, dk, dv) of sum(g * out) for `quadratic_reference`'s out, by hand, float64.
+
+    With A = phi(Q) phi(K)^T (masked), W = A / rowsum(A), out = W V:
+    dW = g V^T, dA_ts = (dW_ts - sum_s' dW_ts' W_ts') / rowsum_t, dphi(Q) = dA phi(K),
+    dphi(K) = dA^T phi(Q), dV = W^T g; each summed over the query heads that share a key head.
+    """
+    q, k, v, g = (np.asarray(x, np.float64) for x in (q, k, v, g))
+    num_heads, num_kv = q.shape[-2], k.shape[-2]
+    group = num_heads // num_kv
+    pq, pk = np_phi(q), np.repeat(np_phi(k), group, axis=-2)
+    vv = np.repeat(v, group, axis=-2)
+    scores = np.einsum("...thm,...shm->...hts", pq, pk)
+    keep = visible(*scores.shape[-2:], causal, valid)
+    scores = np.where(keep, scores, 0.0)
+    total = scores.sum(-1, keepdims=True)
+    safe = np.where(total != 0, total, 1.0)
+    weights = scores / safe
+    d_weights = np.einsum("...the,...she->...hts", g, vv)
+    d_scores = (d_weights - np.sum(d_weights * weights, -1, keepdims=True)) / safe
+    d_scores = np.where(keep & (total != 0), d_scores, 0.0)
+    d_pq = np.einsum("...hts,...shm->...thm", d_scores, pk)
+    d_pk = np.einsum("...hts,...thm->...shm", d_scores, pq)
+    d_v = np.einsum("...hts,...the->...she", weights, g)
+
+    def per_key_head(x):  # [..., S, H, X] -> [..., S, K, X]
+        return x.reshape(x.shape[:-2] + (num_kv, group, x.shape[-1])).sum(-2)
+
+    return d_pq * np_dphi(q), per_key_head(d_pk) * np_dphi(k), per_key_head(d_v)
+
+
+def log_quadratic_reference(q, k, v, np_log_phi, *, causal=False):
+    """`quadratic_reference` from log phi, in log space (float64): exact where phi underflows.
+
+    weights_ts = softmax over visible s of logsumexp_m(log phi(q_t)_m + log phi(k_s)_m).
+    """
+    num_heads, num_kv = q.shape[-2], k.shape[-2]
+    lq = np_log_phi(np.asarray(q, np.float64))  # [..., T, H, M]
+    lk = np.repeat(np_log_phi(np.asarray(k, np.float64)), num_heads // num_kv, axis=-2)
+    v = np.repeat(np.asarray(v, np.float64), num_heads // num_kv, axis=-2)
+    terms = lq.swapaxes(-3, -2)[..., :, None, :] + lk.swapaxes(-3, -2)[..., None, :, :]
+    top = terms.max(-1, keepdims=True)
+    logits = np.log(np.exp(terms - top).sum(-1)) + top[..., 0]  # [..., H, T, S]
+    logits = np.where(visible(*logits.shape[-2:], causal, None), logits, -np.inf)
+    logits = logits - logits.max(-1, keepdims=True)
+    weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    return np.einsum("...hts,...she->...the", weights, v), weights
+
+
 def scan_steps(q, k, v, feature_map):
-    """Causal linear attention by scanning `linear_attention_step` over positions."""
+    """Causal linear attention by scanning `linear_attention_step` over positions (state in q's dtype)."""
     m = features.num_features(feature_map, q.shape[-1])
-    state = linear.init_state(q.shape[:-3], k.shape[-2], m, v.shape[-1], jnp.float64)
+    state = linear.init_state(q.shape[:-3], k.shape[-2], m, v.shape[-1], q.dtype)
 
     def step(state, qkv_t):
         return linear.linear_attention_step(state, *qkv_t, feature_map=feature_map)
@@ -375,6 +428,263 @@ def test_float32_with_x64_disabled():
         assert state.kv.dtype == jnp.float32 and state.kv.shape == (2, 1, 16, 8)
 
 
+# ---------------------------------------------------------------- floating-point range
+#
+# The output is invariant to scaling phi(q_t) per query and every phi(k_s) by one
+# common factor; relu is positively homogeneous, so relu(c q).relu(c k) = c^2
+# relu(q).relu(k) and every scale c must give the unit-scale output. Inputs are
+# float32 (features, products and sums are float32); references are float64
+# from the same float32 inputs.
+
+SCALES = (1e-30, 1e-20, 1e-19, 1e-11, 1.0, 1e18, 1e19, 1e20, 1e30)
+VALID = np.array([[True] * 7, [True] * 5 + [False] * 2])  # bool [2, S]: keys 5, 6 of batch 1 padded
+
+
+def np_relu(x):
+    return np.maximum(np.asarray(x, np.float64), 0.0)
+
+
+def np_relu_grad(x):
+    return (np.asarray(x, np.float64) > 0).astype(np.float64)
+
+
+def scaled_qkv(scale, seed=30):
+    """float32 q `[2, 7, 4, 8]`, k `[2, 7, 2, 8]` times `scale`; v `[2, 7, 2, 5]` unscaled."""
+    q, k, v = qkv(seed, (2,), 7, 7, 4, 2, 8, dv=5)  # float64
+    return (scale * q).astype(np.float32), (scale * k).astype(np.float32), v.astype(np.float32)
+
+
+def assert_close(got, want, rtol=1e-5, err_msg=""):
+    """Elementwise within rtol, plus rtol times the largest |want| (entries that cancel to ~0)."""
+    want = np.asarray(want, np.float64)
+    atol = rtol * float(np.max(np.abs(want), initial=0.0))
+    np.testing.assert_allclose(
+        np.asarray(got, np.float64), want, rtol=rtol, atol=atol, err_msg=err_msg
+    )
+
+
+def _relu_forms(q, k, v):
+    """Every form with relu features: (non-causal, chunked causal, recurrent, weights, causal weights)."""
+    mask = masks.key_padding_mask(valid=VALID)  # bool [2, 1, 1, S]
+    f = functools.partial(linear.linear_attention, feature_map=features.relu, mask=mask)
+    w = functools.partial(linear.linear_attention_weights, feature_map=features.relu, mask=mask)
+    return (
+        f(q, k, v),
+        f(q, k, v, is_causal=True, chunk_size=3),
+        scan_steps(q, k, v, features.relu),
+        w(q, k),
+        w(q, k, is_causal=True),
+    )
+
+
+relu_forms = jax.jit(_relu_forms)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_relu_feature_scales_give_the_float64_output(scale):
+    """Scales 1e-30..1e30 in float32 (products 1e-60..1e60): each form equals its float64 reference."""
+    q, k, v = scaled_qkv(scale)
+    noncausal, causal, recurrent, weights, causal_weights = relu_forms(q, k, v)
+    cases = (
+        (noncausal, False, VALID, 0),
+        (causal, True, VALID, 0),
+        (recurrent, True, None, 0),
+        (weights, False, VALID, 1),
+        (causal_weights, True, VALID, 1),
+    )
+    for i, (got, causal_, valid, which) in enumerate(cases):
+        want = quadratic_reference(q, k, v, np_relu, causal=causal_, valid=valid)[which]
+        assert finite(got), f"form {i}: non-finite at scale {scale}"
+        assert_close(got, want, err_msg=f"form {i} at scale {scale}")
+
+
+def _relu_vjps(q, k, v, g):
+    mask = masks.key_padding_mask(valid=VALID)  # bool [2, 1, 1, S]
+
+    def vjp(f):
+        out, pullback = jax.vjp(f, q, k, v)
+        return pullback(g)
+
+    f = functools.partial(linear.linear_attention, feature_map=features.relu, mask=mask)
+    return (
+        vjp(f),
+        vjp(functools.partial(f, is_causal=True, chunk_size=3)),
+        vjp(lambda q, k, v: scan_steps(q, k, v, features.relu)),
+    )
+
+
+relu_vjps = jax.jit(_relu_vjps)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_relu_feature_scales_give_finite_float64_gradients(scale):
+    """d sum(g * out) / d(q, k, v) at every scale: finite, equal to the float64 gradients (~1/scale)."""
+    q, k, v = scaled_qkv(scale)
+    g = np.random.default_rng(31).standard_normal((2, 7, 4, 5)).astype(np.float32)
+    for got, (causal, valid) in zip(
+        relu_vjps(q, k, v, g), ((False, VALID), (True, VALID), (True, None))
+    ):
+        want = quadratic_reference_vjp(
+            q, k, v, np_relu, np_relu_grad, g, causal=causal, valid=valid
+        )
+        assert finite(*got), f"non-finite gradients at scale {scale} (causal={causal})"
+        for name, a, b in zip("qkv", got, want):
+            assert_close(
+                a,
+                b,
+                err_msg=f"d{name} at scale {scale} (causal={causal}, mask={valid is not None})",
+            )
+
+
+def test_gradients_stay_finite_when_the_normaliser_is_tiny():
+    """A query that sees only keys 2^-80 times smaller than another key: its normaliser is
+    ~2^-80 after rescaling (no common factor can lift it), so the gradient must not use den^2."""
+    q = np.zeros((1, 3, 1, 2), np.float32)
+    q[0, :, 0, 0] = [1.0, 2.0, 0.5]  # queries on feature 0 only
+    k = np.zeros((1, 3, 1, 2), np.float32)
+    k[0, 0, 0, 1] = 1.0  # a unit key on feature 1
+    k[0, 1:, 0, 0] = [2.0**-80, 3.0 * 2.0**-80]  # tiny keys on feature 0
+    v = np.random.default_rng(32).standard_normal((1, 3, 1, 2)).astype(np.float32)
+    g = np.ones((1, 3, 1, 2), np.float32)
+    f = jax.jit(
+        lambda q, k, v: jax.vjp(
+            functools.partial(linear.linear_attention, feature_map=features.relu), q, k, v
+        )
+    )
+    out, pullback = f(q, k, v)
+    grads = jax.jit(pullback)(g)
+    ref, _ = quadratic_reference(q, k, v, np_relu)
+    assert_close(out, ref)
+    assert finite(*grads)
+    for name, a, b in zip("qkv", grads, quadratic_reference_vjp(q, k, v, np_relu, np_relu_grad, g)):
+        assert_close(a, b, err_msg=f"d{name}")
+
+
+def test_future_huge_key_in_the_same_chunk_leaves_the_past_bit_identical():
+    """Relu keys: a key 1e30 times larger at t0 rescales its chunk by a power of two, exactly."""
+    q, k, v = scaled_qkv(1.0, seed=33)
+    k2 = k.copy()
+    k2[:, 5] = 1e30 * np.abs(k[:, 5])
+    f = jax.jit(
+        lambda q, k, v: linear.linear_attention(
+            q, k, v, feature_map=features.relu, is_causal=True, chunk_size=7
+        )
+    )
+    before, after = f(q, k, v), f(q, k2, v)
+    np.testing.assert_array_equal(before[:, :5], after[:, :5])
+    assert finite(after)
+
+
+def np_log_elu_plus_one(x):
+    x = np.asarray(x, np.float64)
+    return np.where(x > 0, np.log1p(np.maximum(x, 0.0)), x)
+
+
+def np_log_favor(w):
+    """log of FAVOR+ features (no stabiliser), float64."""
+    w = np.asarray(w, np.float64)
+
+    def log_phi(x):
+        x = np.asarray(x, np.float64) / w.shape[1] ** 0.25
+        return x @ w.T - 0.5 * np.sum(x * x, -1, keepdims=True) - 0.5 * np.log(w.shape[0])
+
+    return log_phi
+
+
+def _every_form(q, k, v, phi):
+    """(non-causal, chunked causal, recurrent, weights, causal weights) with feature map `phi`."""
+    f = functools.partial(linear.linear_attention, feature_map=phi)
+    w = functools.partial(linear.linear_attention_weights, feature_map=phi)
+    return (
+        f(q, k, v),
+        f(q, k, v, is_causal=True, chunk_size=3),
+        scan_steps(q, k, v, phi),
+        w(q, k),
+        w(q, k, is_causal=True),
+    )
+
+
+every_form = jax.jit(_every_form, static_argnames="phi")
+
+
+def assert_every_form_matches_log_reference(q, k, v, phi, np_log_phi, rtol):
+    for i, (got, causal, which) in enumerate(
+        zip(
+            every_form(q, k, v, phi=phi),
+            (False, True, True, False, True),
+            (0, 0, 0, 1, 1),
+        )
+    ):
+        want = log_quadratic_reference(q, k, v, np_log_phi, causal=causal)[which]
+        assert finite(got), f"form {i}: non-finite"
+        assert np.any(np.asarray(got) != 0), f"form {i}: all zero"
+        assert_close(got, want, rtol=rtol, err_msg=f"form {i}")
+
+
+def test_elu_plus_one_very_negative_inputs_are_not_zero():
+    """elu(x) + 1 = exp(x) underflows at x = -1e4, but a common factor cancels: batch 0 has
+    queries near -1e4 (every query feature exp(-1e4)), batch 1 keys near -1e4. float32."""
+    q, k, v = qkv(34, (2,), 7, 7, 4, 2, 8, dtype=np.float32, dv=5)
+    q[0] -= 1e4
+    k[1] -= 1e4
+    assert_every_form_matches_log_reference(
+        q, k, v, features.elu_plus_one, np_log_elu_plus_one, rtol=1e-5
+    )
+
+
+def test_favor_plus_large_keys_do_not_underflow():
+    """Keys x100: every FAVOR+ key feature is about exp(-1e4) (0 in any float), yet the attention
+    is a well-defined average. float64, W [24, 8]."""
+    q, k, v = qkv(35, (2,), 7, 7, 4, 2, 8, dv=5)  # float64
+    k *= 100.0
+    assert_every_form_matches_log_reference(q, k, v, FAVOR8, np_log_favor(W8), rtol=1e-5)
+
+
+def test_eps_is_added_to_the_unscaled_normaliser():
+    """out = phi(q)^T S / (phi(q)^T z + eps) in the caller's units, whatever the rescaling:
+    eps comparable to the normaliser (relu features, float32, products ~ scale^2 = 1e-20)."""
+    scale = 1e-10
+    q, k, v = scaled_qkv(scale, seed=36)
+    eps = 2.0 * scale**2
+    mask = masks.key_padding_mask(valid=VALID)  # bool [2, 1, 1, S]
+    forms = jax.jit(
+        lambda q, k, v: (
+            linear.linear_attention(q, k, v, feature_map=features.relu, mask=mask, eps=eps),
+            linear.linear_attention(
+                q,
+                k,
+                v,
+                feature_map=features.relu,
+                mask=mask,
+                eps=eps,
+                is_causal=True,
+                chunk_size=3,
+            ),
+            linear.linear_attention_weights(q, k, feature_map=features.relu, mask=mask, eps=eps),
+        )
+    )
+    noncausal, causal, weights = forms(q, k, v)
+    ref = functools.partial(quadratic_reference, q, k, v, np_relu, valid=VALID, eps=eps)
+    assert_close(noncausal, ref()[0])
+    assert_close(causal, ref(causal=True)[0])
+    assert_close(weights, ref()[1])
+
+
+def test_queries_with_all_zero_features_attend_to_nothing():
+    """A relu query with no positive coordinate has phi(q) = 0: its output is 0 and its weights
+    sum to 0 (not 1), which is how such rows are told apart; gradients stay finite."""
+    q, k, v = scaled_qkv(1.0, seed=37)
+    q[0, 2] = -np.abs(q[0, 2])  # query 2 of batch 0, every head: phi(q) = 0
+    outs = relu_forms(q, k, v)
+    for got in outs[:3]:
+        np.testing.assert_array_equal(got[0, 2], np.zeros((4, 5)))
+    for weights in outs[3:]:
+        np.testing.assert_array_equal(weights[0, :, 2].sum(-1), np.zeros(4))
+        assert np.all(np.asarray(weights[0, :, 3:]).sum(-1) > 0.99)
+    g = np.ones((2, 7, 4, 5), np.float32)
+    assert all(finite(*grads) for grads in relu_vjps(q, k, v, g))
+
+
 # ---------------------------------------------------------------- recurrent form and transforms
 
 
@@ -449,3 +759,18 @@ def test_validation_errors_at_trace_time():
         step((state.kv, state.normalizer), q[0], k[0], v[0])
     with pytest.raises(ValueError, match="num_features must be a positive int"):
         linear.init_state((), 2, 0, 8)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), np.float32("nan"), -1e-3])
+def test_eps_must_be_finite_and_non_negative(eps):
+    """eps = nan made every output NaN and eps = inf every output 0; each form refuses them."""
+    q, k, v = qkv(38, (), 4, 4, 2, 2, 8)  # float64
+    phi = features.elu_plus_one
+    message = r"eps must be a non-negative finite float, got -?(nan|inf|0\.001)"
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention(q, k, v, feature_map=phi, eps=eps)
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention_weights(q, k, feature_map=phi, eps=eps)
+    state = linear.init_state((), 2, 8, 8, jnp.float64)
+    with pytest.raises(ValueError, match=message):
+        linear.linear_attention_step(state, q[0], k[0], v[0], feature_map=phi, eps=eps)

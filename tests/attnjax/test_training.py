@@ -184,6 +184,28 @@ def test_a_kill_during_the_save_leaves_neither_rows_nor_state_of_that_step(
     ckpt.close()
 
 
+@pytest.mark.parametrize("damaged", ["state/manifest.ocdbt", "rows/metadata"])
+def test_a_corrupt_checkpoint_is_named_with_the_way_out(runner, tmp_path, damaged):
+    """A truncated file of the latest step (a full disk, a copy cut short) is reported with the
+    checkpoint's path, the step and what to delete, not as an error of orbax's internals."""
+    directory = tmp_path / "ckpt"
+    ckpt = training.Checkpointer(str(directory))
+    _fit_with_rows(runner, ckpt, 10)
+    ckpt.close()
+    path = directory / "10" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    ckpt = training.Checkpointer(str(directory))
+    like = runner.init(jax.random.split(jax.random.key(0), 2))
+    with pytest.raises(ValueError) as error:
+        ckpt.restore(like)
+    message = str(error.value)
+    assert message.startswith(f"checkpoint step 10 in {directory} cannot be read")
+    assert f"delete {directory / '10'} to resume from step 5" in message
+    assert f"or {directory} to start the run again" in message
+    assert int(ckpt.restore(like, 5).step[0]) == 5  # the step before is intact
+    ckpt.close()
+
+
 def test_non_finite_loss_marks_diverged_and_freezes_parameters():
     runner = training.SeedsRunner(_trainer(CopyTask(nan_weights=True)))
     init = runner.init(jax.random.split(jax.random.key(0), 2))

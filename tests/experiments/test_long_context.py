@@ -5,6 +5,7 @@ The study contract (end to end, on a tiny llama) runs in tests/experiments/lab/t
 """
 
 import copy
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -176,6 +177,26 @@ def test_an_unresolved_interval_is_not_measured():
     s = _summary()
     s["ablation"]["all_ratio"] = {"mean": 4.0, "low": float("nan"), "high": float("nan"), "n": 1}
     assert _one(s, "removing attention to token 0") == "not measured"
+
+
+def test_an_unresolved_interval_in_json_form_is_not_measured():
+    """As the runner hands them over (the summary's JSON form), NaN ends are the strings 'nan': the
+    checks read them as numbers, and the interval prints as NaN."""
+    s = _summary()
+    s["ablation"]["all_ratio"] = {"mean": 4.0, "low": float("nan"), "high": float("nan"), "n": 1}
+    s["statistics"]["sink_growth"] = {"mean": float("inf"), "low": -math.inf, "high": 1.0, "n": 3}
+    checked = {p["name"]: p for p in checks.predictions(json_form(summary.derive(s)))}
+    ablation = checked["removing attention to token 0 in all layers hurts"]
+    (growth,) = [p for name, p in checked.items() if name.startswith("sink mass on token 0 grows")]
+    assert ablation["verdict"] == growth["verdict"] == "not measured"
+    assert ablation["measured"] == "4 [nan, nan]" and growth["measured"] == "inf [-inf, 1]"
+    assert sum(p["verdict"] == "not measured" for p in checked.values()) == 2
+    # A NaN in a sanity check's number is no pass: the comparison with "nan" read as NaN fails.
+    s["statistics"].update(prefix_gap=math.nan)
+    s["statistics"]["model_mean"]["normalized_entropy"][-1]["mean"] = math.nan
+    checked = {p["name"]: p["verdict"] for p in checks.predictions(json_form(summary.derive(s)))}
+    assert checked["attention is neither one-hot nor uniform"] == "fail"
+    assert checked["a T-token input's statistics are the longest forward's first T rows"] == "fail"
 
 
 def test_committed_results_are_their_summary_rendered():

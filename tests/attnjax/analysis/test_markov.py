@@ -195,6 +195,19 @@ def test_stationary_fallback_solve_when_iteration_is_cut_short(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_stationary_distribution_of_a_nan_matrix_is_nan_as_documented(dtype):
+    """A NaN entry anywhere gives NaN, alone or batched with chains that converge or need many steps."""
+    nan = np.full((3, 3), np.nan, dtype)
+    one_entry = np.full((3, 3), 1 / 3, dtype)
+    one_entry[1, 2] = np.nan
+    slow = np.array([[0.999, 0.001, 0], [0, 0.999, 0.001], [0.001, 0, 0.999]], dtype)
+    pi = np.asarray(an.stationary_distribution(np.stack([nan, one_entry, slow])))
+    assert np.all(np.isnan(pi[:2])), pi
+    np.testing.assert_allclose(pi[2], 1 / 3, atol=1e-4)
+    assert np.all(np.isnan(np.asarray(an.stationary_distribution(nan))))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_stationary_distribution_of_reducible_and_periodic_chains(dtype):
     block = softmax_chain(6, (2, 3, 3), scale=2.0)
     reducible = np.zeros((6, 6))

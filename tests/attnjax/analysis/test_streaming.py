@@ -284,6 +284,82 @@ def test_vmap_over_batch_and_grad_of_entropy_are_finite_and_exact():
     np.testing.assert_allclose(grad, jax.jit(jax.grad(dense_entropy))(q), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("is_causal", [False, True], ids=["T12_S37", "causal_T16_S16"])
+@pytest.mark.parametrize("masking", ["key_padding", "mask", "bias"])
+def test_non_finite_keys_and_values_at_masked_keys_change_nothing(masking, is_causal):
+    """inf keys and NaN values at keys masked for every query of their key head (padding; a `[B, H, T, S]`
+    mask hiding key 1 from key head 0's query heads only; a -inf bias): the statistics, the output and the
+    gradients equal those with finite numbers there (the gradients of those keys 0). GQA; the padding keys
+    are within the causal reach (T = S), in chunks the positions alone do not skip."""
+    t, s = (16, 16) if is_causal else (T, S)
+    q, key, _ = inputs(jnp.float64, t=t, s=s, k=2)
+    value = jnp.asarray(np.random.default_rng(5).standard_normal(key.shape))
+    g = jnp.asarray(np.random.default_rng(6).standard_normal(q.shape))
+    padding = np.arange(s)[None, :] < np.array([[s - 6], [s - 1]])  # [B, S]
+    garbage = np.broadcast_to(~padding[:, :, None], key.shape[:-1]).copy()  # [B, S, K]
+    kwargs = {}
+    if masking == "key_padding":
+        kwargs["key_padding"] = jnp.asarray(padding)
+    elif masking == "bias":
+        kwargs["bias"] = jnp.asarray(np.where(padding, 0.0, -np.inf)[:, None, None, :])
+    else:
+        full = np.array(host_random.bernoulli(8, 0.7, (B, H, t, s)))
+        full[..., 0] = True
+        full[:, : H // 2, :, 1], full[:, H // 2 :, :, 1] = False, True
+        kwargs["mask"] = jnp.asarray(full)
+        garbage = np.zeros(key.shape[:-1], bool)
+        garbage[:, 1, 0] = True
+
+    @jax.jit
+    def run(q, key, value):
+        def loss(q, key, value):
+            stats, out = attention_statistics(
+                q, key, value=value, is_causal=is_causal, chunk_size=8, query_chunk_size=5, **kwargs
+            )
+            return jnp.sum(out * g) + jnp.sum(stats.entropy), (stats, out)
+
+        return jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, key, value)
+
+    garbage = jnp.asarray(garbage)[..., None]
+    bad = run(q, jnp.where(garbage, jnp.inf, key), jnp.where(garbage, jnp.nan, value))
+    clean = run(q, key, value)
+    names = ("dq", "dk", "dv", *(f for f in FIELDS if f != "window_mass"), "output")
+    for name, got, want in zip(
+        names, jax.tree_util.tree_leaves(bad), jax.tree_util.tree_leaves(clean), strict=True
+    ):
+        assert np.all(np.isfinite(np.asarray(got))), f"{name}: not finite"
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+    (_, dk, dv), _ = bad
+    np.testing.assert_array_equal(jnp.where(garbage, dk, 0), 0.0)
+    np.testing.assert_array_equal(jnp.where(garbage, dv, 0), 0.0)
+
+
+def test_a_row_of_minus_inf_bias_is_a_fully_masked_row():
+    """As in `dot_product_attention`: the documented values of a fully masked row, not a uniform row's."""
+    q, key, _ = inputs(jnp.float64)
+    bias = np.zeros((B, H, T, S))
+    bias[0, 1, 4] = -np.inf
+    got = stats_fn(8)(q, key, jnp.asarray(bias))
+    for name in FIELDS:
+        want = {"lse": MASKED_LSE, "argmax": -1}.get(name, 0)
+        assert np.asarray(getattr(got, name))[0, 1, 4] == want, name
+    assert np.asarray(got.max_weight)[0, 0, 4] > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"scale": float("nan")}, ValueError, r"scale must be a finite number, got nan"),
+        ({"temperature": "abc"}, TypeError, r"temperature must be a number"),
+        ({"mask": np.where(np.eye(T, S) > 0, 0.0, -np.inf)}, ValueError, r"bias="),
+    ],
+)
+def test_bad_scalars_and_additive_masks_raise_naming_them(kwargs, error, message):
+    q = jnp.zeros((B, T, H, D), jnp.float32)
+    with pytest.raises(error, match=message):
+        attention_statistics(q, jnp.zeros((B, S, H, D), jnp.float32), **kwargs)
+
+
 def test_compiled_temporaries_stay_below_one_dense_weight_matrix():
     """T = S = 4096, H = 8, D = 64, float32: the program never holds a [H, T, T] array."""
     t, h, d = 4096, 8, 64

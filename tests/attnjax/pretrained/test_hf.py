@@ -18,6 +18,7 @@ Optional: skipped only when torch or transformers is not installed
 
 import copy
 import importlib.util
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -259,3 +260,108 @@ def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
                 rngs=nnx.Rngs(0),
             )
         )
+
+
+# ------------------------------------------------- Hugging Face's defaults, applied as it applies them
+
+
+def test_a_bert_config_without_type_vocab_size_equals_hugging_face_on_the_same_directory(tmp_path):
+    """config.json without type_vocab_size: transformers builds 2 token types (BertConfig's default)
+    and reads their embedding; so does attnjax, with and without token_type_ids."""
+    import torch
+    import transformers
+
+    hf_oracle.write_checkpoint("bert", str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["type_vocab_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = transformers.AutoModel.from_pretrained(str(tmp_path), attn_implementation="eager")
+    theirs = theirs.double().eval()
+    ours, _ = pretrained.from_pretrained(str(tmp_path), param_dtype=jnp.float64)
+    assert ours.config.type_vocab_size == theirs.config.type_vocab_size == 2
+    ids, valid = _batch("bert")
+    types = (np.arange(LENGTH)[None, :] >= 5) & valid
+    mask = masks.key_padding_mask(valid=jnp.asarray(valid))
+    real = valid.astype(bool)
+    for token_types in (None, types):
+        with torch.no_grad():
+            expected = theirs(
+                input_ids=torch.as_tensor(ids),
+                attention_mask=torch.as_tensor(valid, dtype=torch.long),
+                token_type_ids=None if token_types is None else torch.as_tensor(token_types * 1),
+            ).last_hidden_state.numpy()
+        out = ours(
+            jnp.asarray(ids),
+            mask=mask,
+            token_type_ids=None if token_types is None else jnp.asarray(token_types, jnp.int32),
+        )
+        error = hf_oracle.relative_error(np.asarray(out)[real], expected[real])
+        assert error <= 1e-5, error
+
+
+def _hf_config_class(name: str, **options):
+    import transformers
+
+    classes = {"bert": "BertConfig", "llama": "LlamaConfig", "mistral": "MistralConfig"}
+    classes.update({"qwen2": "Qwen2Config", "gpt2": "GPT2Config"})
+    return getattr(transformers, classes[name])(**options)
+
+
+@pytest.mark.parametrize("name", hf_oracle.FAMILIES)
+def test_each_familys_defaults_are_its_hugging_face_config_classs(name):
+    """The value a family gives an option config.json leaves out is transformers' own default."""
+    from attnjax.pretrained import bert, decoder, gpt2
+
+    defaults = {"bert": bert.DEFAULTS, "gpt2": gpt2.DEFAULTS}.get(name) or decoder.DEFAULTS[name]
+    theirs = _hf_config_class(name)
+    for field, value in defaults.items():
+        if field == "num_key_value_heads" and value is None:  # None: one per query head
+            derived = _hf_config_class(name, hidden_size=48, num_attention_heads=6)
+            assert derived.num_key_value_heads == 6
+        elif field == "head_dim":  # None: hidden_size / num_attention_heads
+            derived = _hf_config_class(name, hidden_size=48, num_attention_heads=6)
+            assert value is None and getattr(derived, "head_dim", 8) == 8
+        elif field == "layer_types":  # None: derived from max_window_layers (below)
+            assert value is None
+        elif field == "sliding_window" and name == "qwen2":  # used only with use_sliding_window
+            assert _hf_config_class(name, use_sliding_window=True).sliding_window == value
+        else:
+            assert getattr(theirs, field) == value, field
+    if name in decoder.MODEL_TYPES:
+        assert theirs.rope_parameters["rope_theta"] == decoder.ROPE_THETA
+
+
+@pytest.mark.parametrize("max_window_layers", [0, 1, 3])
+def test_qwen2_layer_types_are_derived_as_hugging_face_derives_them(max_window_layers):
+    from attnjax.pretrained import decoder
+    from attnjax.pretrained.fields import Fields
+
+    options = dict(
+        use_sliding_window=True, num_hidden_layers=3, max_window_layers=max_window_layers
+    )
+    theirs = _hf_config_class("qwen2", **options).layer_types
+    fields = Fields(
+        {"model_type": "qwen2", **options}, "config.json", "qwen2", decoder.DEFAULTS["qwen2"]
+    )
+    assert decoder.layer_types(fields, 3) == theirs
+
+
+def test_the_attention_mask_buffers_of_older_gpt2_files_are_not_reported(tmp_path):
+    """`attn.bias` / `attn.masked_bias` (causal-mask buffers Hugging Face skips) load without a word."""
+    import warnings
+
+    from safetensors.numpy import load_file, save_file
+
+    hf_oracle.write_checkpoint("gpt2", str(tmp_path))
+    file = str(tmp_path / "model.safetensors")
+    tensors = load_file(file)
+    prefix = "transformer." if "transformer.wte.weight" in tensors else ""
+    mask = np.tril(np.ones((1, 1, hf_oracle.MAX_LEN, hf_oracle.MAX_LEN), bool))
+    for i in range(hf_oracle.LAYERS):
+        tensors[f"{prefix}h.{i}.attn.bias"] = mask
+        tensors[f"{prefix}h.{i}.attn.masked_bias"] = np.asarray(-1e4, np.float32)
+    save_file(tensors, file)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model, _ = pretrained.from_pretrained(str(tmp_path))
+    assert model.config.num_layers == hf_oracle.LAYERS

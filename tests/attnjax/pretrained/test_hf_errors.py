@@ -6,6 +6,8 @@ JSON), so these tests need neither torch nor transformers.
 """
 
 import json
+import re
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +21,15 @@ from tests import tiny_checkpoint as tiny
 
 D, HEADS, KV_HEADS, VOCAB, CONFIG = tiny.D, tiny.HEADS, tiny.KV_HEADS, tiny.VOCAB, tiny.CONFIG
 _tensors = tiny.tensors
+
+GPT2 = {
+    "model_type": "gpt2",
+    "n_embd": D,
+    "n_layer": 1,
+    "n_head": HEADS,
+    "n_positions": 16,
+    "vocab_size": VOCAB,
+}
 
 
 def _write(path, config=None, tensors=None, tokenizer=True):
@@ -235,3 +246,187 @@ def test_a_failed_assignment_leaves_the_model_untouched():
         checkpoint.assign(model, tree, jnp.float32)
     for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         np.testing.assert_array_equal(np.asarray(v[...]), before[path])
+
+
+# ------------------------------------------------- loaders never change a model silently
+
+
+def test_a_bert_config_without_type_vocab_size_has_hugging_faces_two_token_types(tmp_path):
+    """Hugging Face's BertConfig defaults type_vocab_size to 2: the token-type embedding exists."""
+    config = {k: v for k, v in tiny.BERT_CONFIG.items() if k != "type_vocab_size"}
+    tiny.write(tmp_path, config=config, tensors_=tiny.bert_tensors())
+    model, _ = pretrained.from_pretrained(str(tmp_path))
+    assert model.config.type_vocab_size == 2
+    np.testing.assert_array_equal(
+        np.asarray(model.type_embed.embedding[...]),
+        tiny.bert_tensors()["embeddings.token_type_embeddings.weight"],
+    )
+
+
+@pytest.mark.parametrize(
+    "config, absent, expected",
+    [
+        (tiny.BERT_CONFIG, "layer_norm_eps", ("norm_eps", 1e-12)),
+        (tiny.BERT_CONFIG, "hidden_act", ("mlp_activation", "gelu")),
+        ({**CONFIG, "model_type": "mistral"}, "sliding_window", ("window", 4096)),
+        (
+            {**CONFIG, "model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 0},
+            "layer_types",
+            ("window", 4096),
+        ),
+        (
+            {**CONFIG, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4},
+            "layer_types",
+            ("window", None),  # layer_types default: sliding from layer max_window_layers = 28
+        ),
+    ],
+)
+def test_an_absent_option_takes_hugging_faces_default(tmp_path, config, absent, expected):
+    """An option the file leaves out is what Hugging Face's config class makes of it."""
+    bert = config["model_type"] == "bert"
+    tiny.write(
+        tmp_path,
+        config={k: v for k, v in config.items() if k != absent},
+        tensors_=tiny.bert_tensors()
+        if bert
+        else _tensors(qkv_bias=config["model_type"] == "qwen2"),
+    )
+    model, _ = pretrained.from_pretrained(str(tmp_path))
+    block = model.config.block
+    name, value = expected
+    assert getattr(block.attention if name == "window" else block, name) == value
+
+
+def test_a_causal_bert_is_refused(tmp_path):
+    """BertModel with is_decoder=true attends causally; loading it as an encoder would change it."""
+    tiny.write(
+        tmp_path, config={**tiny.BERT_CONFIG, "is_decoder": True}, tensors_=tiny.bert_tensors()
+    )
+    with pytest.raises(ValueError, match=r"config.json: unsupported is_decoder=True"):
+        pretrained.from_pretrained(str(tmp_path))
+
+
+def test_a_config_with_fewer_layers_than_the_checkpoint_is_refused(tmp_path):
+    """num_hidden_layers: 1 on a 2-layer checkpoint: the unread layer is an error, or a warning."""
+    _write(tmp_path, tensors=_tensors(layers=2))
+    message = (
+        r"model.safetensors holds 9 tensor\(s\) that the model .*config.json describes does not "
+        r"read: \['model.layers.1.input_layernorm.weight', .*\] \(layers \[1\]; .*config.json: "
+        r"num_hidden_layers=1\); pass strict=False to load without them"
+    )
+    with pytest.raises(ValueError, match=message):
+        pretrained.from_pretrained(str(tmp_path))
+    with pytest.warns(UserWarning, match=message.split("; pass")[0]):
+        model, _ = pretrained.from_pretrained(str(tmp_path), strict=False)
+    assert model.config.num_layers == 1
+
+
+def test_a_stray_tensor_is_reported(tmp_path):
+    _write(tmp_path, tensors={**_tensors(), "model.extra.weight": np.ones(3, np.float32)})
+    with pytest.raises(ValueError, match=r"1 tensor\(s\) .* read: \['model.extra.weight'\]"):
+        pretrained.from_pretrained(str(tmp_path))
+
+
+def test_the_parts_outside_the_bert_encoder_are_not_read_by_design(tmp_path):
+    """BERT's pooler, a task model's heads and the position_ids buffer load without a word (documented)."""
+    tensors = {f"bert.{k}": v for k, v in tiny.bert_tensors().items()}
+    extra = {
+        "bert.pooler.dense.weight": np.ones((D, D), np.float32),
+        "bert.pooler.dense.bias": np.ones(D, np.float32),
+        "bert.embeddings.position_ids": np.arange(64)[None],
+        "cls.predictions.bias": np.ones(VOCAB, np.float32),
+    }
+    tiny.write(tmp_path, config=tiny.BERT_CONFIG, tensors_={**tensors, **extra})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model, _ = pretrained.from_pretrained(str(tmp_path))
+    np.testing.assert_array_equal(
+        np.asarray(model.embed.embedding[...]), tensors["bert.embeddings.word_embeddings.weight"]
+    )
+
+
+def test_a_directory_without_tokenizer_loads_the_model_alone(tmp_path):
+    _write(tmp_path, tokenizer=False)
+    with pytest.raises(
+        FileNotFoundError, match=r"lacks tokenizer.json .*tokenizer=False loads the model alone"
+    ):
+        pretrained.from_pretrained(str(tmp_path))
+    model, tokenizer = pretrained.from_pretrained(str(tmp_path), tokenizer=False)
+    assert tokenizer is None and model(jnp.asarray([[2, 3, 5]])).shape == (1, 3, VOCAB)
+    model, tokenizer = pretrained.load_bert(
+        str(tiny.write(tmp_path / "bert", config=tiny.BERT_CONFIG, tensors_=tiny.bert_tensors())),
+        tokenizer=False,
+    )
+    assert tokenizer is None and model(jnp.asarray([[2, 3, 5]])).shape == (1, 3, D)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", r"is not valid JSON"),
+        ("[1, 2]", r"must hold a JSON object with a 'weight_map', got list"),
+        ('{"weight_map": ["model-1.safetensors"]}', r"'weight_map' .* got list"),
+        ('{"weight_map": {"model.norm.weight": 3}}', r"'weight_map' .* got .*3"),
+        ('{"metadata": {}}', r"'weight_map' .* got None"),
+    ],
+)
+def test_an_invalid_index(tmp_path, text, message):
+    """A sharded checkpoint's index that is not JSON, or not {tensor name: shard file}, is named."""
+    (_write(tmp_path) / "model.safetensors").unlink()
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(str(index)) + ".*" + message):
+        pretrained.from_pretrained(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({**CONFIG, "num_hidden_layers": 0}, r"num_hidden_layers must be a positive int, got 0"),
+        ({**CONFIG, "hidden_size": 8.5}, r"hidden_size must be a positive int, got 8.5"),
+        ({**CONFIG, "vocab_size": "6"}, r"vocab_size must be a positive int, got '6'"),
+        (
+            {**CONFIG, "num_key_value_heads": 3},
+            r"num_attention_heads \(2\) must be divisible by num_key_value_heads \(3\)",
+        ),
+        (
+            {**CONFIG, "hidden_size": 9, "num_attention_heads": 2},
+            r"hidden_size \(9\) must be divisible by num_attention_heads \(2\)",
+        ),
+        ({**CONFIG, "rms_norm_eps": -1.0}, r"rms_norm_eps must be a positive number, got -1.0"),
+        (
+            {**CONFIG, "max_position_embeddings": 0},
+            r"max_position_embeddings must be a positive int, got 0",
+        ),
+        ({**CONFIG, "tie_word_embeddings": "yes"}, r"tie_word_embeddings must be a bool"),
+        (
+            {**CONFIG, "rope_parameters": {"rope_type": "linear", "factor": 0.0}},
+            r"rope_parameters\['factor'\] must be a positive number, got 0.0",
+        ),
+        (
+            {**CONFIG, "model_type": "mistral", "sliding_window": 0},
+            r"sliding_window must be a positive int, got 0",
+        ),
+        (
+            {**tiny.BERT_CONFIG, "num_attention_heads": 3},
+            r"hidden_size \(8\) must be divisible by num_attention_heads \(3\)",
+        ),
+        ({**tiny.BERT_CONFIG, "type_vocab_size": 0}, r"type_vocab_size must be a positive int"),
+        ({**tiny.BERT_CONFIG, "layer_norm_eps": 0}, r"layer_norm_eps must be a positive number"),
+        (
+            {**GPT2, "n_head": 3},
+            r"n_embd \(8\) must be divisible by n_head \(3\)",
+        ),
+        (
+            {**GPT2, "n_positions": 0},
+            r"n_positions must be a positive int, got 0",
+        ),
+    ],
+)
+def test_config_errors_name_the_hugging_face_field_and_the_file(tmp_path, config, message):
+    """A bad config.json value is named as the file names it (not as the attnjax field it becomes)."""
+    _write(tmp_path, config=config)
+    with pytest.raises(ValueError, match=r"config\.json: " + message) as error:
+        pretrained.from_pretrained(str(tmp_path))
+    attnjax_names = ("num_layers", "features", "num_heads", "num_kv_heads", "norm_eps", "max_len")
+    assert not any(re.search(rf"\b{name}\b", str(error.value)) for name in attnjax_names)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -139,6 +140,114 @@ def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
         == summary
     )
     assert not any("submitting" in m for m in messages)
+
+
+def _sleep_in_every_run(spec, config, run):
+    """The toy's run, except that it leaves its process id in its scratch directory and sleeps (a long
+    run, for the launcher to be killed during)."""
+    os.makedirs(run.path, exist_ok=True)
+    with open(os.path.join(run.path, "pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+    return [{"metric": "square", "value": spec.x**2}]
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_cancels_its_jobs(tmp_path):
+    """SIGTERM (kill, scancel of the launcher's own job) while the launcher waits: its jobs are
+    cancelled, not left running as orphans, and it says what to do next. (SIGINT takes the same path:
+    `test_a_stopped_launcher_cancels_every_job`.)"""
+    signum = signal.SIGTERM
+    script = (
+        "from experiments.lab import launch\n"
+        "from tests.experiments.lab.test_launch import TOY_CONFIG, _sleep_in_every_run, _toy\n"
+        f"launch.submit(_toy(run_one=_sleep_in_every_run), TOY_CONFIG, {str(tmp_path)!r}, "
+        "launcher='local', jobs=2, progress=lambda line: print(line, flush=True))\n"
+    )
+    log = (
+        tmp_path / "launcher.log"
+    )  # a file: the jobs inherit the launcher's output, a pipe would not close
+    with log.open("w") as output:
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", script], cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+        )
+    pid_files = [tmp_path / "checkpoints" / run / "pid" for run in ("x1", "x2")]
+    pids = []
+    try:
+        deadline = time.monotonic() + 300
+        while not all(f.exists() and f.read_text() for f in pid_files):
+            assert launcher.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the jobs did not start"
+            time.sleep(0.2)
+        pids = [int(f.read_text()) for f in pid_files]
+        launcher.send_signal(signum)
+        launcher.wait(timeout=120)
+        out = log.read_text()
+        deadline = time.monotonic() + 30
+        while any(map(_running, pids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_running, pids)), "the launcher's jobs still run"
+        assert (
+            f"stopped by {signal.Signals(signum).name}: cancelled 2 jobs" in out
+            and "run the same command again" in out
+        )
+        assert not (tmp_path / "summary.json").exists()
+    finally:
+        launcher.kill()
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+class _Job:
+    """A submitted job as the launcher sees it: an id, and `cancel` (recorded)."""
+
+    def __init__(self, job_id, cancelled):
+        self.job_id, self.cancelled = job_id, cancelled
+
+    def cancel(self, check=True):
+        self.cancelled.append((self.job_id, check))
+
+
+@pytest.mark.parametrize(
+    "signum, stops", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)]
+)
+def test_a_stopped_launcher_cancels_every_job(signum, stops):
+    """SIGINT or SIGTERM while the launcher waits cancels every submitted job, says so, then stops
+    the launcher; afterwards the signal handlers are what they were."""
+
+    def not_handled(signum, frame):  # the handlers in place before: reached if none is installed
+        raise AssertionError(
+            f"{signal.Signals(signum).name} reached the handler outside the launcher"
+        )
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    outside = {s: signal.signal(s, not_handled) for s in signals}
+    try:
+        cancelled, messages = [], []
+        jobs = [_Job("11", cancelled), _Job("12", cancelled)]
+        with pytest.raises(stops) as stopped:
+            with launch._cancel_jobs_when_stopped(jobs, messages.append):
+                os.kill(os.getpid(), signum)
+                time.sleep(5)  # the handler runs in the main thread at the next bytecode
+        assert cancelled == [("11", False), ("12", False)]
+        assert messages == [
+            f"stopped by {signal.Signals(signum).name}: cancelled 2 jobs (11, 12); their unfinished "
+            "runs have no record: run the same command again to submit them"
+        ]
+        assert stops is KeyboardInterrupt or stopped.value.code == 128 + signum
+        assert all(signal.getsignal(s) is not_handled for s in signals)
+    finally:
+        for s, handler in outside.items():
+            signal.signal(s, handler)
 
 
 def test_shards_are_disjoint_cover_every_run_and_write_the_outputs_once_all_are_done(tmp_path):

@@ -563,6 +563,105 @@ def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "record", [{}, [], {"spec": {"x": 2}}, {"spec": {"x": 5}, "metrics": [{"metric": "square"}]}]
+)
+def test_malformed_run_record_is_redone_and_named(tmp_path, record):
+    """A record that is JSON but not a record of its run (empty, not an object, without metrics, of
+    another spec) is moved aside with its file named, and only its run is redone."""
+    config = ConfigDict({"xs": (1, 2, 3)})
+    first = study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    path = tmp_path / "runs" / "x2.json"
+    path.write_text(json.dumps(record))
+    redone, messages = [], []
+
+    def counted(spec, config, run):
+        redone.append(spec.run_id)
+        return [{"metric": "square", "value": spec.x**2}]
+
+    assert (
+        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append)
+        == first
+    )
+    (moved,) = [m for m in messages if "is not a run record" in m]
+    assert redone == ["x2"] and moved.startswith(str(path))
+    assert moved.endswith(f"moved to {path}.corrupt, run x2 will be redone")
+    assert json.loads((tmp_path / "runs" / "x2.json.corrupt").read_text()) == record
+
+
+def test_a_stray_record_is_reported_and_not_merged(tmp_path):
+    """A record in runs/ that is not of the study's runs (another study's, a copy) is named once, left
+    alone, and never merged into metrics.jsonl."""
+    config = ConfigDict({"xs": (1, 2, 3)})
+    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    stray = json.dumps({"spec": {"x": 7}, "metrics": [{"metric": "square", "value": 49}] * 4})
+    (tmp_path / "runs" / "other.json").write_text(stray)
+    messages = []
+    study_lib.run(_toy(run_one=refuse), config, str(tmp_path), progress=messages.append)
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+    assert [m for m in messages if "other.json" in m] == [
+        f"{tmp_path / 'runs'} holds records that are not of this study's runs, left alone and not "
+        "read: other.json"
+    ]
+    assert (tmp_path / "runs" / "other.json").read_text() == stray
+
+
+def test_a_read_only_workdir_is_refused_before_any_run(tmp_path, monkeypatch):
+    """A workdir that cannot be written is refused, naming it, before any run is computed (whose work
+    would be lost when its record cannot be written)."""
+    from tests.experiments.lab.test_workdir import _read_only
+
+    config = ConfigDict({"xs": (1, 2, 3)})
+    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    (tmp_path / "runs" / "x3.json").unlink()
+    _read_only(tmp_path, monkeypatch)
+    ran = []
+
+    def counted(spec, config, run):
+        ran.append(spec.run_id)
+        return [{"metric": "square", "value": spec.x**2}]
+
+    with pytest.raises(OSError, match=rf"workdir directory {tmp_path} is not writable"):
+        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=lambda line: None)
+    assert ran == []
+
+
+def test_summary_lists_only_figures_already_written(tmp_path, monkeypatch):
+    """summary.json is written after the figures it lists: a run killed while they are written leaves no
+    summary naming a missing plot (the next run writes them all)."""
+    from attnjax import plotting
+    from experiments.lab.workdir import Workdir
+
+    def figures(summary):
+        out = {}
+        for name in ("a", "b"):
+            out[name] = plotting.figure(2, 2)
+            out[name].add_subplot().plot(summary["xs"])
+        return out
+
+    write_figure = Workdir.write_figure
+
+    def killed_at_b(self, name, figure):
+        if name == "b":
+            raise KeyboardInterrupt("killed while plots/b.png is written")
+        return write_figure(self, name, figure)
+
+    monkeypatch.setattr(Workdir, "write_figure", killed_at_b)
+    config = ConfigDict({"xs": (1, 2)})
+    with pytest.raises(KeyboardInterrupt):
+        study_lib.run(_toy(figures=figures), config, str(tmp_path), progress=lambda line: None)
+    summary = tmp_path / "summary.json"
+    listed = json.loads(summary.read_text())["plots"] if summary.exists() else []
+    assert all((tmp_path / "plots" / name).exists() for name in listed)
+    monkeypatch.undo()
+    summary = study_lib.run(
+        _toy(figures=figures), config, str(tmp_path), progress=lambda line: None
+    )
+    assert summary["plots"] == ["a.png", "b.png"]
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == summary["plots"]
+
+
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
     study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):

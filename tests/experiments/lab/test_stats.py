@@ -1,0 +1,32 @@
+"""The lab's shared statistics (`experiments.lab.stats`): reading a summary's JSON numbers back."""
+
+import math
+
+import numpy as np
+import pytest
+
+from attnjax.serialization import json_form
+from experiments.lab import render, stats
+
+
+def test_number_reads_back_every_number_of_a_json_form():
+    values = [1, -2.5, 0.0, np.float32(0.25), np.int64(3), math.nan, math.inf, -math.inf]
+    read = [stats.number(v) for v in json_form(values)]
+    assert all(type(r) is float for r in read)
+    np.testing.assert_array_equal(read, np.asarray(values, dtype=np.float64))
+
+
+@pytest.mark.parametrize("value", ["NaN", "1.5", "infinity", None, True, [1.0], {"mean": 1.0}])
+def test_number_refuses_what_is_not_a_json_number(value):
+    with pytest.raises(
+        TypeError, match=r"value must be a number or one of \['-inf', 'inf', 'nan'\]"
+    ):
+        stats.number(value)
+
+
+def test_an_interval_prints_the_same_from_its_json_form():
+    """`render.interval_text` of an interval and of its JSON form (NaN ends as 'nan') agree."""
+    for values in ([1.0, 2.0, 4.0], [3.0], [1.0, math.inf]):
+        iv = stats.interval(values)
+        assert render.interval_text(json_form(iv), ".4g") == render.interval_text(iv, ".4g")
+    assert render.interval_text(json_form(stats.interval([3.0]))) == "3 [nan, nan]"
