@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from experiments.lab.render import interval_text
+from experiments.lab.stats import numbers
 from experiments.lab.study import config_of, prediction
 from experiments.rank_collapse.constants import EPS, LOCAL_WINDOW, RESOLVED, SATURATED
 
@@ -74,17 +75,6 @@ NOCI_GRADIENTS = (
 NOCI_PLACEMENT = "post-LN"
 # What the Dong rows need (`summary.dong_run`).
 DONG_RUN = "init or scale sweep run of bidirectional attention_only (softmax) at dong_embedding_std"
-NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-def numbers(value):
-    """A part of the summary with its non-finite numbers as floats: JSON stores NaN and inf as the strings
-    'nan', 'inf' and '-inf' (`attnjax.serialization.to_json`); nested dicts and lists are read through."""
-    if isinstance(value, dict):
-        return {k: numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [numbers(v) for v in value]
-    return NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
 def std_label(std) -> str:

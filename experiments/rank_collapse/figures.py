@@ -21,7 +21,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from attnjax import plotting
-from experiments.rank_collapse.checks import numbers, std_label
+from experiments.lab.stats import numbers
+from experiments.rank_collapse.checks import std_label
 from experiments.rank_collapse.constants import FLOOR, LOCAL_WINDOW, RESOLVED, SATURATED
 
 HIDDEN, ATTENTION = 0, 1  # x of a profile's first value: X_0 (the input), or layer 1's attention
