@@ -263,20 +263,23 @@ def window_rows(summary: dict) -> list[list]:
 
 
 def local_rows(summary: dict) -> list[list]:
-    """Per local-mask width: the layers, its rate, the full causal mask's, and the log difference
-    (intervals over seeds)."""
+    """Per local-mask width: the deepest layer K resolved in both runs, r_K of the local and of the full
+    causal run and their log difference, and the late window's per-layer rates (intervals over seeds)."""
     rows = []
     for local in numbers(summary["local"]):
         rates = local["rates"]
         cells = (
             [
-                f"{rates['layers'][0]}-{rates['layers'][1]}",
-                _fmt_interval(rates["rate"]),
-                _fmt_interval(rates["reference_rate"]),
+                rates["layers"][1],
+                _fmt_interval(rates["residual"]),
+                _fmt_interval(rates["reference_residual"]),
                 _fmt_interval(rates["difference"]),
+                f"{rates['late']['layers'][0]}-{rates['late']['layers'][1]}",
+                _fmt_interval(rates["late"]["rate"]),
+                _fmt_interval(rates["late"]["reference_rate"]),
             ]
             if rates
-            else ["", "", "", ""]
+            else [""] * 7
         )
         rows.append([local["window"], local["depth"], local["seeds"], *cells])
     return rows

@@ -358,7 +358,9 @@ def cubic_exponent(
     With `upper` = `LOCAL_WINDOW` this is the leading-order exponent (3: see `scaling.py`); with
     `lower` = `SATURATED` the slope of initialisation-sized residuals, lowered by the next-order term.
 
-    Returns `{"slopes": [S], "intercepts": [S], "pairs": [S], "mean", "low", "high", "n"}`
+    Returns `{"slopes": [S], "intercepts": [S], "pairs": [S], "transitions": [S] (distinct layers
+    l - 1 -> l among the pairs), "unresolved": [S] (pairs whose r_(l-1) is in the window but r_l at or
+    below `floor`, left out), "mean", "low", "high", "n"}`
     (`interval` over seeds; a seed with fewer than two pairs, or all at one x, has slope NaN, and
     the interval's ends are then NaN) and `"intercept"`: the mean intercept.
     """
@@ -367,19 +369,24 @@ def cubic_exponent(
         raise ValueError(
             f"res_abs and rel must both be [S, B, L + 1] with L >= 1; got {res_abs.shape} and {rel.shape}"
         )
-    slopes, intercepts, pairs = [], [], []
+    slopes, intercepts, pairs, transitions, unresolved = [], [], [], [], []
     for a, r in zip(res_abs, rel):
         before = r[:, :-1]
-        keep = (before > floor) & (before >= lower) & (before < upper) & (r[:, 1:] > floor)
+        window = (before > floor) & (before >= lower) & (before < upper)
+        keep = window & (r[:, 1:] > floor)
         x, y = np.log(a[:, :-1][keep]), np.log(a[:, 1:][keep])
         fit = np.polyfit(x, y, 1) if x.size >= 2 and np.ptp(x) > 0 else (math.nan, math.nan)
         slopes.append(float(fit[0]))
         intercepts.append(float(fit[1]))
         pairs.append(int(x.size))
+        transitions.append(int(np.unique(np.nonzero(keep)[1]).size))
+        unresolved.append(int(np.sum(window & ~keep)))
     return {
         "slopes": slopes,
         "intercepts": intercepts,
         "pairs": pairs,
+        "transitions": transitions,
+        "unresolved": unresolved,
         **interval(slopes),
         "intercept": float(np.mean(intercepts)),
     }
@@ -627,19 +634,31 @@ def causal_windows(run: dict) -> list[dict]:
 
 
 def local_rates(run: dict, reference: dict) -> Optional[dict]:
-    """A local-mask run against the full causal run of the same seeds: per seed, the rate of r_l
-    (`layer_rates`) over the layers 0..K resolved in both (K >= 2), and log(rate) - log(reference rate),
-    each an `interval`; None if fewer than layers 0-2 are resolved in both."""
+    """A local-mask run against the full causal run of the same seeds (the same weights), over the layers
+    0..K resolved in both (K >= 2): the finite-depth slowdown `difference` = log r_K - log r_K(full) per
+    seed (> 0: the local run is less collapsed at depth K), r_K of each, and beside it the per-layer rates
+    (`layer_rates`) over 0..K and over the late window [K//2, K] with their log differences, each an
+    `interval`; None if fewer than layers 0-2 are resolved in both."""
     r, ref = init(run, "residual_fro"), init(reference, "residual_fro")
     last = min(resolved_last(r), resolved_last(ref))
     if last < 2:
         return None
     rate, base = layer_rates(r, 0, last), layer_rates(ref, 0, last)
+    late, late_base = layer_rates(r, last // 2, last), layer_rates(ref, last // 2, last)
     return {
         "layers": [0, last],
+        "residual": interval(r[:, last]),
+        "reference_residual": interval(ref[:, last]),
+        "difference": interval(np.log(r[:, last]) - np.log(ref[:, last])),
         "rate": interval(rate),
         "reference_rate": interval(base),
-        "difference": interval(np.log(rate) - np.log(base)),
+        "rate_difference": interval(np.log(rate) - np.log(base)),
+        "late": {
+            "layers": [last // 2, last],
+            "rate": interval(late),
+            "reference_rate": interval(late_base),
+            "difference": interval(np.log(late) - np.log(late_base)),
+        },
     }
 
 
@@ -918,15 +937,34 @@ def _gradient_record(run: dict) -> dict:
 
 
 def _gradients(summary: dict) -> list[dict]:
-    """Per placement of `noci_pairs`: its runs by depth (`unscaled`, `scaled`: `_gradient_record`s)."""
-    return [
-        {
-            "placement": placement,
+    """Per placement of `noci_pairs`: its runs by depth (`unscaled`, `scaled`: `_gradient_record`s), the
+    smallest per-layer ratio (mean over seeds) of any of them with its depth and layer (`smallest`), and
+    the machine epsilon of the sweep's precision (`epsilon`: float64 or float32, as `study.measure` runs it)."""
+    config = config_of(summary)
+    sweep = config.noci_sweep
+    float64 = config.measure_float64 if sweep.get("float64") is None else sweep.float64
+    epsilon = float(np.finfo(np.float64 if float64 else np.float32).eps)
+    out = []
+    for placement, (unscaled, scaled) in noci_pairs(summary).items():
+        records = {
             "unscaled": [_gradient_record(r) for r in unscaled],
             "scaled": [_gradient_record(r) for r in scaled],
         }
-        for placement, (unscaled, scaled) in noci_pairs(summary).items()
-    ]
+        smallest = min(
+            (value, variant, record["depth"], layer + 1)
+            for variant, found in records.items()
+            for record in found
+            for layer, value in enumerate(record["ratio_profile"])
+        )
+        out.append(
+            {
+                "placement": placement,
+                **records,
+                "smallest": dict(zip(("ratio", "variant", "depth", "layer"), smallest)),
+                "epsilon": epsilon,
+            }
+        )
+    return out
 
 
 def _mask_row(run: dict, mask: str) -> dict:
@@ -1048,8 +1086,10 @@ def _full_rank(run: Optional[dict]) -> Optional[dict]:
 def _layernorm(summary: dict) -> dict:
     """Wu et al.'s LayerNorm: `constructions` (`_construction` of each the config lists and has a run),
     `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run (float64), its depth,
-    width D and sequence length T, r_L per seed, its `interval`, lowest seed and mean (`last`), and
-    `float32`: the same of its float32-sweep twin (None: no twin)."""
+    width D and sequence length T, r_L per seed, its `interval`, lowest seed and mean (`last`), the
+    per-layer rates of r_l in two depth windows (`windows`: `rate_windows`) and those of the pure
+    attention run of its depth (`pure_windows`; None: no such run), and `float32`: r_L of its
+    float32-sweep twin (None: no twin)."""
     config = config_of(summary)
     block = config.get("layernorm")
     names = list(block.constructions) if block is not None else []
@@ -1068,12 +1108,21 @@ def _layernorm(summary: dict) -> dict:
     postln = []
     for run in runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
         twin = float32_twin(summary, run)
+        pure = deepest(
+            summary,
+            "mask",
+            kind="softmax",
+            architecture="attention_only",
+            depth=run["spec"]["depth"],
+        )
         postln.append(
             {
                 "depth": run["spec"]["depth"],
                 "width": config.model.features,
                 "length": length,
                 **last_layer(run),
+                "windows": rate_windows(init(run, "residual_fro")),
+                "pure_windows": None if pure is None else rate_windows(init(pure, "residual_fro")),
                 "float32": None if twin is None else last_layer(twin),
             }
         )

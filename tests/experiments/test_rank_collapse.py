@@ -77,19 +77,13 @@ def test_rows_hold_per_layer_profiles(run):
 EXPECTED_VERDICTS = {
     "layer-1 logit variance = (std_e^2 + std_p^2)^2": ("sanity", "pass"),
     "Dong's local window is resolved": ("sanity", "pass"),
-    "Dong's local exponent is 3": ("prediction", "pass"),
+    "Dong's local exponent is 3": ("sanity", "pass"),
     "the eps-scaling identity holds at every layer": ("sanity", "pass"),
     "Dong's local window is in the leading order": ("sanity", "pass"),
     "residual <= Dong's bound c_l ||res(X_(l-1))||^3": ("not applicable", "not applicable"),
     # Pre-LN is not Noci et al.'s Figure 1 placement: hypotheses.
-    "rank collapse deepens with depth unless the branches are scaled by 1/sqrt(L)": (
-        "hypothesis",
-        "pass",
-    ),
-    "token alignment grows with depth unless the branches are scaled by 1/sqrt(L)": (
-        "hypothesis",
-        "pass",
-    ),
+    "token alignment grows and rank collapse deepens with depth unless the branches are scaled by "
+    "1/sqrt(L)": ("hypothesis", "pass"),
     "query/key gradients vanish with depth unless the branches are scaled by 1/sqrt(L)": (
         "hypothesis",
         "pass",
@@ -99,10 +93,7 @@ EXPECTED_VERDICTS = {
     "a local mask of width 2 slows the collapse": ("prediction", "pass"),
     "LayerNorm does not stop exponential collapse": ("sanity", "pass"),
     "LayerNorm with constructed W_V keeps a full-rank equilibrium": ("sanity", "pass"),
-    "LayerNorm after attention stops collapse at random initialisation": (
-        "not applicable",
-        "not applicable",
-    ),
+    "LayerNorm after attention stops collapse at random initialisation": ("hypothesis", "fail"),
     # Four training steps: recall is not learnt; two seeds carry no verdict over an interval.
     "skip_mlp (softmax) learns recall at depth 4, 2 seeds": ("sanity", "fail"),
     "attention only (softmax) learns the context mode, not recall, at depth 4, 2 seeds": (

@@ -6,6 +6,7 @@ import pytest
 
 from attnjax import nn
 from attnjax.serialization import json_form
+from experiments.lab.render import interval_text
 from experiments.rank_collapse import checks
 from experiments.rank_collapse import summary as summary_lib
 from tests.experiments.lab.test_studies import rank_collapse_test_config
@@ -139,6 +140,7 @@ def test_dong_exponent_passes_on_noisy_cubic_maps(k):
     # A 95% interval misses the true exponent in 5% of noise draws: this draw (seed 1) is fixed.
     row = exponent_verdict(power_map(3.0, k, 5, seed=1))
     assert row["verdict"] == "pass", row["note"]
+    assert row["kind"] == "sanity" and "not a test of Dong et al.'s experiments" in row["note"]
     assert abs(row["measured"] - 3) < 0.05
 
 
@@ -220,6 +222,12 @@ BOUND = "residual <= Dong's bound c_l ||res(X_(l-1))||^3"
 
 def test_dong_window_condition_fails_when_the_profile_skips_the_window():
     assert verdicts(dong_rows(power_map(3.0, 1.0, 5)))[WINDOW] == "pass"
+    exponent = summary_lib.cubic_exponent(
+        power_map(3.0, 1.0, 5), power_map(3.0, 1.0, 5), upper=checks.LOCAL_WINDOW
+    )
+    # Starts 0.9..0.1 cubed per layer: 0.1 -> 1e-3 -> 1e-9 -> 1e-27: pairs from layers 1, 2 and 3 enter the
+    # window, and the ones whose r_l is at rounding (1e-27) are left out and counted.
+    assert min(exponent["transitions"]) >= 2 and min(exponent["unresolved"]) >= 1
     # Every example jumps from r >= 0.05 to below 1e-13 in one layer: no pair in the window.
     skips = noisy(np.array([0.5, 0.1, 1e-15, 1e-16]))
     assert verdicts(dong_rows(skips))[WINDOW] == "fail"
@@ -363,19 +371,76 @@ def noci_verdicts(unscaled, scaled, placement=("post_ln", "post_ln_scaled"), see
     return {row["name"].split(" unless")[0]: (row["kind"], row["verdict"]) for row in rows}
 
 
-RANK, ALIGNMENT, GRADIENTS = (
-    "rank collapse deepens with depth",
-    "token alignment grows with depth",
+ALIGNMENT, GRADIENTS = (
+    "token alignment grows and rank collapse deepens with depth",
     "query/key gradients vanish with depth",
 )
 
 
 def test_noci_trends_pass_when_only_the_unscaled_network_collapses_with_depth():
     got = noci_verdicts(COLLAPSING, KEEPING)
-    assert got == {name: ("prediction", "pass") for name in (RANK, ALIGNMENT, GRADIENTS)}
+    assert got == {name: ("prediction", "pass") for name in (ALIGNMENT, GRADIENTS)}
     # Pre-LN is not Figure 1's placement: the same rows are hypotheses.
     pre = noci_verdicts(COLLAPSING, KEEPING, placement=("skip_mlp", "skip_mlp_scaled"))
-    assert pre == {name: ("hypothesis", "pass") for name in (RANK, ALIGNMENT, GRADIENTS)}
+    assert pre == {name: ("hypothesis", "pass") for name in (ALIGNMENT, GRADIENTS)}
+
+
+# The unscaled network's r_L falls with depth while its cosine stays put, and the converse.
+RANK_ONLY = tuple((r, 0.15, g) for r, _, g in COLLAPSING)
+COSINE_ONLY = tuple((0.9, c, g) for _, c, g in COLLAPSING)
+
+
+# The scaled network keeping its rank, but with the unscaled network's r_L, or its cosine, at every depth.
+SCALED_RANK_FALLS = tuple((c[0], k[1], k[2]) for c, k in zip(COLLAPSING, KEEPING))
+SCALED_COSINE_GROWS = tuple((k[0], c[1], k[2]) for c, k in zip(COLLAPSING, KEEPING))
+
+
+@pytest.mark.parametrize(
+    "unscaled,scaled",
+    [
+        (RANK_ONLY, KEEPING),
+        (COSINE_ONLY, KEEPING),
+        (COLLAPSING, SCALED_RANK_FALLS),
+        (COLLAPSING, SCALED_COSINE_GROWS),
+    ],
+    ids=[
+        "rank-only",
+        "cosine-only",
+        "scaling-leaves-the-rank-trend",
+        "scaling-leaves-the-cosine-trend",
+    ],
+)
+def test_the_alignment_row_needs_both_of_its_statistics(unscaled, scaled):
+    got = noci_verdicts(unscaled, scaled)
+    assert got == {ALIGNMENT: ("prediction", "fail"), GRADIENTS: ("prediction", "pass")}
+
+
+def noci_notes(unscaled, scaled, **kw):
+    records = [
+        noci_record(arch, depth, *values, **kw)
+        for arch, profile in zip(("post_ln", "post_ln_scaled"), (unscaled, scaled))
+        for depth, values in zip(DEPTHS, profile)
+    ]
+    return {
+        row["name"].split(" unless")[0]: row["note"]
+        for row in checks.noci_checks(summary_of(*records))
+    }
+
+
+def test_the_noci_notes_say_when_the_scaled_network_still_trends():
+    # Scaled: r_L falls 0.9 -> 0.5, the cosine rises 0.15 -> 0.3, g falls 0.6 -> 0.3 (slower than unscaled).
+    trending = ((0.9, 0.15, 0.6), (0.8, 0.2, 0.5), (0.65, 0.25, 0.4), (0.5, 0.3, 0.3))
+    notes = noci_notes(COLLAPSING, trending)
+    assert notes[ALIGNMENT].count(checks.STILL_TRENDS) == 2
+    assert checks.STILL_TRENDS in notes[GRADIENTS]
+    notes = noci_notes(COLLAPSING, FLAT)  # no trend: each interval holds 0
+    assert not any(checks.STILL_TRENDS in note for note in notes.values())
+
+
+def test_the_gradient_note_says_when_a_ratio_is_below_the_precision():
+    tiny = COLLAPSING[:-1] + ((2e-4, 1.0, 5e-8),)  # float32 (the Noci sweep's): epsilon 1.2e-7
+    assert "below the run's machine epsilon" in noci_notes(tiny, KEEPING)[GRADIENTS]
+    assert "machine epsilon" not in noci_notes(COLLAPSING, KEEPING)[GRADIENTS]
 
 
 @pytest.mark.parametrize(
@@ -519,6 +584,10 @@ def test_the_lambda_2_hypothesis_compares_with_the_uniform_chain_in_the_late_win
     assert mask_verdicts(0.6**LAYERS)[LAMBDA2] == "fail"
     # The chain's own late rate of 0.55 makes a run at 0.55 consistent with its maps at 0.5.
     assert mask_verdicts(0.55**LAYERS, chain=0.55**LAYERS)[LAMBDA2] == "pass"
+    # The note gives the early window's difference beside the late one the rule reads.
+    (row,) = [r for r in checks.mask_checks(causal_summary(transient)) if LAMBDA2 in r["name"]]
+    early = interval_text(windows[0]["excess"])
+    assert f"in the early window (layers 0-8, not the rule's) {early}" in row["note"]
 
 
 def test_the_lambda_2_hypothesis_is_not_measured_without_the_chain():
@@ -557,27 +626,48 @@ def test_a_local_mask_row_passes_when_the_collapse_is_slower_and_fails_otherwise
     assert got == {
         "a local mask of width 2 slows the collapse": "pass",
         "a local mask of width 4 slows the collapse": "pass",
-        "a local mask of width 8 slows the collapse": "fail",  # as fast as the full mask
-        "a local mask of width 16 slows the collapse": "fail",  # faster
+        "a local mask of width 8 slows the collapse": "fail",  # as collapsed as the full mask at K
+        "a local mask of width 16 slows the collapse": "fail",  # more collapsed
     }
+
+
+# A delay: 0.8 per layer for 4 layers, then the full mask's 0.5 (the same late rate, r_K 2^4 x 0.8^4 above);
+# and a mask that starts slower but catches up: 0.8 per layer, then 0.2 until r_K is the full mask's.
+DELAYED = np.concatenate([0.8 ** np.arange(5.0), 0.8**4 * 0.5 ** np.arange(1.0, 13.0)])
+CAUGHT_UP = np.minimum(0.8**LAYERS, np.maximum(0.5**LAYERS, 0.8**6 * 0.2 ** (LAYERS - 6)))
+
+
+def test_the_local_mask_row_reads_the_finite_depth_delay_not_the_late_rate():
+    assert local_verdicts({4: DELAYED})["a local mask of width 4 slows the collapse"] == "pass"
+    local = causal_summary(0.5**LAYERS, local={4: DELAYED})["local"][0]["rates"]
+    np.testing.assert_allclose(local["late"]["rate"]["mean"], 0.5, rtol=0.02)  # the same late rate
+    np.testing.assert_allclose(local["difference"]["mean"], np.log(1.6**4), rtol=0.05)
+    # Slower early, faster later, as collapsed as the full mask at K: no delay left, the row fails.
+    assert local_verdicts({4: CAUGHT_UP})["a local mask of width 4 slows the collapse"] == "fail"
 
 
 def test_local_rates_read_the_layers_resolved_in_both_runs():
     causal = 0.1**LAYERS  # resolved to layer 12 (1e-12), 1e-13 at layer 13
     local = causal_summary(causal, local={2: 0.8**LAYERS})["local"][0]
-    assert local["rates"]["layers"] == [0, 12] and local["window"] == 2
-    np.testing.assert_allclose(local["rates"]["reference_rate"]["mean"], 0.1, rtol=0.02)
-    np.testing.assert_allclose(local["rates"]["difference"]["mean"], np.log(8), rtol=0.02)
+    rates = local["rates"]
+    assert (
+        rates["layers"] == [0, 12] and rates["late"]["layers"] == [6, 12] and local["window"] == 2
+    )
+    np.testing.assert_allclose(rates["reference_rate"]["mean"], 0.1, rtol=0.02)
+    np.testing.assert_allclose(rates["rate_difference"]["mean"], np.log(8), rtol=0.02)
+    np.testing.assert_allclose(rates["difference"]["mean"], 12 * np.log(8), rtol=0.02)
+    np.testing.assert_allclose(rates["reference_residual"]["mean"], 1e-12, rtol=0.05)
 
 
 # --------------------------------------------------------------------------
 # Wu et al.'s LayerNorm rows
 
 
-def layernorm_summary(orthogonal=None, full_rank=None, postln_last=None, float32_last=None):
+def layernorm_summary(orthogonal=None, full_rank=None, postln=None, float32_last=None):
     """Wu et al.'s LayerNorm runs: `orthogonal` a consensus profile `[L + 1]`; `full_rank` (with LN, without LN,
-    rank) at the last layer; `postln_last` r_L per seed of the post-LN attention-only run, and its float32
-    twin's `float32_last`."""
+    rank) at the last layer; `postln` the r_l profile `[L + 1]` of the post-LN attention-only run (times
+    noise per seed, with pure attention at 0.5 per layer beside it), and its float32 twin's r_L per seed
+    `float32_last`."""
     records = []
     if orthogonal is not None:
         records.append(
@@ -610,18 +700,32 @@ def layernorm_summary(orthogonal=None, full_rank=None, postln_last=None, float32
                 std=None,
             )
         )
-    for sweep, last in (("mask", postln_last), ("float32", float32_last)):
-        if last is not None:
+    rng = np.random.default_rng(0)
+    if postln is not None:
+        profile = np.asarray(postln) * np.exp(0.02 * rng.standard_normal((SEEDS, len(postln))))
+        pure = np.tile(0.5 ** np.arange(len(postln), dtype=float), (SEEDS, 1))
+        for architecture, r in (("attention_only_postln", profile), ("attention_only", pure)):
             records.append(
                 run_record(
-                    sweep,
-                    "attention_only_postln",
-                    4,
-                    {"residual_fro": [[0.9, 0.5, 0.4, 0.3, v] for v in last]},
+                    "mask",
+                    architecture,
+                    len(postln) - 1,
+                    {"residual_fro": r.tolist()},
                     causal=True,
                     std=1.0,
                 )
             )
+    if float32_last is not None:
+        records.append(
+            run_record(
+                "float32",
+                "attention_only_postln",
+                len(postln) - 1,
+                {"residual_fro": [[0.9] * (len(postln) - 1) + [v] for v in float32_last]},
+                causal=True,
+                std=1.0,
+            )
+        )
     return summary_of(*records)
 
 
@@ -630,6 +734,8 @@ def layernorm_verdicts(**kw):
 
 
 def test_layernorm_exponential_row_passes_on_a_geometric_profile_and_fails_on_a_flat_one():
+    (row,) = checks.layernorm_checks(layernorm_summary(orthogonal=0.5 ** np.arange(41.0)))
+    assert row["source"].startswith("this codebase's construction")
     assert layernorm_verdicts(orthogonal=0.5 ** np.arange(41.0)) == ["pass"]
     assert layernorm_verdicts(orthogonal=np.full(41, 0.3)) == ["fail"]
     assert layernorm_verdicts(orthogonal=(1 + np.arange(41.0)) ** -2.0) == ["fail"]
@@ -652,13 +758,22 @@ def test_layernorm_construction_row_needs_ln_to_be_what_keeps_a_full_rank_equili
     assert layernorm_verdicts(full_rank=(with_ln, plain, rank)) == [verdict]
 
 
-def test_the_random_init_layernorm_row_is_not_applicable_and_reports_both_precisions():
-    (row,) = checks.layernorm_checks(
-        layernorm_summary(postln_last=[2e-9] * SEEDS, float32_last=[3e-7] * SEEDS)
-    )
-    assert row["kind"] == "not applicable" and row["verdict"] == "not applicable"
-    assert "float64 2e-09" in row["note"] and "float32 3e-07" in row["note"]
-    assert "not retrieved" in row["note"]
+def random_layernorm_row(postln, float32_last=None):
+    rows = checks.layernorm_checks(layernorm_summary(postln=postln, float32_last=float32_last))
+    (row,) = [r for r in rows if "random initialisation" in r["name"]]
+    return row
+
+
+def test_the_random_init_layernorm_hypothesis_fails_when_r_l_collapses_and_passes_when_it_does_not():
+    collapsing = random_layernorm_row(0.5 ** np.arange(17.0), float32_last=[3e-7] * SEEDS)
+    assert (collapsing["kind"], collapsing["verdict"]) == ("hypothesis", "fail")
+    assert "float32 3e-07" in collapsing["note"] and "not retrieved" in collapsing["note"]
+    assert "pure attention of the same depth: late rate 0.5" in collapsing["note"]
+    assert "not evidence against Wu et al." in collapsing["note"]
+    kept = random_layernorm_row(np.full(17, 0.6))  # r_l stays put: no collapse
+    assert (kept["kind"], kept["verdict"]) == ("hypothesis", "pass")
+    # Falling toward a floor of 0.3 (rate -> 1 late): not a geometric collapse.
+    assert random_layernorm_row(0.3 + 0.6 * 0.5 ** np.arange(17.0))["verdict"] == "pass"
 
 
 # --------------------------------------------------------------------------
@@ -712,6 +827,10 @@ def test_the_attention_only_hypothesis_passes_when_it_predicts_the_mode():
     mode = 0.26 + 0.005 * rng.standard_normal(SEEDS)
     got = training_verdict("attention_only", mode - 0.003, mode, [0.0] * SEEDS)
     assert got == ("hypothesis", "pass")
+    (row,) = checks.training_checks(
+        trained_summary("attention_only", mode - 0.003, mode, [0.0] * SEEDS)
+    )
+    assert "the mode strategy scores 0" in row["note"] and "below the mode strategy" in row["note"]
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,9 @@ NOCI = _rows(
     "test_noci_trends_fail_unless_the_scaling_is_what_removes_the_trend",
     "test_noci_trends_are_not_measured_with_fewer_than_ten_seeds",
     "test_depth_trends_are_per_seed_regressions_on_log2_depth",
+    "test_the_alignment_row_needs_both_of_its_statistics",
+    "test_the_noci_notes_say_when_the_scaled_network_still_trends",
+    "test_the_gradient_note_says_when_a_ratio_is_below_the_precision",
 )
 WU = _rows(
     "test_the_exponential_row_passes_on_collapse_at_least_exponential",
@@ -47,11 +50,12 @@ WU = _rows(
     "test_causal_windows_split_the_resolved_layers_and_regress_each_half",
     "test_a_local_mask_row_passes_when_the_collapse_is_slower_and_fails_otherwise",
     "test_local_rates_read_the_layers_resolved_in_both_runs",
+    "test_the_local_mask_row_reads_the_finite_depth_delay_not_the_late_rate",
 )
 LAYERNORM = _rows(
     "test_layernorm_exponential_row_passes_on_a_geometric_profile_and_fails_on_a_flat_one",
     "test_layernorm_construction_row_needs_ln_to_be_what_keeps_a_full_rank_equilibrium",
-    "test_the_random_init_layernorm_row_is_not_applicable_and_reports_both_precisions",
+    "test_the_random_init_layernorm_hypothesis_fails_when_r_l_collapses_and_passes_when_it_does_not",
 )
 TRAINING = _rows(
     "test_the_recall_sanity_row_needs_every_seed_above_the_mode_baseline",
@@ -147,15 +151,15 @@ MUTANTS = (
     ),
     Mutant(
         CHECKS,
-        'grows = stat["unscaled"]["low"] > NO_TREND > stat["difference"]["high"]',
-        'grows = not stat["unscaled"]["low"] > NO_TREND > stat["difference"]["high"]',
+        'grows = cos["unscaled"]["low"] > NO_TREND > cos["difference"]["high"]',
+        'grows = not cos["unscaled"]["low"] > NO_TREND > cos["difference"]["high"]',
         "rank_collapse: Noci alignment trend flipped",
         NOCI,
     ),
     Mutant(
         CHECKS,
-        'grows = stat["unscaled"]["low"] > NO_TREND > stat["difference"]["high"]',
-        'grows = stat["unscaled"]["low"] > NO_TREND',
+        'grows = cos["unscaled"]["low"] > NO_TREND > cos["difference"]["high"]',
+        'grows = cos["unscaled"]["low"] > NO_TREND',
         "rank_collapse: Noci alignment trend without the scaled comparison",
         NOCI,
     ),
@@ -214,6 +218,34 @@ MUTANTS = (
         'difference["low"] <= NO_TREND',
         "rank_collapse: local mask flipped",
         WU,
+    ),
+    Mutant(
+        CHECKS,
+        '_decide(cos["unscaled"], falls and grows)',
+        '_decide(cos["unscaled"], grows)',
+        "rank_collapse: Noci alignment row without its r_L statistic",
+        NOCI,
+    ),
+    Mutant(
+        CHECKS,
+        'return scaled["low"] > NO_TREND or scaled["high"] < NO_TREND',
+        "return True",
+        "rank_collapse: Noci scaled arm always said to trend",
+        NOCI,
+    ),
+    Mutant(
+        CHECKS,
+        'gradients["smallest"]["ratio"] >= gradients["epsilon"]',
+        'gradients["smallest"]["ratio"] >= 0',
+        "rank_collapse: Noci gradient precision note never given",
+        NOCI,
+    ),
+    Mutant(
+        CHECKS,
+        'late["high"] >= COLLAPSE_RATE',
+        'late["high"] < COLLAPSE_RATE',
+        "rank_collapse: random-init LayerNorm hypothesis flipped",
+        LAYERNORM,
     ),
     Mutant(
         CHECKS,
@@ -300,6 +332,13 @@ MUTANTS = (
         "last = min(resolved_last(r), resolved_last(ref))",
         "last = resolved_last(r)",
         "rank_collapse: local rates over unresolved layers",
+        WU,
+    ),
+    Mutant(
+        SUMMARY,
+        '"difference": interval(np.log(r[:, last]) - np.log(ref[:, last])),',
+        '"difference": interval(np.log(rate) - np.log(base)),',
+        "rank_collapse: local mask row on the rate, not the delay at depth K",
         WU,
     ),
     Mutant(
