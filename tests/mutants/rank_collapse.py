@@ -287,8 +287,8 @@ MUTANTS = (
     # The summary numbers the rows read.
     Mutant(
         SUMMARY,
-        "keep = (before > floor) & (before >= lower) & (before < upper) & (r[:, 1:] > floor)",
-        "keep = (before > floor) & (before >= lower) & (r[:, 1:] > floor)",
+        "window = (before > floor) & (before >= lower) & (before < upper)",
+        "window = (before > floor) & (before >= lower)",
         "rank_collapse: local exponent pools the saturated pairs",
         DONG,
     ),
