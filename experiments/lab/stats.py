@@ -48,3 +48,13 @@ def number(value) -> float:
     raise TypeError(
         f"value must be a number or one of {sorted(NON_FINITE)} (a JSON number), got {value!r}"
     )
+
+
+def numbers(value):
+    """A part of a summary's JSON form with its non-finite numbers as floats (`number`): nested dicts and
+    lists are read through; other strings and values are returned as they are."""
+    if isinstance(value, dict):
+        return {k: numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers(v) for v in value]
+    return NON_FINITE.get(value, value) if isinstance(value, str) else value

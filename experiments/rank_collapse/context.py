@@ -11,16 +11,33 @@ from __future__ import annotations
 from typing import Optional
 
 from attnjax import nn
-from experiments.lab.render import fmt
-from experiments.lab.study import config_of
+from experiments.lab.render import fmt, kind_counts
+from experiments.lab.study import KINDS, config_of
 from experiments.rank_collapse.checks import numbers, std_label
-from experiments.rank_collapse.constants import RESOLVED, SWEEPS
+from experiments.rank_collapse.constants import LOCAL_WINDOW, RESOLVED, SATURATED, SWEEPS
 
 # Layers shown in a per-layer table (the profiles are in summary.json).
 PROFILE_ROWS = 9
 # Layers shown in the Dong et al. table.
 DONG_ROWS = 8
-NOCI_ARCHITECTURES = ("skip", "skip_scaled", "skip_mlp", "post_ln")
+NOCI_ARCHITECTURES = ("skip", "skip_mlp", "post_ln")
+# What each kind of row is, as the report and the README head its table.
+KIND_HEADINGS = {
+    "prediction": "Predictions: a paper's own claim, in the paper's setting (evidence about the paper)",
+    "replication": "Replications: a paper's own number against ours, measured the same way (evidence "
+    "about the paper)",
+    "hypothesis": "Hypotheses: claims of this codebase, or a paper's claim in a setting the paper does "
+    "not use (not evidence about a paper)",
+    "sanity": "Sanity conditions: identities, constructions, resolution and training conditions; they "
+    "fail only on a bug (not evidence about a paper)",
+    "not applicable": "Not applicable: the paper's setting or constant is not retrieved; measured, no "
+    "verdict (never evidence against the paper)",
+}
+NOCI_STATISTICS = (
+    ("rank", "log(r_L(L_max) / r_L(L_min))"),
+    ("cosine", "slope of the token cosine at L per doubling of L"),
+    ("gradient", "slope of log g(L) per doubling of L"),
+)
 HIDDEN = ("residual_fro", "residual_l1inf", "residual_abs_fro", "mean_token_norm", "token_cosine")
 ATTENTION = ("attention_entropy_normalized", "dobrushin", "logit_variance")
 
@@ -39,25 +56,45 @@ def _fmt_interval(x: dict) -> str:
 
 
 def seed_counts(config) -> str:
-    """'2 seeds', then the sweeps with their own count: '2 seeds (10 in the scale and mask sweeps)'."""
-    own = {}
+    """'2 seeds', then the sweeps and architectures with their own count: '2 seeds (10 in the scale and mask
+    sweeps and for attention_only in the train sweep)'."""
+    sweeps, architectures = {}, {}
     for sweep in SWEEPS:
-        count = config[f"{sweep}_sweep"].get("num_seeds")
+        block = config[f"{sweep}_sweep"]
+        count = block.get("num_seeds")
         if count is not None and count != config.num_seeds:
-            own.setdefault(count, []).append(sweep)
-    extra = "; ".join(
-        f"{count} in the {' and '.join(sweeps)} sweep{'s' if len(sweeps) > 1 else ''}"
-        for count, sweeps in own.items()
-    )
-    return f"{config.num_seeds} seeds" + (f" ({extra})" if extra else "")
+            sweeps.setdefault(count, []).append(sweep)
+        for architecture, seeds in block.get("architecture_seeds", ()):
+            architectures.setdefault(seeds, []).append(f"{architecture} in the {sweep} sweep")
+
+    def listed(names):
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    extra = []
+    for count in dict.fromkeys([*sweeps, *architectures]):
+        parts = []
+        if count in sweeps:
+            plural = "s" if len(sweeps[count]) > 1 else ""
+            parts.append(f"in the {listed(sweeps[count])} sweep{plural}")
+        if count in architectures:
+            parts.append(f"for {listed(architectures[count])}")
+        extra.append(f"{count} " + " and ".join(parts))
+    return f"{config.num_seeds} seeds" + (f" ({'; '.join(extra)})" if extra else "")
 
 
-def split_kinds(records: list[dict]) -> dict:
-    """`{"checks": literature predictions, "sanity": theorems, identities and regime conditions}`."""
-    return {
-        "checks": [c for c in records if c.get("kind", "prediction") == "prediction"],
-        "sanity": [c for c in records if c.get("kind") == "sanity"],
-    }
+def kind_sections(records: list[dict]) -> list[dict]:
+    """The rows by kind, every kind of `KINDS` in order: `[{"kind", "heading", "rows", "counts"}]`
+    (`counts`: `{verdict: n}`, `experiments.lab.render.kind_counts`)."""
+    counts = kind_counts(records)
+    return [
+        {
+            "kind": kind,
+            "heading": KIND_HEADINGS[kind],
+            "rows": [r for r in records if r.get("kind", "prediction") == kind],
+            "counts": counts[kind],
+        }
+        for kind in KINDS
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -93,28 +130,69 @@ def regime_rows(summary: dict) -> list[list]:
     ]
 
 
+def _blank(value) -> str:
+    """A number, or an empty cell for None (not resolved, undefined)."""
+    return "" if value is None else fmt(float(value))
+
+
 def dong_context(dong: dict) -> dict:
-    """Dong et al.'s table (mean over seeds and examples), exponent and bound looseness of the attention-only run."""
-    looseness = [
-        [row["layer"], row["points"], fmt(row["median"]), fmt(row["min"]), fmt(row["max"])]
-        for row in dong["looseness"]["rows"]
-    ]
-    r, logs, growth = dong["residual"], dong["log_inverse"], dong["growth"]
+    """Dong et al.'s tables of the attention-only run: the per-layer medians in log space, the local
+    exponent and the saturation slope, the eps-scaling identity per layer, and the bound's slack and
+    looseness per resolved layer (as functions of gamma)."""
+    table = dong["table"]
     rows = [
         [
             layer,
-            fmt(float(r[layer])),
-            fmt(float(logs[layer])),
-            fmt(float(growth[layer])) if growth[layer] is not None else "",
+            fmt(float(table["median"][layer])),
+            _blank(table["log_inverse"][layer]),
+            _blank(table["growth"][layer]),
         ]
-        for layer in range(min(len(r), DONG_ROWS))
+        for layer in range(min(len(table["median"]), DONG_ROWS))
     ]
+    looseness = [
+        [
+            row["layer"],
+            row["points"],
+            fmt(row["slack"]),
+            fmt(row["median"]),
+            fmt(row["min"]),
+            fmt(row["max"]),
+        ]
+        for row in dong["looseness"]["rows"]
+    ]
+    identity = dong["identity"]
+    identity_rows = (
+        [
+            [
+                row["layer"],
+                *[format(v, ".5f") for v in row["slope"]],
+                *[format(v, ".2g") for v in row["deviation"]],
+                *[format(v, ".2g") for v in row["max_deviation"]],
+            ]
+            for row in identity["layers"]
+        ]
+        if identity
+        else []
+    )
+    decades = (
+        [f"[{b:g}, {a:g}]" for a, b in zip(identity["eps"][:-1], identity["eps"][1:])]
+        if identity
+        else []
+    )
     return {
         "depth": dong["depth"],
         "std": std_label(dong["embedding_std"]),
         "profile_rows": profile_rows(dong["profile"]),
         "rows": rows,
         "exponent": dong["exponent"],
+        "saturation": dong["saturation"],
+        "identity_rows": identity_rows,
+        "identity_header": (
+            ["layer"]
+            + [f"slope {d}" for d in decades]
+            + [f"median |slope - 3| {d}" for d in decades]
+            + [f"largest |slope - 3| {d}" for d in decades]
+        ),
         "looseness": looseness,
         "constant": dong["constant"],
     }
@@ -165,7 +243,8 @@ def mask_rows(summary: dict) -> list[list]:
 
 
 def window_rows(summary: dict) -> list[list]:
-    """Per causal run and depth window: rate, maps' |λ2|, their ratio (intervals over seeds), entropy."""
+    """Per causal run and depth window: rate, maps' |λ2|, their ratio, the exact uniform chain's rate / (1/2)
+    and the difference (intervals over seeds; empty without the chain), entropy."""
     return [
         [
             pair["architecture"],
@@ -174,10 +253,52 @@ def window_rows(summary: dict) -> list[list]:
             _fmt_interval(w["rate"]),
             _fmt_interval(w["lambda2"]),
             _fmt_interval(w["ratio"]),
+            _fmt_interval(w["chain_ratio"]) if "chain_ratio" in w else "",
+            _fmt_interval(w["excess"]) if "excess" in w else "",
             fmt(w["entropy"]["mean"]),
         ]
         for pair in numbers(summary["mask"])
         for w in pair["collapse"]["windows"]
+    ]
+
+
+def local_rows(summary: dict) -> list[list]:
+    """Per local-mask width: the deepest layer K resolved in both runs, r_K of the local and of the full
+    causal run and their log difference, and the late window's per-layer rates (intervals over seeds)."""
+    rows = []
+    for local in numbers(summary["local"]):
+        rates = local["rates"]
+        cells = (
+            [
+                rates["layers"][1],
+                _fmt_interval(rates["residual"]),
+                _fmt_interval(rates["reference_residual"]),
+                _fmt_interval(rates["difference"]),
+                f"{rates['late']['layers'][0]}-{rates['late']['layers'][1]}",
+                _fmt_interval(rates["late"]["rate"]),
+                _fmt_interval(rates["late"]["reference_rate"]),
+            ]
+            if rates
+            else [""] * 7
+        )
+        rows.append([local["window"], local["depth"], local["seeds"], *cells])
+    return rows
+
+
+def noci_trend_rows(summary: dict) -> list[list]:
+    """Per placement and statistic of Noci et al.'s depth trends: unscaled, scaled and their difference
+    (intervals over seeds)."""
+    return [
+        [
+            trend["placement"],
+            label,
+            _fmt_interval(trend[name]["unscaled"]),
+            _fmt_interval(trend[name]["scaled"]),
+            _fmt_interval(trend[name]["difference"]),
+        ]
+        for trend in numbers(summary["noci"])
+        for name, label in NOCI_STATISTICS
+        if name in trend
     ]
 
 
@@ -226,6 +347,44 @@ def train_rows(summary: dict) -> list[list]:
     ]
 
 
+def baseline_rows(summary: dict) -> list[list]:
+    """Per trained run: accuracy, the mode-of-context baseline, their difference, the accuracy on the
+    queries whose answer is not a context mode (intervals over seeds), their share, and uniform guessing."""
+    return [
+        [
+            r["architecture"],
+            r["depth"],
+            r["baseline"]["accuracy"]["n"],
+            _fmt_interval(r["baseline"]["accuracy"]),
+            _fmt_interval(r["baseline"]["mode_accuracy"]),
+            _fmt_interval(r["baseline"]["excess"]),
+            _fmt_interval(r["baseline"]["not_mode_accuracy"]),
+            fmt(r["baseline"]["not_mode_fraction"]["mean"]),
+            fmt(r["chance"]),
+        ]
+        for r in sorted(numbers(summary["training"]), key=lambda r: (r["architecture"], r["depth"]))
+        if r["baseline"] is not None
+    ]
+
+
+def postln_rows(summary: dict) -> list[list]:
+    """Per post-LN attention-only causal run: r_L in float64 and float32 (intervals over seeds, minima)."""
+    rows = []
+    for run in numbers(summary["layernorm"])["postln"]:
+        twin = run["float32"]
+        rows.append(
+            [
+                run["depth"],
+                run["interval"]["n"],
+                _fmt_interval(run["interval"]),
+                fmt(run["min"]),
+                "" if twin is None else _fmt_interval(twin["interval"]),
+                "" if twin is None else fmt(twin["min"]),
+            ]
+        )
+    return rows
+
+
 def path_rows(summary: dict) -> list[list]:
     return [
         [r["architecture"], r["depth"], ", ".join(_fmt_all(r["medians"]))]
@@ -239,18 +398,24 @@ def report_context(summary: dict) -> dict:
         "summary": summary,
         "config": config_of(summary),
         "seeds": seed_counts(config_of(summary)),
-        **split_kinds(summary["predictions"]),
+        "kinds": kind_sections(summary["predictions"]),
         "position_std": nn.POSITION_INIT_STD,
         "resolved": RESOLVED,
+        "local_window": LOCAL_WINDOW,
+        "saturated": SATURATED,
         "regime_rows": regime_rows(summary),
         "dong": dong_context(dong) if dong else None,
         "noci_rows": noci_rows(summary),
+        "noci_trend_rows": noci_trend_rows(summary),
         "last_layer": last_layer_table(summary),
         "mask_rows": mask_rows(summary),
         "window_rows": window_rows(summary),
+        "local_rows": local_rows(summary),
         "gradient_rows": gradient_rows(summary),
         "layernorm_rows": layernorm_rows(summary),
+        "postln_rows": postln_rows(summary),
         "train_rows": train_rows(summary),
+        "baseline_rows": baseline_rows(summary),
         "path_rows": path_rows(summary),
     }
 
@@ -259,24 +424,24 @@ def report_context(summary: dict) -> dict:
 # README
 
 
-def readme_dong(summary: dict, dong: dict) -> dict:
+def readme_dong(dong: dict) -> dict:
     """The README's numbers of the attention-only run."""
-    by_name = {c["name"].rsplit(" (", 1)[0]: c for c in summary["predictions"]}
+    table = dong["table"]
     return {
         "std": std_label(dong["embedding_std"]),
         "depth": dong["depth"],
         "regime": dong["regime"],
         "predicted": dong["predicted_logit_variance"],
-        "r": ", ".join(_fmt_all(dong["profile"]["residual_fro"][:6])),
+        "r": ", ".join(_fmt_all(table["median"][:6])),
         "exponent": dong["exponent"],
-        "verdict": by_name.get("Dong's cubic exponent", {}).get("verdict", "n/a"),
-        "loose": dong["looseness"]["medians"],
-        "constant": dong["constant"],
+        "saturation": dong["saturation"],
+        "identity_edge": dong["identity"]["edge"] if dong["identity"] else None,
+        "slack": [(row["layer"], fmt(row["slack"])) for row in dong["looseness"]["rows"]],
     }
 
 
 def readme_skips(summary: dict) -> dict:
-    """The deepest skip and post-LN runs, the 1/sqrt(L) runs, the gradient ratios and the causal fits."""
+    """The deepest skip and post-LN runs, Noci et al.'s trends, the causal windows and the local masks."""
     untrained = numbers(summary["untrained"])
     skip, post_ln = ((untrained.get(arch) or [None])[-1] for arch in ("skip", "post_ln"))
     return {
@@ -291,25 +456,24 @@ def readme_skips(summary: dict) -> dict:
         "post_ln": {"depth": post_ln["depth"], "absolute": tuple(_fmt_all(post_ln["absolute"]))}
         if post_ln
         else None,
-        "scaled": [(r["residual"], r["depth"]) for r in untrained.get("skip_scaled", [])],
-        "grads": {
-            placement["placement"]: [
-                (r["architecture"], r["depth"], r["g"]["mean"])
-                for r in placement["unscaled"] + placement["scaled"]
-            ]
-            for placement in numbers(summary["gradients"])
-        },
+        "noci": numbers(summary["noci"]),
         "causal": [
             (pair["depth"], pair["collapse"]["windows"])
             for pair in numbers(summary["mask"])
             if pair["architecture"] == "attention_only"
+        ],
+        "local": [
+            (local["window"], local["rates"])
+            for local in numbers(summary["local"])
+            if local["rates"] is not None
         ],
     }
 
 
 def readme_layernorm(summary: dict) -> dict:
     """Wu et al.'s LayerNorm numbers: the constructions' last-layer consensus distances (mean over seeds, with and
-    without LN), the orthogonal construction's late rate, and r_L of the post-LN attention-only runs."""
+    without LN), the orthogonal construction's late rate, and r_L of the post-LN attention-only runs in both
+    precisions."""
     layernorm = numbers(summary["layernorm"])
     windows = {c["name"]: c["collapse"]["windows"] for c in layernorm["constructions"]}
     return {
@@ -322,35 +486,43 @@ def readme_layernorm(summary: dict) -> dict:
             }
             for c in layernorm["constructions"]
         },
-        "postln": [(run["depth"], fmt(run["mean"])) for run in layernorm["postln"]],
+        "postln": [
+            (
+                run["depth"],
+                fmt(run["mean"]),
+                None if run["float32"] is None else fmt(run["float32"]["mean"]),
+            )
+            for run in layernorm["postln"]
+        ],
     }
 
 
 def readme_context(summary: dict, timing: Optional[dict], results: str) -> dict:
     dong = numbers(summary["dong"])
-    kinds = split_kinds(summary["predictions"])
+    kinds = kind_sections(summary["predictions"])
+    for section in kinds:
+        section["table"] = [
+            [c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in section["rows"]
+        ]
     return {
         "config": config_of(summary),
         "seeds": seed_counts(config_of(summary)),
         "runs": summary["runs"],
-        **kinds,
+        "kinds": kinds,
         "results": results,
         "timing": timing or {},
-        "check_rows": [
-            [c["name"], c["source"], fmt(c["measured"]), c["verdict"]] for c in kinds["checks"]
-        ],
-        "sanity_rows": [[c["name"], fmt(c["measured"]), c["verdict"]] for c in kinds["sanity"]],
-        "dong": readme_dong(summary, dong) if dong else None,
+        "dong": readme_dong(dong) if dong else None,
         "skips": readme_skips(summary),
         "layernorm": readme_layernorm(summary),
-        "recall": [
-            (r["architecture"], _joined(r["accuracy"], ".2f"), r["plateau_exit"])
+        "training": [
+            {
+                "architecture": r["architecture"],
+                "depth": r["depth"],
+                "accuracies": _joined(r["accuracy"], ".2f"),
+                "exits": r["plateau_exit"],
+                "baseline": r["baseline"],
+                "chance": r["chance"],
+            }
             for r in numbers(summary["training"])
-            if r["recall"]
-        ],
-        "attention": [
-            (r["depth"], _joined(r["accuracy"], ".2f"), r["chance"])
-            for r in numbers(summary["training"])
-            if r["architecture"] == "attention_only"
         ],
     }

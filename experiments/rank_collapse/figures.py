@@ -21,8 +21,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from attnjax import plotting
-from experiments.rank_collapse.checks import NOCI_MIN_RESIDUAL, numbers, std_label
-from experiments.rank_collapse.constants import FLOOR
+from experiments.lab.stats import numbers
+from experiments.rank_collapse.checks import std_label
+from experiments.rank_collapse.constants import FLOOR, LOCAL_WINDOW, RESOLVED, SATURATED
 
 HIDDEN, ATTENTION = 0, 1  # x of a profile's first value: X_0 (the input), or layer 1's attention
 LEGEND_SIZE = 7
@@ -143,37 +144,58 @@ def causal_layernorm(summary: dict):
     def curves(metric):
         return {name: bands[run_id][metric] for name, run_id in both}
 
+    residual = curves("residual_fro")
+    for pair in pairs:
+        if "chain/residual_fro" in bands[pair["causal"]]:
+            residual[f"uniform causal chain (inputs of {pair['architecture']})"] = bands[
+                pair["causal"]
+            ]["chain/residual_fro"]
     tau = {f"{pair['architecture']} causal": bands[pair["causal"]]["dobrushin"] for pair in pairs}
     return panels(
         "Causal mask x LayerNorm at initialisation (Wu et al. 2024)",
-        Panel("relative residual", curves("residual_fro")),
+        Panel("relative residual", residual),
         Panel("mean token cosine", curves("token_cosine"), log=False),
         Panel("Dobrushin tau (causal)", tau, start=ATTENTION),
     )
 
 
-def noci_scaling(summary: dict, architectures=("skip", "skip_scaled")):
-    untrained = numbers(summary["untrained"])
-    found = {arch: untrained[arch] for arch in architectures if untrained.get(arch)}
-    depths = {arch: [r["depth"] for r in runs] for arch, runs in found.items()}
+def local_masks(summary: dict):
+    """Wu et al.'s local masks: r_l of each width against the full causal mask (mean, min-max band)."""
+    local, bands = summary["local"], summary["bands"]
+    curves = {"full causal": bands[local[0]["reference"]]["residual_fro"]}
+    curves.update({f"local, W={r['window']}": bands[r["run"]]["residual_fro"] for r in local})
+    return panels(
+        f"Local (band) masks against the full causal mask, attention only, L={local[0]['depth']}, "
+        f"T={local[0]['length']}",
+        Panel("relative residual", curves),
+        width=7,
+    )
+
+
+def noci_scaling(summary: dict):
+    """Noci et al.'s depth trends: r_L and the token cosine at L against L, per placement, unscaled (dashed)
+    and with 1/sqrt(L) branches (means over seeds)."""
     fig = plotting.figure(11, 4.2)
-    for ax, key, ylabel in zip(
-        fig.subplots(1, 2),
-        ("residual", "cosine"),
-        ("relative residual at layer L", "token cosine at layer L"),
-    ):
-        for arch, runs in found.items():
-            ax.plot(
-                depths[arch],
-                [r[key] for r in runs],
-                marker="o",
-                markersize=3,
-                label=arch,
-            )
+    axes = fig.subplots(1, 2)
+    for i, trend in enumerate(numbers(summary["noci"])):
+        for variant, style in (("unscaled", "--"), ("scaled", "-")):
+            means = trend["means"][variant]
+            for ax, key in zip(axes, ("residual", "cosine")):
+                ax.plot(
+                    trend["depths"],
+                    means[key],
+                    style,
+                    color=f"C{i}",
+                    marker="o",
+                    markersize=3,
+                    label=f"{trend['placement']} {variant}",
+                )
+    for ax, ylabel in zip(axes, ("relative residual at layer L", "token cosine at layer L")):
         ax.set_xscale("log", base=2)
         _style(ax, "depth L", ylabel)
-    fig.axes[0].axhline(NOCI_MIN_RESIDUAL, color="grey", linestyle="--")
-    fig.suptitle("Noci et al. 2022: skips scaled by 1/sqrt(L) against the unscaled control")
+    fig.suptitle(
+        "Noci et al. 2022: depth trends with 1/sqrt(L) branches (solid) and without (dashed)"
+    )
     return fig
 
 
@@ -241,40 +263,37 @@ def layernorm_dynamics(summary: dict):
 
 
 def dong_fit(summary: dict):
-    """Dong et al.'s run: log log(1/r_l) of every 16th example with the fitted line, and the medians of
-    the measured residual and of the bound per layer."""
+    """Dong et al.'s run: every (example, layer) pair log ||res(X_l)|| against log ||res(X_(l-1))||, the local
+    window's pairs apart, with the fitted line and slope 3; and the medians of the measured residual and of
+    the bound at gamma = 1 per layer."""
     dong = numbers(summary["dong"])
-    fit = dong["fit"]
-    r = _array(_metrics(summary, dong["run"], "init")["dong/residual"])  # [S, B, L + 1]
-    r = r.reshape(-1, r.shape[-1])  # seeds x examples as replicates
-    layers = np.arange(r.shape[1])
+    exponent = dong["exponent"]
+    metrics = _metrics(summary, dong["run"], "init")
+    res, rel = (
+        _array(metrics["dong/residual_abs"]),
+        _array(metrics["dong/residual"]),
+    )  # [S, B, L + 1]
+    before, after = rel[..., :-1].ravel(), rel[..., 1:].ravel()
+    x, y = np.log10(res[..., :-1].ravel()), np.log10(res[..., 1:].ravel())
+    resolved = (before > RESOLVED) & (after > RESOLVED)
+    groups = (
+        (f"r_(l-1) < {LOCAL_WINDOW:g} (local window)", resolved & (before < LOCAL_WINDOW), "C1"),
+        (f"r_(l-1) >= {SATURATED:g} (saturated)", resolved & (before >= SATURATED), "C0"),
+        ("between", resolved & (before >= LOCAL_WINDOW) & (before < SATURATED), "C2"),
+    )
     fig = plotting.figure(11, 4.2)
     ax1, ax2 = fig.subplots(1, 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.log(np.log(1 / r))
-    for row in y[:: max(1, len(y) // 16)]:
-        ax1.plot(layers, row, color="C0", alpha=0.25, linewidth=0.8)
-    x = np.asarray(fit["layers"], dtype=np.float64)
-    if x.size:
-        ax1.plot(
-            x,
-            fit["intercept"] + fit["slope"] * x,
-            color="C1",
-            label=f"fit: growth {fit['rate']:.3g} per layer",
-        )
-        ax1.plot(
-            x,
-            fit["intercept"] + fit["slope"] * x[0] + math.log(3) * (x - x[0]),
-            "k--",
-            label="Dong: growth 3",
-        )
-    ax1.axhline(
-        math.log(math.log(1 / FLOOR)),
-        color="grey",
-        linestyle=":",
-        label=f"float64 floor {FLOOR:g}",
-    )
-    _style(ax1, "layer", "log log(1 / r_l)")
+    for label, keep, color in groups:
+        ax1.scatter(x[keep], y[keep], s=6, color=color, alpha=0.6, label=label)
+    window = groups[0][1]
+    if window.any():
+        xs = np.linspace(x[window].min(), x[window].max(), 2)
+        line = (exponent["intercept"] + exponent["mean"] * xs * math.log(10)) / math.log(10)
+        ax1.plot(xs, line, "k-", label=f"local fit: slope {exponent['mean']:.3g}")
+        anchor = np.median(y[window]) - 3 * np.median(x[window])
+        ax1.plot(xs, anchor + 3 * xs, "k:", label="slope 3")
+    _style(ax1, "log10 ||res(X_(l-1))||_1,inf", "log10 ||res(X_l)||_1,inf")
+    layers = np.arange(res.shape[-1])
     bound, measured = _array(dong["bound_median"]), _array(dong["measured_median"])
     ax2.plot(layers, measured, marker="o", markersize=3, label="measured ||res(X_l)||_1,inf")
     ax2.plot(
@@ -282,12 +301,12 @@ def dong_fit(summary: dict):
         bound,
         marker="s",
         markersize=3,
-        label="bound c_l ||res(X_(l-1))||^3 (gamma = 1)",
+        label="bound c_l ||res(X_(l-1))||^3 at gamma = 1 (gamma not retrieved)",
     )
     ax2.axhline(1.0, color="grey", linestyle=":")
     _style(ax2, "layer", log=True)
     fig.suptitle(
-        f"Dong et al. 2021 in float64: attention only, L={dong['depth']} (median over examples)"
+        f"Dong et al. 2021 in float64: attention only, L={dong['depth']} (right: median over examples)"
     )
     return fig
 
@@ -354,7 +373,9 @@ def figures(summary: dict) -> dict:
         out["init_scale"] = init_scale(summary)
     if summary["mask"]:
         out["causal_layernorm"] = causal_layernorm(summary)
-    if any(summary["untrained"].get(arch) for arch in ("skip", "skip_scaled")):
+    if summary["local"]:
+        out["local_masks"] = local_masks(summary)
+    if summary["noci"]:
         out["noci_scaling"] = noci_scaling(summary)
     if summary["gradients"]:
         out["noci_gradients"] = noci_gradients(summary)

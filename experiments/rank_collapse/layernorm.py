@@ -38,6 +38,7 @@ import numpy as np
 
 import attnjax
 from attnjax.analysis.residual import residual_ratio
+from experiments.rank_collapse.constants import RESOLVED
 
 CONSTRUCTIONS = ("orthogonal", "full_rank")
 # The full-rank construction's weights: W_V and W_QK diagonal.
@@ -91,7 +92,8 @@ def weights(name: str, key, num_tokens: int, dim: int, num_layers: int):
 def measure(name: str, keys, num_tokens: int, dim: int, num_layers: int) -> dict:
     """Per seed (`keys` `[S]`), the consensus distance after every layer with and without LN:
     `{"consensus_ln": [S, L + 1], "consensus_plain": [S, L + 1], "rank_ln": [S]}` (rank_ln: numerical rank
-    of the last layer's tokens with LN, singular values above 1e-6 of the largest)."""
+    of the last layer's tokens with LN: singular values above `RESOLVED` times the largest, the float64
+    resolution)."""
 
     def one(key):
         x0, w_qk, w_v = weights(name, key, num_tokens, dim, num_layers)
@@ -100,7 +102,7 @@ def measure(name: str, keys, num_tokens: int, dim: int, num_layers: int) -> dict
         return {
             "consensus_ln": residual_ratio(with_ln),
             "consensus_plain": residual_ratio(plain),
-            "rank_ln": jnp.sum(sv > 1e-6 * sv[0]),
+            "rank_ln": jnp.sum(sv > RESOLVED * sv[0]),
         }
 
     return jax.jit(jax.vmap(one))(keys)

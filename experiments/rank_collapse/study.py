@@ -11,11 +11,15 @@ its checkpoint, and ends with the same `summary.json`.
 Rows (one per seed and metric): `{"phase": "init" | "train" | "final",
 "step", "seed", "metric", "values"}` for per-layer profiles (`[L + 1]` or `[L]`,
 see `attnjax.analysis.depth.depth_profile`; `[B, ...]` per example for the
-`dong/*` metrics of attention-only networks; `[L]` for the Noci sweep's
+`dong/*` metrics of attention-only networks; `[E, L, B]` for the
+`identity/residual` of the runs in Dong et al.'s setting (`scaling.py`, one
+row per eps of `EPS`); `[L + 1]` for the `chain/residual_fro` of causal
+attention-only networks (`chain.py`); `[L]` for the Noci sweep's
 `layer_grad_norm/*`; `[L, num_paths]` for `path_residual`; `[L + 1]` and a
 scalar `rank_ln` for Wu et al.'s LayerNorm constructions, see `layernorm.py`)
 and `"value"` for scalars (training metrics, loss, accuracy, `diverged`,
-`chance_accuracy`).
+`chance_accuracy`, and the `recall/*` counts of `recall.py` on the held-out
+batches).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnjax import nn, training
+from attnjax import nn, tasks, training
 from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
@@ -38,8 +42,8 @@ from attnjax.analysis.residual import residual_norm, residual_ratio
 from experiments import architectures
 from experiments.lab import models
 from experiments.lab.workdir import RunDir
-from experiments.rank_collapse import layernorm
-from experiments.rank_collapse.constants import SWEEPS
+from experiments.rank_collapse import chain, layernorm, recall, scaling
+from experiments.rank_collapse.constants import EPS, SWEEPS
 
 KINDS = ("softmax", "linear")
 # The switches of an architecture by name (the reports read them as this study's).
@@ -49,7 +53,8 @@ is_attention_only = architectures.is_attention_only
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One grid point: which sweep, attention kind, architecture, depth, temperature, mask, embedding std."""
+    """One grid point: which sweep, attention kind, architecture, depth, temperature, mask, embedding std and
+    local-mask width."""
 
     sweep: str  # one of SWEEPS
     kind: str
@@ -58,11 +63,18 @@ class RunSpec:
     temperature: float
     causal: bool
     embedding_std: Optional[float]  # None: nnx.Embed's default 1/sqrt(D)
+    window: Optional[int] = (
+        None  # W: query t sees keys t - W < s (<= t if causal); None: the full mask
+    )
 
     @property
     def run_id(self) -> str:
         std = "default" if self.embedding_std is None else f"{self.embedding_std:g}"
-        return f"{self.sweep}-{self.kind}-{self.architecture}-L{self.depth:02d}-t{self.temperature:g}-e{std}"
+        width = "" if self.window is None else f"-w{self.window}"
+        return (
+            f"{self.sweep}-{self.kind}-{self.architecture}-L{self.depth:02d}-t{self.temperature:g}-e{std}"
+            f"{width}"
+        )
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RunSpec))
@@ -100,6 +112,24 @@ def _check_sweep(name: str, sweep) -> None:
             raise ValueError(
                 f"{name}.exclude must hold (architecture, depth) pairs, got {tuple(sweep.exclude)}"
             )
+    for window in sweep.get("windows", (None,)):
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ValueError(
+                f"{name}.windows must be None or ints >= 1, got {tuple(sweep.windows)}"
+            )
+    for pair in sweep.get("architecture_seeds", ()):
+        if (
+            len(pair) != 2
+            or isinstance(pair[1], bool)
+            or not isinstance(pair[1], int)
+            or pair[1] < 1
+        ):
+            raise ValueError(
+                f"{name}.architecture_seeds must hold (architecture, seeds >= 1) pairs, got "
+                f"{tuple(sweep.architecture_seeds)}"
+            )
 
 
 def _layernorm_specs(config) -> list[RunSpec]:
@@ -132,17 +162,19 @@ def _grid(config) -> list[RunSpec]:
                         continue
                     for temperature in sweep.temperatures:
                         for std in sweep.embedding_stds:
-                            specs.append(
-                                RunSpec(
-                                    sweep_name,
-                                    kind,
-                                    arch,
-                                    depth,
-                                    float(temperature),
-                                    bool(sweep.causal),
-                                    None if std is None else float(std),
+                            for window in sweep.get("windows", (None,)):
+                                specs.append(
+                                    RunSpec(
+                                        sweep_name,
+                                        kind,
+                                        arch,
+                                        depth,
+                                        float(temperature),
+                                        bool(sweep.causal),
+                                        None if std is None else float(std),
+                                        window,
+                                    )
                                 )
-                            )
     return specs + _layernorm_specs(config)
 
 
@@ -158,6 +190,8 @@ def make_trainer(config, spec: RunSpec, task, *, float64: bool = False) -> train
         overrides["embedding_init"] = _normal_init(spec.embedding_std)
     if float64:
         overrides.update(dtype=jnp.float64, param_dtype=jnp.float64)
+    if spec.window is not None:
+        overrides["window"] = spec.window
     return models.make_trainer(
         config.model,
         config.train,
@@ -195,10 +229,12 @@ def specs(config) -> list[RunSpec]:
 # Measuring and training one run
 
 
-def num_seeds(config, sweep: str) -> int:
-    """The seeds of a sweep's runs: its `num_seeds`, else the study's."""
+def num_seeds(config, sweep: str, architecture: Optional[str] = None) -> int:
+    """The seeds of a sweep's runs (of `architecture`): the sweep's `architecture_seeds` entry for it, else
+    the sweep's `num_seeds`, else the study's."""
     block = config.layernorm if sweep == "layernorm" else config[f"{sweep}_sweep"]
-    return block.get("num_seeds") or config.num_seeds
+    own = dict(block.get("architecture_seeds", ()))
+    return own.get(architecture) or block.get("num_seeds") or config.num_seeds
 
 
 def _keys(config, seeds: Optional[int] = None):
@@ -286,14 +322,30 @@ def _dong_metrics(params, hidden, num_heads: int, temperature: float) -> dict:
 
 
 @_cached
-def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
+def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool, identity: bool = False):
     """keys `[S]`, inputs `[B, T]`, batches `[S, B, T]` -> (hidden, attention, per-layer gradient norms of the
-    attention projections on each seed's gradient batch (`training.layer_grad_norms`) or {}, dong or {}).
+    attention projections on each seed's gradient batch (`training.layer_grad_norms`) or {}, the
+    attention-only metrics or {}).
 
-    One program per run; the gradient norms roughly double its compile time,
-    so only sweeps with `grad_norms` compute them.
+    The attention-only metrics (`dong`): Dong et al.'s bound (`_dong_metrics`);
+    with `identity` (a bidirectional run in Dong et al.'s setting): the
+    eps-scaling identity of every layer (`identity/residual`,
+    `scaling.layer_residuals` at `EPS`); causal with the full mask: the exact
+    uniform causal chain on the same inputs (`chain/residual_fro`,
+    `chain.chain_residuals`). One program per run; the gradient norms roughly
+    double its compile time, so only sweeps with `grad_norms` compute them.
     """
-    block = trainer.model_config.block
+    config = trainer.model_config
+    block = config.block
+
+    def attention_only_metrics(state, hidden):
+        out = _dong_metrics(state.params, hidden, block.num_heads, block.attention.temperature)
+        if identity:
+            blocks = trainer.model(state).blocks
+            out["identity/residual"] = scaling.layer_residuals(blocks, hidden, EPS)
+        if config.causal and block.attention.window is None:
+            out["chain/residual_fro"] = chain.chain_residuals(hidden[0], config.num_layers)
+        return out
 
     def probe(key, inputs, batch):
         state = trainer.init(key, with_optimizer=False)
@@ -304,13 +356,7 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool):
             if with_grads
             else {}
         )
-        extra = (
-            _dong_metrics(
-                state.params, inter["hidden"], block.num_heads, block.attention.temperature
-            )
-            if dong
-            else {}
-        )
+        extra = attention_only_metrics(state, inter["hidden"]) if dong else {}
         return inter["hidden"], inter["attention"], norms, extra
 
     return jax.jit(jax.vmap(probe, in_axes=(0, None, 0)))
@@ -323,15 +369,32 @@ def _first_batches(task, batch_size: int, data_keys):
     return jax.tree.map(lambda *x: jnp.stack(x), *batches)
 
 
+def is_dong_setting(config, spec: RunSpec) -> bool:
+    """Whether `spec` is a run in Dong et al.'s setting: untrained bidirectional attention only (softmax) at
+    `config.dong_embedding_std` (else the init sweep's first std), where the eps-scaling identity is measured."""
+    stds = tuple(config.init_sweep.embedding_stds)
+    std = config.get("dong_embedding_std", stds[0] if stds else None)
+    return (
+        is_attention_only(spec.architecture)
+        and spec.kind == "softmax"
+        and not spec.causal
+        and spec.embedding_std == std
+    )
+
+
 def _init_rows(
     config, trainer, task, spec: RunSpec, with_grads: bool, dong: bool = False
 ) -> list[dict]:
-    """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics and per-layer gradient norms
-    when asked (of the training loss on the first `measure_batch_size` examples of each seed's data)."""
-    init_keys, data_keys, _, measure_key = _keys(config, num_seeds(config, spec.sweep))
+    """Rows of the untrained seeds: the depth profile, Dong et al.'s metrics (and in their setting,
+    `is_dong_setting`, the eps-scaling identity) and per-layer gradient norms when asked (of the training
+    loss on the first `measure_batch_size` examples of each seed's data)."""
+    init_keys, data_keys, _, measure_key = _keys(
+        config, num_seeds(config, spec.sweep, spec.architecture)
+    )
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     batches = _first_batches(task, config.measure_batch_size, data_keys)
-    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong)(
+    identity = dong and is_dong_setting(config, spec)
+    hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong, identity)(
         init_keys, inputs, batches
     )
     metrics = {**_profile_seeds[spec.causal](hidden, attention), **extra, **norms}
@@ -392,11 +455,45 @@ def _path_rows(config, trainer, forward, state, inputs) -> list[dict]:
     )
 
 
+@_cached
+def _predict_fn(trainer: training.Trainer):
+    """state `[S, ...]`, inputs `[S, B, T]` -> the argmax token `[S, B, T]` of each seed."""
+
+    def predict(state, inputs):
+        return jnp.argmax(trainer.model(state)(inputs), axis=-1)
+
+    return jax.jit(jax.vmap(predict))
+
+
+def _recall_rows(config, trainer, task, state, eval_keys) -> dict:
+    """`recall.scores` of the trained seeds, summed over the held-out batches `runner.evaluate` reads
+    (the same keys): `{"recall/<count>": [S]}`; `{}` unless the task is associative recall."""
+    if not isinstance(task, tasks.AssociativeRecall):
+        return {}
+    predict = _predict_fn(trainer)
+    totals = {}
+    for keys in training.batch_keys(eval_keys, 0, config.train.eval_batches):
+        batch = jax.vmap(lambda key: task.batch(key, trainer.batch_size))(keys)
+        counts = recall.scores(
+            predict(state, batch.inputs),
+            batch.inputs,
+            batch.targets,
+            batch.weights,
+            task.num_pairs,
+            task.vocab_size,
+        )
+        for name, value in counts.items():
+            totals[name] = totals.get(name, 0) + np.asarray(value)
+    return {f"recall/{name}": value for name, value in totals.items()}
+
+
 def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     """A train-sweep run; resumable from the checkpoints in its scratch directory after a kill."""
     trainer = make_trainer(config, spec, task)
     runner = _runner(trainer)
-    init_keys, data_keys, eval_keys, measure_key = _keys(config, num_seeds(config, spec.sweep))
+    init_keys, data_keys, eval_keys, measure_key = _keys(
+        config, num_seeds(config, spec.sweep, spec.architecture)
+    )
     forward = _forward_fn(trainer)
     profile = _profile_seeds[spec.causal]
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
@@ -427,6 +524,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
     )
     final = {
         **evaluation,
+        **_recall_rows(config, trainer, task, state, eval_keys),
         "diverged": np.asarray(state.diverged),
         "chance_accuracy": np.full(len(init_keys), task.chance_accuracy),
     }

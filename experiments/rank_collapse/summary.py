@@ -5,15 +5,16 @@ were measured: `{"runs": {run_id: {"spec": {...}, "phases": [{"phase", "step",
 "metrics": {name: [per seed]}}, ...]}}}`. `derive(summary, config)` adds the
 sections that the checks, the figures, the report and the README section read
 (`dong`, `regime_table`, `untrained`, `deepest_untrained`, `last_layer`,
-`noci`, `gradients`, `mask`, `scale`, `layernorm`, `training`, `paths`,
-`bands`; see `derive`), so each number is computed here, once, and they only
+`noci`, `gradients`, `mask`, `local`, `scale`, `layernorm`, `training`,
+`paths`, `bands`; see `derive`), so each number is computed here, once, and they only
 read it. `summarize`, what the runner calls, is the two in turn (the runner
 adds `config`, `predictions` and `plots`); `add_derived` completes a
 summary.json written before `derive` existed.
 
 Below the aggregate: reading one run, the selections of runs (`dong_run`,
 `mask_pairs`, ...), the derived measurements (`regime`, `cubic_exponent`,
-`gradient_ratio`, `window_rates`, ...), and the sections built from them.
+`identity_slopes`, `depth_trends`, `window_rates`, ...), and the sections
+built from them.
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ import numpy as np
 from attnjax import nn
 from attnjax.analysis import collapse
 from attnjax.serialization import json_form
+from experiments.lab import models
 from experiments.lab.stats import interval
 from experiments.lab.study import by_metric, config_of, distinct
-from experiments.rank_collapse.constants import FLOOR, RESOLVED
+from experiments.rank_collapse import chain, recall
+from experiments.rank_collapse.constants import (
+    EPS,
+    FLOOR,
+    LOCAL_WINDOW,
+    RESOLVED,
+    SATURATED,
+)
 from experiments.rank_collapse.study import SPEC_FIELDS, architecture_fields
 
 # Noci et al. 2022's remedy, per LayerNorm placement: (unscaled, residual branches scaled by 1/sqrt(L)).
@@ -47,7 +56,7 @@ def _run_summary(rows: list[dict]) -> dict:
         {"phase": phase, "step": step, "metrics": by_metric(rows, phase=phase, step=step)}
         for phase, step in distinct(rows, "phase", "step")
     ]
-    return {"spec": {f: rows[0][f] for f in SPEC_FIELDS}, "phases": phases}
+    return {"spec": {f: rows[0].get(f) for f in SPEC_FIELDS}, "phases": phases}
 
 
 def aggregate(rows: list[dict]) -> dict:
@@ -136,7 +145,7 @@ def runs(summary: dict, sweep: str, **match) -> list[dict]:
     out = [
         r
         for r in summary["runs"].values()
-        if r["spec"]["sweep"] == sweep and all(r["spec"][k] == v for k, v in match.items())
+        if r["spec"]["sweep"] == sweep and all(r["spec"].get(k) == v for k, v in match.items())
     ]
     return sorted(out, key=lambda r: (r["spec"]["depth"], r["spec"]["embedding_std"] or 0.0))
 
@@ -221,7 +230,7 @@ def scale_runs(summary: dict) -> list[dict]:
 def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
     """`[(causal run, its bidirectional init-sweep twin or None)]` of the mask sweep."""
     pairs = []
-    for run in runs(summary, "mask", kind="softmax", **match):
+    for run in runs(summary, "mask", kind="softmax", window=None, **match):
         spec = run["spec"]
         pairs.append(
             (
@@ -237,6 +246,43 @@ def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
             )
         )
     return pairs
+
+
+def local_pairs(summary: dict) -> list[tuple[dict, Optional[dict]]]:
+    """`[(local-mask run, the mask sweep's full causal run of its architecture, depth and std, or None)]`
+    of the local sweep, by width."""
+    pairs = []
+    found = runs(summary, "local", kind="softmax")
+    for run in sorted(found, key=lambda r: (r["spec"]["depth"], r["spec"]["window"])):
+        spec = run["spec"]
+        pairs.append(
+            (
+                run,
+                deepest(
+                    summary,
+                    "mask",
+                    kind="softmax",
+                    architecture=spec["architecture"],
+                    depth=spec["depth"],
+                    embedding_std=spec["embedding_std"],
+                    window=None,
+                ),
+            )
+        )
+    return pairs
+
+
+def float32_twin(summary: dict, run: dict) -> Optional[dict]:
+    """The float32 sweep's run of `run`'s architecture, depth and embedding std (None: none)."""
+    spec = run["spec"]
+    return deepest(
+        summary,
+        "float32",
+        kind=spec["kind"],
+        architecture=spec["architecture"],
+        depth=spec["depth"],
+        embedding_std=spec["embedding_std"],
+    )
 
 
 def noci_pairs(summary: dict) -> dict[str, tuple[list[dict], list[dict]]]:
@@ -267,11 +313,6 @@ def qk_value_ratio(run: dict) -> np.ndarray:
 def gradient_ratio(run: dict) -> np.ndarray:
     """`[S]`: per seed, the geometric mean over layers of `qk_value_ratio`."""
     return np.exp(np.mean(np.log(qk_value_ratio(run)), axis=1))
-
-
-def gradient_drop(shallow: dict, deep: dict) -> dict:
-    """`interval` of gradient_ratio(deep) / gradient_ratio(shallow), seed by seed (the same init keys)."""
-    return interval(gradient_ratio(deep) / gradient_ratio(shallow))
 
 
 def is_recall_run(run: dict) -> bool:
@@ -306,58 +347,144 @@ def dong_residuals(run: dict) -> np.ndarray:
     return r.reshape(-1, r.shape[-1])
 
 
-def dong_fit(run: dict) -> collapse.RateFit:
-    """`fit_log_log` of the per-example relative composite residuals, seeds x examples as replicates."""
-    return collapse.fit_log_log(dong_residuals(run), floor=FLOOR)
+def cubic_exponent(
+    res_abs, rel, lower: float = 0.0, upper: float = math.inf, floor: float = RESOLVED
+) -> dict:
+    """Dong et al.'s local exponent: per seed, the least-squares slope p (and intercept b) of
+    log ||res(X_l)|| = p log ||res(X_(l-1))|| + b over every (example, l) pair whose relative residual
+    r_(l-1) lies in [lower, upper) and above `floor`, with r_l above `floor` too (`res_abs`, `rel`:
+    `[S, B, L + 1]`, absolute and relative residuals).
 
+    With `upper` = `LOCAL_WINDOW` this is the leading-order exponent (3: see `scaling.py`); with
+    `lower` = `SATURATED` the slope of initialisation-sized residuals, lowered by the next-order term.
 
-def resolved_layers(rel: np.ndarray, floor: float = RESOLVED) -> int:
-    """How many consecutive layers from layer 0 have every point of `rel` `[S, B, L + 1]` above `floor`."""
-    above = np.all(array(rel) > floor, axis=(0, 1))
-    return int(np.argmin(above)) if not above.all() else int(above.size)
-
-
-def cubic_exponent(res_abs, rel, floor: float = RESOLVED) -> dict:
-    """Dong et al.'s per-layer exponent: per seed, the least-squares slope p of
-    log ||res(X_l)|| = p log ||res(X_(l-1))|| + b over every (example, l) with relative residuals
-    above `floor` at l - 1 and at l (`res_abs`, `rel`: `[S, B, L + 1]`).
-
-    Returns `{"slopes": [S], "mean", "low", "high", "n"}` (`interval` over seeds) and
-    `"layers"`: `resolved_layers(rel)`.
+    Returns `{"slopes": [S], "intercepts": [S], "pairs": [S], "transitions": [S] (distinct layers
+    l - 1 -> l among the pairs), "unresolved": [S] (pairs whose r_(l-1) is in the window but r_l at or
+    below `floor`, left out), "mean", "low", "high", "n"}`
+    (`interval` over seeds; a seed with fewer than two pairs, or all at one x, has slope NaN, and
+    the interval's ends are then NaN) and `"intercept"`: the mean intercept.
     """
     res_abs, rel = array(res_abs), array(rel)
     if res_abs.ndim != 3 or res_abs.shape != rel.shape or res_abs.shape[-1] < 2:
         raise ValueError(
             f"res_abs and rel must both be [S, B, L + 1] with L >= 1; got {res_abs.shape} and {rel.shape}"
         )
-    slopes = []
+    slopes, intercepts, pairs, transitions, unresolved = [], [], [], [], []
     for a, r in zip(res_abs, rel):
-        keep = (r[:, :-1] > floor) & (r[:, 1:] > floor)
+        before = r[:, :-1]
+        window = (before > floor) & (before >= lower) & (before < upper)
+        keep = window & (r[:, 1:] > floor)
         x, y = np.log(a[:, :-1][keep]), np.log(a[:, 1:][keep])
-        slopes.append(float(np.polyfit(x, y, 1)[0]) if x.size >= 2 and np.ptp(x) > 0 else math.nan)
-    return {"slopes": slopes, **interval(slopes), "layers": resolved_layers(rel, floor)}
+        fit = np.polyfit(x, y, 1) if x.size >= 2 and np.ptp(x) > 0 else (math.nan, math.nan)
+        slopes.append(float(fit[0]))
+        intercepts.append(float(fit[1]))
+        pairs.append(int(x.size))
+        transitions.append(int(np.unique(np.nonzero(keep)[1]).size))
+        unresolved.append(int(np.sum(window & ~keep)))
+    return {
+        "slopes": slopes,
+        "intercepts": intercepts,
+        "pairs": pairs,
+        "transitions": transitions,
+        "unresolved": unresolved,
+        **interval(slopes),
+        "intercept": float(np.mean(intercepts)),
+    }
 
 
-def dong_exponent(run: dict) -> dict:
-    """`cubic_exponent` of a run's `dong/residual_abs` and `dong/residual`."""
-    return cubic_exponent(init(run, "dong/residual_abs"), init(run, "dong/residual"))
+def dong_exponent(run: dict, lower: float = 0.0, upper: float = LOCAL_WINDOW) -> dict:
+    """`cubic_exponent` of a run's `dong/residual_abs` and `dong/residual` (default: the local window)."""
+    return cubic_exponent(
+        init(run, "dong/residual_abs"), init(run, "dong/residual"), lower=lower, upper=upper
+    )
 
 
-def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> dict:
-    """Measured / Dong's bound (γ = 1) at every layer l >= 1 whose points are resolved at l - 1 and l.
+def identity_slopes(residuals, eps=EPS) -> dict:
+    """The eps-scaling identity (`scaling.py`) per layer: the slope of log ||res(layer(1 x_bar^T + eps R))||
+    against log eps over each decade of `eps`.
 
-    bound `[S, B, L]`, res_abs and rel `[S, B, L + 1]` -> `{"rows": [{"layer", "points", "median", "min",
-    "max"}], "worst", "medians"}`: per resolved layer, the ratio over its resolved (seed, example)
-    points; the largest ratio of every layer (`worst`) and the smallest and largest median
-    (`medians`), None without a resolved layer. The bound is linear in γ, so at γ the ratio is this
-    / γ, and the bound holds for every γ >= `worst`.
+    residuals `[S, E, L, B]` (`identity/residual`), eps `[E]` (decreasing) -> `{"eps", "layers": [{"layer",
+    "slope": [per decade: median over seeds and examples], "deviation": [per decade: median of
+    |slope - 3|], "max_deviation": [per decade: largest |slope - 3|], "shrink": the last decade's median
+    deviation over the one before (NaN where both are 0)}], "edge", "worst_shrink"}`; `edge` is the
+    largest over layers of the median deviation in the last decade (the top decade of Dong's local
+    window), `worst_shrink` the largest shrink (NaN if none is defined).
     """
-    bound, res_abs, rel = array(bound), array(res_abs), array(rel)
+    res, eps = array(residuals), array(eps)
+    if res.ndim != 4 or res.shape[1] != eps.size or eps.size < 2:
+        raise ValueError(
+            f"residuals must be [S, E, L, B] with E = len(eps) >= 2; got {res.shape} for {eps.size} eps"
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(res)
+    slopes = (logs[:, :-1] - logs[:, 1:]) / np.log(eps[:-1] / eps[1:])[None, :, None, None]
+    deviation = np.abs(slopes - 3)
+    layers = []
+    for layer in range(res.shape[2]):
+
+        def over_points(values, reduce):
+            return [float(reduce(values[:, d, layer])) for d in range(slopes.shape[1])]
+
+        median = over_points(deviation, np.median)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shrink = float(np.divide(median[-1], median[-2]))
+        layers.append(
+            {
+                "layer": layer + 1,
+                "slope": over_points(slopes, np.median),
+                "deviation": median,
+                "max_deviation": over_points(deviation, np.max),
+                "shrink": shrink,
+            }
+        )
+    shrinks = [row["shrink"] for row in layers if not math.isnan(row["shrink"])]
+    return {
+        "eps": eps.tolist(),
+        "layers": layers,
+        "edge": max(row["deviation"][-1] for row in layers),
+        "worst_shrink": max(shrinks) if shrinks else math.nan,
+    }
+
+
+def log_median_profile(rel, floor: float = RESOLVED) -> dict:
+    """Per layer, the median over (seed, example) of log r_l (as r, `median`), log(1/r) of that median
+    (`log_inverse`) and its growth log(1/r_l) / log(1/r_(l-1)) (`growth`), both None where the median is
+    at or below `floor` (not resolved) or undefined. rel `[S, B, L + 1]`: relative residuals, spanning
+    decades, so the median is taken in log space (a mean of r is set by its largest examples)."""
+    r = array(rel)
+    with np.errstate(divide="ignore"):
+        median = np.exp(np.median(np.log(r.reshape(-1, r.shape[-1])), axis=0))
+    resolved = median > floor
+    logs = [float(-np.log(m)) if ok else None for m, ok in zip(median, resolved)]
+    growth = [None] + [
+        logs[layer] / logs[layer - 1]
+        if logs[layer] is not None and logs[layer - 1] is not None and logs[layer - 1] > 0
+        else None
+        for layer in range(1, len(logs))
+    ]
+    return {"median": median.tolist(), "log_inverse": logs, "growth": growth}
+
+
+def bound_looseness(bound, res_abs, rel, constant, floor: float = RESOLVED) -> dict:
+    """Dong's bound at γ = 1 against the measurement, at every layer l >= 1 whose points are resolved at
+    l - 1 and l.
+
+    bound `[S, B, L]` (c_l ||res(X_(l-1))||^3 at γ = 1), res_abs and rel `[S, B, L + 1]`, constant `[S, L]`
+    (c_l at γ = 1) -> `{"rows": [{"layer", "points", "median", "min", "max", "slack"}], "worst",
+    "medians"}`: per resolved layer, measured / bound over its resolved (seed, example) points (median,
+    min, max) and the median slack c_l ||res(X_(l-1))||^2, the bound's per-layer contraction factor
+    (||res(X_l)|| <= slack ||res(X_(l-1))||: the bound guarantees a contraction only where it is < 1);
+    the largest ratio of every layer (`worst`) and the smallest and largest median (`medians`), None
+    without a resolved layer. Both are linear in γ (not retrieved): at γ the ratio is this / γ and the
+    slack this x γ.
+    """
+    bound, res_abs, rel, constant = array(bound), array(res_abs), array(rel), array(constant)
     rows = []
     for layer in range(1, res_abs.shape[-1]):
         keep = (rel[..., layer - 1] > floor) & (rel[..., layer] > floor)
         if keep.any():
             ratio = res_abs[..., layer][keep] / bound[..., layer - 1][keep]
+            slack = constant[:, None, layer - 1] * res_abs[..., layer - 1] ** 2
             rows.append(
                 {
                     "layer": layer,
@@ -365,6 +492,7 @@ def bound_looseness(bound, res_abs, rel, floor: float = RESOLVED) -> dict:
                     "median": float(np.median(ratio)),
                     "min": float(ratio.min()),
                     "max": float(ratio.max()),
+                    "slack": float(np.median(slack[keep])),
                 }
             )
     medians = [row["median"] for row in rows]
@@ -381,9 +509,12 @@ def dong_constant(run: dict) -> float:
 
 
 def dong_looseness(run: dict) -> dict:
-    """`bound_looseness` of a run's `dong/bound`, `dong/residual_abs` and `dong/residual`."""
+    """`bound_looseness` of a run's `dong/bound`, `dong/residual_abs`, `dong/residual` and `dong/constant`."""
     return bound_looseness(
-        init(run, "dong/bound"), init(run, "dong/residual_abs"), init(run, "dong/residual")
+        init(run, "dong/bound"),
+        init(run, "dong/residual_abs"),
+        init(run, "dong/residual"),
+        init(run, "dong/constant"),
     )
 
 
@@ -405,19 +536,24 @@ def geometric(run: dict, metric: str = "residual_fro") -> collapse.RateFit:
     return collapse.fit_geometric(init(run, metric), floor=FLOOR)
 
 
+def resolved_last(r, floor: float = RESOLVED) -> int:
+    """The last layer K such that every seed's r `[S, L + 1]` is above `floor` at layers 0..K (-1: none)."""
+    above = np.all(array(r) > floor, axis=0)
+    return int(np.argmin(above)) - 1 if not above.all() else int(above.size) - 1
+
+
+def layer_rates(r, first: int, last: int) -> np.ndarray:
+    """`[S]`: per seed, exp(slope of the least-squares line of log r_l on l, l = first..last); r `[S, L + 1]`."""
+    layers = np.arange(first, last + 1)
+    return np.exp([np.polyfit(layers, np.log(seed[first : last + 1]), 1)[0] for seed in array(r)])
+
+
 def _window_slopes(r, floor: float) -> list[tuple[int, int, np.ndarray]]:
     """`[(a, b, per-seed rate)]` of the two depth windows of `rate_windows`."""
-    r = array(r)
-    last = resolved_layers(r[:, None, :], floor) - 1
+    last = resolved_last(r, floor)
     if last < 2:
         return []
-    out = []
-    for a, b in ((0, last // 2), (last // 2, last)):
-        layers = np.arange(a, b + 1)
-        out.append(
-            (a, b, np.exp([np.polyfit(layers, np.log(seed[a : b + 1]), 1)[0] for seed in r]))
-        )
-    return out
+    return [(a, b, layer_rates(r, a, b)) for a, b in ((0, last // 2), (last // 2, last))]
 
 
 def rate_windows(r, floor: float = RESOLVED) -> list[dict]:
@@ -431,30 +567,51 @@ def rate_windows(r, floor: float = RESOLVED) -> list[dict]:
     return [{"layers": [a, b], "rate": interval(rate)} for a, b, rate in _window_slopes(r, floor)]
 
 
-def window_rates(r, slem, entropy, floor: float = RESOLVED) -> list[dict]:
-    """`rate_windows` of a causal profile, against its maps' |λ2|.
+def rate_trend(r, floor: float = RESOLVED) -> Optional[dict]:
+    """`interval` over seeds of log(late window's rate) - log(early window's rate) (`rate_windows`'
+    windows): > 0 where the rate rises toward 1 with depth (a power law's signature), < 0 where it falls
+    (faster than exponential). None without windows."""
+    windows = _window_slopes(r, floor)
+    if not windows:
+        return None
+    (_, _, early), (_, _, late) = windows
+    return interval(np.log(late) - np.log(early))
+
+
+def window_rates(r, slem, entropy, floor: float = RESOLVED, reference=None) -> list[dict]:
+    """`rate_windows` of a causal profile, against its maps' |λ2| (and the exact uniform causal chain).
 
     r `[S, L + 1]` (relative residuals); slem and entropy `[S, L]`: per seed, |λ2| and the normalised
     entropy of layer l's maps (mean over heads and examples; a causal map is lower triangular, so
     |λ2| = max_(i>=1) a_ii). In window [a, b]: lambda2 = exp(mean of log |λ2| over the maps of layers
     a+1..b), per seed (a product of maps that share their slowest mode shrinks it by |λ2| per layer).
+    `reference` `[S, L + 1]`: the uniform causal chain on the same inputs (`chain.py`), whose |λ2| is
+    `chain.UNIFORM_LAMBDA2`.
 
-    Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a
-    `interval` (ratio = rate / lambda2 per seed); `[]` if fewer than layers 0-2 are resolved.
+    Returns `[{"layers": [a, b], "rate", "lambda2", "ratio", "entropy"}]`, each number a `interval`
+    (ratio = rate / lambda2 per seed), with `reference`: `"chain_rate"`, `"chain_ratio"` (its rate /
+    1/2) and `"excess"` (ratio - chain_ratio, seed by seed, the same inputs); `[]` if fewer than layers
+    0-2 are resolved.
     """
     slem, entropy = array(slem), array(entropy)
     out = []
     for a, b, rate in _window_slopes(r, floor):
         lambda2 = np.exp(np.mean(np.log(slem[:, a:b]), axis=1))
-        out.append(
-            {
-                "layers": [a, b],
-                "rate": interval(rate),
-                "lambda2": interval(lambda2),
-                "ratio": interval(rate / lambda2),
-                "entropy": interval(np.mean(entropy[:, a:b], axis=1)),
-            }
-        )
+        window = {
+            "layers": [a, b],
+            "rate": interval(rate),
+            "lambda2": interval(lambda2),
+            "ratio": interval(rate / lambda2),
+            "entropy": interval(np.mean(entropy[:, a:b], axis=1)),
+        }
+        if reference is not None:
+            chain_ratio = layer_rates(reference, a, b) / chain.UNIFORM_LAMBDA2
+            window.update(
+                chain_rate=interval(chain_ratio * chain.UNIFORM_LAMBDA2),
+                chain_ratio=interval(chain_ratio),
+                excess=interval(rate / lambda2 - chain_ratio),
+            )
+        out.append(window)
     return out
 
 
@@ -465,16 +622,105 @@ def layernorm_run(summary: dict, construction: str) -> Optional[dict]:
 
 
 def causal_windows(run: dict) -> list[dict]:
-    """`window_rates` of a run's init-phase residual_fro, slem and attention_entropy_normalized."""
+    """`window_rates` of a run's init-phase residual_fro, slem and attention_entropy_normalized, against
+    its `chain/residual_fro` where measured."""
+    reference = phase(run, "init").get("chain/residual_fro")
     return window_rates(
-        init(run, "residual_fro"), init(run, "slem"), init(run, "attention_entropy_normalized")
+        init(run, "residual_fro"),
+        init(run, "slem"),
+        init(run, "attention_entropy_normalized"),
+        reference=None if reference is None else array(reference),
     )
 
 
-def layers_to(values: np.ndarray, level: float) -> Optional[int]:
-    """The first index where `values` is below `level` (None: never)."""
-    below = np.nonzero(values < level)[0]
-    return int(below[0]) if below.size else None
+def local_rates(run: dict, reference: dict) -> Optional[dict]:
+    """A local-mask run against the full causal run of the same seeds (the same weights), over the layers
+    0..K resolved in both (K >= 2): the finite-depth slowdown `difference` = log r_K - log r_K(full) per
+    seed (> 0: the local run is less collapsed at depth K), r_K of each, and beside it the per-layer rates
+    (`layer_rates`) over 0..K and over the late window [K//2, K] with their log differences, each an
+    `interval`; None if fewer than layers 0-2 are resolved in both."""
+    r, ref = init(run, "residual_fro"), init(reference, "residual_fro")
+    last = min(resolved_last(r), resolved_last(ref))
+    if last < 2:
+        return None
+    rate, base = layer_rates(r, 0, last), layer_rates(ref, 0, last)
+    late, late_base = layer_rates(r, last // 2, last), layer_rates(ref, last // 2, last)
+    return {
+        "layers": [0, last],
+        "residual": interval(r[:, last]),
+        "reference_residual": interval(ref[:, last]),
+        "difference": interval(np.log(r[:, last]) - np.log(ref[:, last])),
+        "rate": interval(rate),
+        "reference_rate": interval(base),
+        "rate_difference": interval(np.log(rate) - np.log(base)),
+        "late": {
+            "layers": [last // 2, last],
+            "rate": interval(late),
+            "reference_rate": interval(late_base),
+            "difference": interval(np.log(late) - np.log(late_base)),
+        },
+    }
+
+
+def depth_trends(unscaled: list[dict], scaled: list[dict]) -> Optional[dict]:
+    """Noci et al.'s trends with depth, per seed (the same init keys at every depth), for the unscaled and
+    the 1/sqrt(L)-scaled runs at the depths both have (at least two).
+
+    Per seed: `rank` = log(r_L(L_max) / r_L(L_min)) (< 0: the last layer's residual falls with depth);
+    `cosine` = slope of the token cosine at L against log2 L (per doubling of depth; > 0: alignment grows);
+    `gradient` = slope of log g(L) against log2 L (`gradient_ratio`; < 0: the query/key gradients vanish
+    with depth). Returns `{"depths", "seeds", statistic: {"unscaled", "scaled", "difference"}}`, each an
+    `interval` over seeds (difference = scaled - unscaled, seed by seed), and `means`: per variant, r_L,
+    the cosine and g at each depth (means over seeds); None without two common depths.
+    """
+    by_depth = [{r["spec"]["depth"]: r for r in found} for found in (unscaled, scaled)]
+    depths = sorted(set(by_depth[0]) & set(by_depth[1]))
+    if len(depths) < 2:
+        return None
+    x = np.log2(depths)
+
+    def per_seed(found):
+        runs_ = [found[d] for d in depths]
+        residual = np.stack([last_per_seed(r) for r in runs_], axis=1)  # [S, D]
+        cosine = np.stack([last_per_seed(r, "token_cosine") for r in runs_], axis=1)
+        grads = [
+            gradient_ratio(r) if "layer_grad_norm/query" in phase(r, "init") else None
+            for r in runs_
+        ]
+        g = None if any(v is None for v in grads) else np.stack(grads, axis=1)
+        stats = {
+            "rank": np.log(residual[:, -1] / residual[:, 0]),
+            "cosine": np.polyfit(x, cosine.T, 1)[0],
+        }
+        if g is not None:
+            stats["gradient"] = np.polyfit(x, np.log(g).T, 1)[0]
+        means = {
+            "residual": residual.mean(axis=0).tolist(),
+            "cosine": cosine.mean(axis=0).tolist(),
+            "g": None if g is None else g.mean(axis=0).tolist(),
+        }
+        return stats, means
+
+    (plain, plain_means), (remedy, remedy_means) = per_seed(by_depth[0]), per_seed(by_depth[1])
+    if len(plain["rank"]) != len(remedy["rank"]):
+        raise ValueError(
+            f"depth_trends: the unscaled runs have {len(plain['rank'])} seeds and the scaled ones "
+            f"{len(remedy['rank'])}; the trends are compared seed by seed"
+        )
+    return {
+        "depths": depths,
+        "seeds": len(plain["rank"]),
+        **{
+            name: {
+                "unscaled": interval(plain[name]),
+                "scaled": interval(remedy[name]),
+                "difference": interval(remedy[name] - plain[name]),
+            }
+            for name in plain
+            if name in remedy
+        },
+        "means": {"unscaled": plain_means, "scaled": remedy_means},
+    }
 
 
 def path_medians(run: dict) -> Optional[np.ndarray]:
@@ -486,13 +732,28 @@ def path_medians(run: dict) -> Optional[np.ndarray]:
     return np.median(np.moveaxis(p, 1, 0).reshape(p.shape[1], -1), axis=1)
 
 
-def log_rate_ratio(windows: list[dict]) -> Optional[float]:
-    """log(late window's mean rate) / log(early window's) of `rate_windows` or `window_rates` (None: no
-    windows; NaN when the early window does not collapse, rate >= 1: then no exponential collapse)."""
-    if not windows:
+def recall_scores(run: dict) -> Optional[dict]:
+    """A trained run's held-out recall against the mode-of-context baseline (`recall.py`), per seed as
+    `interval`s: `accuracy`, `mode_accuracy` (the baseline on the same queries), `excess` (accuracy -
+    mode_accuracy), `not_mode_accuracy` (on the queries whose answer is not a context mode) and
+    `not_mode_fraction`, the per-seed lists (`per_seed`) and the smallest excess (`excess_min`); None
+    without the counts."""
+    final = phase(run, "final")
+    if "recall/queries" not in final:
         return None
-    early, late = (np.log(w["rate"]["mean"]) for w in windows)
-    return float(late / early) if early < 0 else math.nan
+    count = {name: array(final[f"recall/{name}"]) for name in recall.COUNTS}
+    values = {
+        "accuracy": count["correct"] / count["queries"],
+        "mode_accuracy": count["mode_correct"] / count["queries"],
+        "not_mode_accuracy": count["not_mode_correct"] / np.maximum(count["not_mode_queries"], 1),
+        "not_mode_fraction": count["not_mode_queries"] / count["queries"],
+    }
+    values["excess"] = values["accuracy"] - values["mode_accuracy"]
+    return {
+        **{name: interval(v) for name, v in values.items()},
+        "per_seed": {name: v.tolist() for name, v in values.items()},
+        "excess_min": float(values["excess"].min()),
+    }
 
 
 def band(values) -> dict:
@@ -531,22 +792,22 @@ def _view(summary: dict, config) -> dict:
 
 
 def _dong(summary: dict) -> Optional[dict]:
-    """Dong et al.'s run (`dong_run`): its regime and the predicted logit variance, its mean per-layer
-    `profile` (`PROFILE_METRICS`), the per-layer mean over seeds and examples of the relative composite
-    residual r_l (`residual`), log(1/r_l) (`log_inverse`) and its growth log(1/r_l) / log(1/r_(l-1))
-    (`growth`, None where undefined), the exponent (`dong_exponent`), the bound's looseness
-    (`dong_looseness`), the median constant c_l, the log-log fit (`dong_fit`) and the medians over seeds
-    and examples of the bound and of the measured residual per layer."""
+    """Dong et al.'s run (`dong_run`): its regime, the predicted logit variance and the head width d_k,
+    its mean per-layer `profile` (`PROFILE_METRICS`), the per-layer medians in log space of the relative
+    composite residual (`table`: `log_median_profile`), the local exponent (`exponent`: pairs with
+    r_(l-1) < `LOCAL_WINDOW`) and the saturation slope beside it (`saturation`: r_(l-1) >=
+    `SATURATED`), the eps-scaling identity per layer (`identity`: `identity_slopes`; None where not
+    measured), the bound's looseness and slack (`dong_looseness`), the median constant c_l (γ = 1), and
+    the medians over seeds and examples of the bound and of the measured residual per layer."""
     run = dong_run(summary)
     if run is None:
         return None
+    config = config_of(summary)
     std = run["spec"]["embedding_std"]
     reg = regime(run)
-    predicted = predicted_logit_variance(std, config_of(summary).model.features)
-    r = np.mean(dong_residuals(run), axis=0)
-    logs = -np.log(np.maximum(r, 1e-300))
-    fit = dong_fit(run)
-    layers = r.shape[0]
+    predicted = predicted_logit_variance(std, config.model.features)
+    layers = init(run, "dong/residual").shape[-1]
+    identity = phase(run, "init").get("identity/residual")
     return {
         "run": run["id"],
         "depth": run["spec"]["depth"],
@@ -554,22 +815,14 @@ def _dong(summary: dict) -> Optional[dict]:
         "regime": reg,
         "predicted_logit_variance": predicted,
         "logit_variance_ratio": reg["logit_variance"] / predicted,
+        "head_dim": config.model.features // config.model.num_heads,
         "profile": {metric: profile(run, metric).tolist() for metric in PROFILE_METRICS},
-        "residual": r.tolist(),
-        "log_inverse": logs.tolist(),
-        "growth": [
-            float(logs[layer] / logs[layer - 1]) if layer and logs[layer - 1] > 0 else None
-            for layer in range(layers)
-        ],
+        "table": log_median_profile(init(run, "dong/residual")),
         "exponent": dong_exponent(run),
+        "saturation": dong_exponent(run, lower=SATURATED, upper=math.inf),
+        "identity": None if identity is None else identity_slopes(identity),
         "looseness": dong_looseness(run),
         "constant": dong_constant(run),
-        "fit": {
-            "layers": list(fit.layers),
-            "slope": fit.slope,
-            "intercept": fit.intercept,
-            "rate": fit.rate,
-        },
         "bound_median": np.median(init(run, "dong/bound").reshape(-1, layers - 1), axis=0).tolist(),
         "measured_median": np.median(
             init(run, "dong/residual_abs").reshape(-1, layers), axis=0
@@ -656,20 +909,15 @@ def _last_layer(summary: dict) -> Optional[dict]:
     }
 
 
-def _noci(summary: dict) -> Optional[dict]:
-    """Skips scaled by 1/sqrt(L) against unscaled skips, at the depths both have: r_L per seed as an
-    `interval` each (`scaled`, `control`), and the lowest seed's scaled r_L (`lowest`); None: no depth."""
-    scaled = {r["spec"]["depth"]: r for r in init_runs(summary, "skip_scaled")}
-    control = {r["spec"]["depth"]: r for r in init_runs(summary, "skip")}
-    depths = sorted(set(scaled) & set(control))
-    if not depths:
-        return None
-    return {
-        "depths": depths,
-        "scaled": [interval(last_per_seed(scaled[d])) for d in depths],
-        "control": [interval(last_per_seed(control[d])) for d in depths],
-        "lowest": min(float(last_per_seed(scaled[d]).min()) for d in depths),
-    }
+def _noci(summary: dict) -> list[dict]:
+    """Noci et al.'s depth trends, per LayerNorm placement of `noci_pairs`: `{"placement", **depth_trends}`
+    (placements without two common depths left out)."""
+    out = []
+    for placement, (unscaled, scaled) in noci_pairs(summary).items():
+        trends = depth_trends(unscaled, scaled)
+        if trends is not None:
+            out.append({"placement": placement, **trends})
+    return out
 
 
 def _gradient_record(run: dict) -> dict:
@@ -689,33 +937,31 @@ def _gradient_record(run: dict) -> dict:
 
 
 def _gradients(summary: dict) -> list[dict]:
-    """Per placement of `noci_pairs`: its runs by depth (`unscaled`, `scaled`: `_gradient_record`s) and
-    `drop`: at the shallowest and deepest depth both have (`depths`), g(deep) / g(shallow) per seed as an
-    `interval` (`gradient_drop`) of each variant (None: fewer than two common depths)."""
+    """Per placement of `noci_pairs`: its runs by depth (`unscaled`, `scaled`: `_gradient_record`s), the
+    smallest per-layer ratio (mean over seeds) of any of them with its depth and layer (`smallest`), and
+    the machine epsilon of the sweep's precision (`epsilon`: float64 or float32, as `study.measure` runs it)."""
+    config = config_of(summary)
+    sweep = config.noci_sweep
+    float64 = config.measure_float64 if sweep.get("float64") is None else sweep.float64
+    epsilon = float(np.finfo(np.float64 if float64 else np.float32).eps)
     out = []
     for placement, (unscaled, scaled) in noci_pairs(summary).items():
-        depths = sorted(
-            {r["spec"]["depth"] for r in unscaled} & {r["spec"]["depth"] for r in scaled}
+        records = {
+            "unscaled": [_gradient_record(r) for r in unscaled],
+            "scaled": [_gradient_record(r) for r in scaled],
+        }
+        smallest = min(
+            (value, variant, record["depth"], layer + 1)
+            for variant, found in records.items()
+            for record in found
+            for layer, value in enumerate(record["ratio_profile"])
         )
-        drop = None
-        if len(depths) >= 2:
-
-            def at(found, depth):
-                return next(r for r in found if r["spec"]["depth"] == depth)
-
-            drop = {
-                "depths": [depths[0], depths[-1]],
-                **{
-                    label: gradient_drop(at(found, depths[0]), at(found, depths[-1]))
-                    for label, found in (("scaled", scaled), ("unscaled", unscaled))
-                },
-            }
         out.append(
             {
                 "placement": placement,
-                "unscaled": [_gradient_record(r) for r in unscaled],
-                "scaled": [_gradient_record(r) for r in scaled],
-                "drop": drop,
+                **records,
+                "smallest": dict(zip(("ratio", "variant", "depth", "layer"), smallest)),
+                "epsilon": epsilon,
             }
         )
     return out
@@ -736,21 +982,10 @@ def _mask_row(run: dict, mask: str) -> dict:
 
 def _mask(summary: dict) -> list[dict]:
     """Per `mask_pairs` pair: the causal and bidirectional run ids, the causal run's seeds, the table `rows`
-    (`_mask_row` of each run), the causal `collapse` (`causal_windows` and their `log_rate_ratio`), and
-    `slower`: the layer where the bidirectional mean r first falls below 1e-6, the causal r there (an
-    `interval` over seeds) and the layer where the causal mean r does (None: no bidirectional twin, or
-    its r never falls below 1e-6)."""
+    (`_mask_row` of each run), and the causal `collapse`: its `windows` (`causal_windows`, against the
+    exact uniform chain where measured) and `trend` (`rate_trend`)."""
     out = []
     for run, bidir in mask_pairs(summary):
-        windows = causal_windows(run)
-        bidir_layer = None if bidir is None else layers_to(profile(bidir), 1e-6)
-        slower = None
-        if bidir_layer is not None:
-            slower = {
-                "bidirectional_layer": bidir_layer,
-                "at": interval(init(run, "residual_fro")[:, bidir_layer]),
-                "causal_layer": layers_to(profile(run), 1e-6),
-            }
         out.append(
             {
                 "architecture": run["spec"]["architecture"],
@@ -763,11 +998,33 @@ def _mask(summary: dict) -> list[dict]:
                     for mask, r in (("causal", run), ("bidirectional", bidir))
                     if r is not None
                 ],
-                "collapse": {"windows": windows, "log_rate_ratio": log_rate_ratio(windows)},
-                "slower": slower,
+                "collapse": {
+                    "windows": causal_windows(run),
+                    "trend": rate_trend(init(run, "residual_fro")),
+                },
             }
         )
     return out
+
+
+def _local(summary: dict) -> list[dict]:
+    """Per `local_pairs` pair with its full causal run: the width W, the sequence length T, the run ids,
+    the seeds, and `local_rates` (None: too few resolved layers)."""
+    length = models.make_task(config_of(summary).task).seq_len
+    return [
+        {
+            "window": run["spec"]["window"],
+            "length": length,
+            "architecture": run["spec"]["architecture"],
+            "depth": run["spec"]["depth"],
+            "run": run["id"],
+            "reference": reference["id"],
+            "seeds": len(init(run, "residual_fro")),
+            "rates": local_rates(run, reference),
+        }
+        for run, reference in local_pairs(summary)
+        if reference is not None
+    ]
 
 
 def _scale(summary: dict) -> list[dict]:
@@ -781,7 +1038,7 @@ def _scale(summary: dict) -> list[dict]:
 def _construction(run: dict, name: str) -> dict:
     """One LayerNorm construction: the consensus distance with and without LN at layers 0, L/4, L/2 and L
     (means over seeds) and at L (an `interval`), its mean at L (`with`, `without`), and the `collapse`
-    of the LN profile (`rate_windows` and their `log_rate_ratio`)."""
+    of the LN profile (`rate_windows` and their `rate_trend`)."""
     rows = []
     for which, label in (("consensus_ln", "with LayerNorm"), ("consensus_plain", "without")):
         r = init(run, which)
@@ -793,7 +1050,7 @@ def _construction(run: dict, name: str) -> dict:
                 "last": interval(r[:, -1]),
             }
         )
-    windows = rate_windows(init(run, "consensus_ln"))
+    profile_ln = init(run, "consensus_ln")
     return {
         "name": name,
         "run": run["id"],
@@ -802,7 +1059,7 @@ def _construction(run: dict, name: str) -> dict:
         "rows": rows,
         "with": last(run, "consensus_ln"),
         "without": last(run, "consensus_plain"),
-        "collapse": {"windows": windows, "log_rate_ratio": log_rate_ratio(windows)},
+        "collapse": {"windows": rate_windows(profile_ln), "trend": rate_trend(profile_ln)},
     }
 
 
@@ -828,21 +1085,45 @@ def _full_rank(run: Optional[dict]) -> Optional[dict]:
 
 def _layernorm(summary: dict) -> dict:
     """Wu et al.'s LayerNorm: `constructions` (`_construction` of each the config lists and has a run),
-    `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run, r_L per seed, its
-    `interval`, lowest seed and mean (`last`)."""
-    block = config_of(summary).get("layernorm")
+    `full_rank` (`_full_rank`) and `postln`: per post-LN attention-only mask run (float64), its depth,
+    width D and sequence length T, r_L per seed, its `interval`, lowest seed and mean (`last`), the
+    per-layer rates of r_l in two depth windows (`windows`: `rate_windows`) and those of the pure
+    attention run of its depth (`pure_windows`; None: no such run), and `float32`: r_L of its
+    float32-sweep twin (None: no twin)."""
+    config = config_of(summary)
+    block = config.get("layernorm")
     names = list(block.constructions) if block is not None else []
+    length = models.make_task(config.task).seq_len
+
+    def last_layer(run):
+        r = last_per_seed(run, "residual_fro")
+        return {
+            "run": run["id"],
+            "last": r.tolist(),
+            "interval": interval(r),
+            "min": float(r.min()),
+            "mean": last(run),
+        }
+
     postln = []
     for run in runs(summary, "mask", kind="softmax", architecture="attention_only_postln"):
-        r = last_per_seed(run, "residual_fro")
+        twin = float32_twin(summary, run)
+        pure = deepest(
+            summary,
+            "mask",
+            kind="softmax",
+            architecture="attention_only",
+            depth=run["spec"]["depth"],
+        )
         postln.append(
             {
-                "run": run["id"],
                 "depth": run["spec"]["depth"],
-                "last": r.tolist(),
-                "interval": interval(r),
-                "min": float(r.min()),
-                "mean": last(run),
+                "width": config.model.features,
+                "length": length,
+                **last_layer(run),
+                "windows": rate_windows(init(run, "residual_fro")),
+                "pure_windows": None if pure is None else rate_windows(init(pure, "residual_fro")),
+                "float32": None if twin is None else last_layer(twin),
             }
         )
     return {
@@ -859,8 +1140,9 @@ def _layernorm(summary: dict) -> dict:
 def _training(summary: dict) -> list[dict]:
     """Per train-sweep run (`runs` order): held-out accuracy per seed, its `interval` and lowest seed,
     chance, `plateau_exit`, r_L at initialisation and trained, the trained entropy per layer, diverged
-    seeds, whether it is a recall check's run (depth 4 with skips), and the training curves: accuracy per
-    seed and entropy per layer (mean over seeds) at every logged step."""
+    seeds, whether it is a recall check's run (depth 4 with skips), the mode-of-context baseline and the
+    accuracy beyond it (`baseline`: `recall_scores`, None without the counts), and the training curves:
+    accuracy per seed and entropy per layer (mean over seeds) at every logged step."""
     out = []
     for run in runs(summary, "train"):
         accs = per_seed(run, "eval_accuracy")
@@ -887,6 +1169,7 @@ def _training(summary: dict) -> list[dict]:
                 "entropy_trained": mean(end["attention_entropy_normalized"]).tolist(),
                 "diverged": int(np.sum(phase(run, "final").get("diverged", []))),
                 "recall": is_recall_run(run),
+                "baseline": recall_scores(run),
                 "accuracy_curve": {
                     "steps": [step for step, _ in logged],
                     "accuracy": [acc.tolist() for _, acc in logged],
@@ -924,6 +1207,7 @@ BAND_METRICS = {
     "scale": ("residual_fro", "attention_entropy_normalized", "dobrushin"),
     "causal": ("residual_fro", "token_cosine", "dobrushin"),
     "bidirectional": ("residual_fro", "token_cosine"),
+    "local": ("residual_fro",),
 }
 
 
@@ -938,6 +1222,11 @@ def _bands(summary: dict, sections: dict) -> dict:
         for mask in ("causal", "bidirectional"):
             if pair[mask] is not None:
                 wanted.setdefault(pair[mask], set()).update(BAND_METRICS[mask])
+        if "chain/residual_fro" in phase(summary["runs"][pair["causal"]], "init"):
+            wanted[pair["causal"]].add("chain/residual_fro")
+    for r in sections["local"]:
+        for run_id in (r["run"], r["reference"]):
+            wanted.setdefault(run_id, set()).update(BAND_METRICS["local"])
     return {
         run_id: {metric: band(init(summary["runs"][run_id], metric)) for metric in sorted(metrics)}
         for run_id, metrics in wanted.items()
@@ -949,10 +1238,12 @@ def derive(summary: dict, config) -> dict:
     checks, figures, report and README read:
 
     * `dong` (`_dong`; None: no run in Dong et al.'s setting) and `regime_table` (`_regime_table`);
-    * `untrained` (`_untrained`), `deepest_untrained`, `last_layer` and `noci` (skips, 1/sqrt(L) skips);
-    * `gradients` (`_gradients`: Noci et al.'s remedy per LayerNorm placement);
-    * `mask` (`_mask`: causal runs and their bidirectional twins) and `scale` (the embedding-std runs);
-    * `layernorm` (`_layernorm`: Wu et al.'s constructions and the post-LN runs);
+    * `untrained` (`_untrained`), `deepest_untrained` and `last_layer`;
+    * `noci` (`_noci`: Noci et al.'s depth trends per LayerNorm placement) and `gradients`
+      (`_gradients`: the Noci sweep's runs);
+    * `mask` (`_mask`: causal runs, their bidirectional twins and the exact uniform chain), `local`
+      (`_local`: local masks against the full causal mask) and `scale` (the embedding-std runs);
+    * `layernorm` (`_layernorm`: Wu et al.'s constructions and the post-LN runs in both precisions);
     * `training` (`_training`) and `paths` (`_paths`);
     * `bands` (`_bands`: the figures' lines with their min-max bands over seeds).
 
@@ -968,6 +1259,7 @@ def derive(summary: dict, config) -> dict:
         "noci": _noci(view),
         "gradients": _gradients(view),
         "mask": _mask(view),
+        "local": _local(view),
         "scale": _scale(view),
         "layernorm": _layernorm(view),
         "training": _training(view),

@@ -30,3 +30,11 @@ def test_an_interval_prints_the_same_from_its_json_form():
         iv = stats.interval(values)
         assert render.interval_text(json_form(iv), ".4g") == render.interval_text(iv, ".4g")
     assert render.interval_text(json_form(stats.interval([3.0]))) == "3 [nan, nan]"
+
+
+def test_numbers_reads_non_finite_strings_through_nested_parts_and_keeps_labels():
+    part = {"a": ["nan", 1.5, {"b": "-inf"}], "label": "causal", "c": "inf"}
+    read = stats.numbers(part)
+    assert math.isnan(read["a"][0]) and read["a"][1] == 1.5
+    assert read["a"][2]["b"] == -math.inf and read["c"] == math.inf
+    assert read["label"] == "causal"

@@ -49,10 +49,11 @@ def rank_collapse_test_config():
     config.model.num_heads = 2
     config.model.num_features = 16
     config.init_sweep.depths = (4,)
-    config.init_sweep.architectures = ("attention_only", "skip", "skip_scaled")
+    config.init_sweep.architectures = ("attention_only", "skip")
     config.init_sweep.attention_kinds = ("softmax",)
-    # Wu et al.'s random-init LayerNorm check reads the post-LN attention-only run.
+    # Wu et al.'s random-init LayerNorm row reads the post-LN attention-only run, in float64 and float32.
     config.mask_sweep.architectures = ("attention_only", "attention_only_postln")
+    config.float32_sweep.architectures = ("attention_only_postln",)
     # Both training checks measured: the skip variant at depth 4 and attention only.
     config.train_sweep.depths = (4,)
     config.train_sweep.architectures = ("attention_only", "skip_mlp")
