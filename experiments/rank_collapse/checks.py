@@ -89,6 +89,19 @@ def _missing(name, source, claim, need, kind="prediction"):
     )
 
 
+def _unresolved(name, source, claim, kind="prediction"):
+    """A row not measured because its runs resolve fewer than 3 layers (r_l above `RESOLVED`)."""
+    return prediction(
+        name,
+        source,
+        claim,
+        None,
+        None,
+        f"not measured: fewer than 3 layers above {RESOLVED:g}",
+        kind=kind,
+    )
+
+
 def _numbers(values, spec: str = ".3g") -> str:
     return ", ".join(format(v, spec) for v in values)
 
@@ -439,15 +452,7 @@ def exponential_check(
         "of its interval not above 0; a rate rising toward 1 is a sub-exponential, e.g. power-law, decay)"
     )
     if not windows:
-        return prediction(
-            name,
-            source,
-            claim,
-            None,
-            None,
-            f"not measured: fewer than 3 layers above {RESOLVED:g}",
-            kind=kind,
-        )
+        return _unresolved(name, source, claim, kind=kind)
     late = windows[-1]["rate"]
     passed = late["high"] < COLLAPSE_RATE and trend["low"] <= NO_TREND
     return prediction(
@@ -513,14 +518,7 @@ def local_check(local: dict) -> dict:
         "lower end of its 95% interval above 0"
     )
     if rates is None:
-        return prediction(
-            name,
-            SOURCE_WU,
-            claim,
-            None,
-            None,
-            f"not measured: fewer than 3 layers above {RESOLVED:g}",
-        )
+        return _unresolved(name, SOURCE_WU, claim)
     difference, late = rates["difference"], rates["late"]
     return prediction(
         name,
@@ -591,15 +589,7 @@ def random_layernorm_check(run: dict) -> dict:
         "to ~1e-7)"
     )
     if not run["windows"]:
-        return prediction(
-            name,
-            source,
-            claim,
-            None,
-            None,
-            f"not measured: fewer than 3 layers above {RESOLVED:g}",
-            kind="hypothesis",
-        )
+        return _unresolved(name, source, claim, kind="hypothesis")
     late = run["windows"][-1]["rate"]
     pure = (
         ""
