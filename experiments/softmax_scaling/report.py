@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from experiments.lab.render import interval_text, label, render, rows_by_kind
 from experiments.lab.study import config_of
-from experiments.softmax_scaling.constants import MIN_UNITS, SCALINGS, STATS
+from experiments.softmax_scaling.constants import MIN_UNITS, PAPER_D_K, SCALINGS, STATS
 
 README_RESULTS = "experiments/softmax_scaling/results"
 DIGITS = {
@@ -100,6 +100,7 @@ def context(summary: dict) -> dict:
         rate_rows=rate_rows(summary),
         prefactor_rows=prefactor_rows(summary),
         rate_dims=[f"d_k={d}" for d in summary["rate"]["dims"]],
+        paper=summary["dims"].index(PAPER_D_K) if PAPER_D_K in summary["dims"] else None,
     )
 
 

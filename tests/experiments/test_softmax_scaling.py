@@ -505,3 +505,14 @@ def test_committed_results_are_their_summary_rendered():
     section = text[text.index("## Results: softmax scaling\n") :]  # to the end of the page
     links = link_from(page, report.README_RESULTS)
     assert section == report.readme_section(committed, timing, results=links) + "\n"
+
+
+def test_the_report_quotes_the_base_models_d_k_only_when_the_run_has_it():
+    """The shares at Vaswani et al.'s d_k = 64 are quoted when the widths include it; a run over
+    other widths renders without that sentence (it once indexed the third width blindly)."""
+    committed = json.loads((REPO / report.README_RESULTS / "summary.json").read_text())
+    assert "at d_k = 64 the unscaled share above tau is" in report.markdown(committed)
+    other = {**committed, "dims": [d if d != 64 else 65 for d in committed["dims"]][:2]}
+    text = report.markdown(other)
+    assert "the unscaled softmax is not yet saturated there" not in text
+    assert "the smallest d_k at which the unscaled share is below the scaled one" in text
