@@ -1,4 +1,4 @@
-"""Mutants of the power_iteration and softmax_scaling aggregation: an interval or a mean over the wrong
+"""Mutants of the power_iteration, softmax_scaling and rank_collapse aggregation: an interval or a mean over the wrong
 axis, a mean for a worst case (or the reverse), a mean for a median, a log in another base, an arithmetic
 mean for a geometric one. Each is killed by the study's aggregation test on synthetic rows whose axes have
 distinct sizes."""
@@ -9,6 +9,8 @@ PI = "experiments/power_iteration/summary.py"
 PI_TESTS = ("tests/experiments/test_power_iteration_aggregation.py",)
 SS = "experiments/softmax_scaling/summary.py"
 SS_TESTS = ("tests/experiments/test_softmax_scaling_aggregation.py",)
+RC = "experiments/rank_collapse/summary.py"
+RC_TESTS = ("tests/experiments/test_rank_collapse_aggregation.py",)
 
 MUTANTS = (
     Mutant(
@@ -186,5 +188,76 @@ MUTANTS = (
         "differences = {g: interval(np.subtract(by_dim[-1], by_dim[1])) for g, by_dim in above.items()}",
         "softmax_scaling aggregation: fall measured from the second width, not the smallest",
         SS_TESTS,
+    ),
+    Mutant(
+        RC,
+        "median = np.exp(np.median(np.log(r.reshape(-1, r.shape[-1])), axis=0))",
+        "median = np.exp(np.mean(np.log(r.reshape(-1, r.shape[-1])), axis=0))",
+        "rank_collapse aggregation: Dong table a mean of log r over seeds and examples, not the median",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "median = np.exp(np.median(np.log(r.reshape(-1, r.shape[-1])), axis=0))",
+        "median = np.median(r.reshape(-1, r.shape[-1]), axis=0)",
+        "rank_collapse aggregation: Dong table the median of r, not taken in log space",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "median = np.exp(np.median(np.log(r.reshape(-1, r.shape[-1])), axis=0))",
+        "median = np.exp(np.median(np.log(r[0]), axis=0))",
+        "rank_collapse aggregation: Dong table the median over the first seed's examples only",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "logs = [float(-np.log(m)) if ok",
+        "logs = [float(-np.log10(m)) if ok",
+        "rank_collapse aggregation: Dong table log(1/r) in base 10, not e",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "    for a, r in zip(res_abs, rel):",
+        "    for a, r in zip(res_abs.transpose(1, 0, 2), rel.transpose(1, 0, 2)):",
+        "rank_collapse aggregation: local exponent a slope per example (interval over examples), "
+        "not per seed",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "window = (before > floor) & (before >= lower) & (before < upper)",
+        "window = (before > floor) & (before >= lower)",
+        "rank_collapse aggregation: local exponent fit over every resolved pair, not the windowed ones",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        '"worst": max(row["max"] for row in rows) if rows else None,',
+        '"worst": float(np.mean([row["max"] for row in rows])) if rows else None,',
+        "rank_collapse aggregation: bound looseness worst a mean over layers, not the largest",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        '"rank": np.log(residual[:, -1] / residual[:, 0]),',
+        '"rank": np.log(residual[-1] / residual[0]),',
+        "rank_collapse aggregation: Noci rank trend per depth (interval over depths), not per seed",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "    x = np.log2(depths)",
+        "    x = np.log(depths)",
+        "rank_collapse aggregation: Noci trends per e-fold of depth, not per doubling (log base)",
+        RC_TESTS,
+    ),
+    Mutant(
+        RC,
+        "return np.exp(np.mean(np.log(qk_value_ratio(run)), axis=1))",
+        "return np.mean(qk_value_ratio(run), axis=1)",
+        "rank_collapse aggregation: g(L) an arithmetic mean over layers, not the geometric one",
+        RC_TESTS,
     ),
 )
