@@ -11,11 +11,11 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from configs import long_context as long_context_config
 from experiments.long_context import summary
 from experiments.long_context.study import STATISTICS
+from tests.intervals import assert_interval, t_interval
 
 SEGMENTS, LAYERS, HEADS = 3, 4, 6
 LENGTHS = (8, 16)
@@ -25,24 +25,6 @@ ABLATED = (0, 2)
 # Per-layer growth of the sink mass from the shortest to the longest length: three layers grow,
 # the last falls by more than the others grow, so every segment's mean over layers falls.
 LAYER_GROWTH = np.array([0.1, 0.05, 0.02, -0.4])
-
-
-def t_interval(values) -> dict:
-    """Mean over units and its 95% Student-t interval, mean +- t_{0.975, n-1} s / sqrt(n)."""
-    v = np.asarray(values, np.float64)
-    n, mean = v.size, float(np.mean(v))
-    half = scipy_stats.t.ppf(0.975, n - 1) * np.std(v, ddof=1) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def assert_interval(got: dict, want: dict) -> None:
-    assert got["n"] == want["n"]
-    np.testing.assert_allclose(
-        [got["mean"], got["low"], got["high"]],
-        [want["mean"], want["low"], want["high"]],
-        rtol=1e-9,
-        atol=1e-12,
-    )
 
 
 def ppl(nll) -> float:

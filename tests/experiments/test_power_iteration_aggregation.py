@@ -13,13 +13,13 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from configs import power_iteration as power_iteration_config
 from experiments.lab import models
 from experiments.power_iteration import summary
 from experiments.power_iteration.constants import BRIEFLY_TRAINED, UNIFORM_CAUSAL_SLEM
 from experiments.power_iteration.products import uniform_causal_chain
+from tests.intervals import assert_interval, t_interval
 
 TEMPERATURES, MATRICES, STEPS = (0.5, 2.0), 7, 60
 SEEDS, HEADS, LAYERS = 5, 6, 8
@@ -31,24 +31,6 @@ METRICS = ("tau", "delta", "bound", "slem", "slem_bound", "log_delta", "log_slem
 METRICS += ("entropy", "tv_to_pi", "pi_first", "absorbing")
 WORST = ("bound_excess", "monotone_excess", "pi_first_gap", "delta_min")
 PHASES = {"untrained": ("untrained", "init"), "trained": ("trained",)}
-
-
-def t_interval(values) -> dict:
-    """Mean over units and its 95% Student-t interval, mean +- t_{0.975, n-1} s / sqrt(n)."""
-    v = np.asarray(values, np.float64)
-    n, mean = v.size, float(np.mean(v))
-    half = scipy_stats.t.ppf(0.975, n - 1) * np.std(v, ddof=1) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def assert_interval(got: dict, want: dict) -> None:
-    assert got["n"] == want["n"]
-    np.testing.assert_allclose(
-        [got["mean"], got["low"], got["high"]],
-        [want["mean"], want["low"], want["high"]],
-        rtol=1e-9,
-        atol=1e-12,
-    )
 
 
 def _config():

@@ -13,32 +13,14 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from experiments.rank_collapse import summary
 from experiments.rank_collapse.constants import LOCAL_WINDOW, RESOLVED, SATURATED
+from tests.intervals import assert_interval, t_interval
 
 SEEDS, EXAMPLES, LAYERS = 3, 4, 5  # Dong et al.'s run: r is [S, B, L + 1] = [3, 4, 6]
 NOCI_SEEDS, DEPTHS = 7, (2, 4, 8, 16)
 NOCI = {"skip_mlp": "unscaled", "skip_mlp_scaled": "scaled"}  # pre-LN pair of `summary.NOCI_PAIRS`
-
-
-def t_interval(values) -> dict:
-    """Mean over units and its 95% Student-t interval, mean +- t_{0.975, n-1} s / sqrt(n)."""
-    v = np.asarray(values, np.float64)
-    n, mean = v.size, float(np.mean(v))
-    half = scipy_stats.t.ppf(0.975, n - 1) * np.std(v, ddof=1) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def assert_interval(got: dict, want: dict) -> None:
-    assert got["n"] == want["n"]
-    np.testing.assert_allclose(
-        [got["mean"], got["low"], got["high"]],
-        [want["mean"], want["low"], want["high"]],
-        rtol=1e-9,
-        atol=1e-12,
-    )
 
 
 def lstsq_slope(x, y) -> float:

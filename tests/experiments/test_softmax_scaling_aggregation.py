@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from configs import softmax_scaling as softmax_scaling_config
 from experiments.softmax_scaling import summary
@@ -21,34 +20,17 @@ from experiments.softmax_scaling.constants import SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
 from experiments.softmax_scaling.rate import derived_slope, predicted_prefactor
 from experiments.softmax_scaling.study import relative_standard_error
+from tests.intervals import assert_interval, t_interval
 
 DIMS, SEEDS, SAMPLES = (4, 16, 64, 256, 1024), 11, 7
 RATE_DIMS = (256, 1024, 4096, 16384, 65536, 262144)
 NUM_KEYS, NUM_SAMPLES = 64, 50_000
 
 
-def t_interval(values) -> dict:
-    """Mean over units and its 95% Student-t interval, mean +- t_{0.975, n-1} s / sqrt(n)."""
-    v = np.asarray(values, np.float64)
-    n, mean = v.size, float(np.mean(v))
-    half = scipy_stats.t.ppf(0.975, n - 1) * np.std(v, ddof=1) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
 def geometric_interval(values) -> dict:
     """`t_interval` of the natural logs, its three numbers exponentiated."""
     x = t_interval(np.log(values))
     return {**{k: math.exp(x[k]) for k in ("mean", "low", "high")}, "n": x["n"]}
-
-
-def assert_interval(got: dict, want: dict) -> None:
-    assert got["n"] == want["n"]
-    np.testing.assert_allclose(
-        [got["mean"], got["low"], got["high"]],
-        [want["mean"], want["low"], want["high"]],
-        rtol=1e-9,
-        atol=1e-12,
-    )
 
 
 def _config():
