@@ -44,6 +44,12 @@ def attention_heatmaps(
     tokens: Sequence[str] | None = None,
     heads: Sequence[int] | None = None,
     *,
+    layer: int | None = None,
+    head: int | None = None,
+    mask=None,
+    vmax: float | None = None,
+    log: bool = False,
+    vmin: float | None = None,
     ncols: int | None = None,
     cmap: str = "viridis",
     title: str | None = None,
@@ -54,20 +60,39 @@ def attention_heatmaps(
     Args:
       weights: `[T, S]` (one map) or `[H, T, S]` (heads of one example).
       tokens: axis labels: one list for self-attention (`T == S`), or a pair
-        `(query_tokens, key_tokens)`; default: positions.
-      heads: indices of the heads to draw (default: all).
+        `(query_tokens, key_tokens)`; default: positions. For a pretrained
+        model's tokens, `TextTokenizer.token_labels(text)` gives each token
+        decoded (byte-level BPE's 'Ġcat' as ' cat', a newline as '↵').
+      heads: indices of the heads to draw from `[H, T, S]` (default: all).
+      layer: the layer the maps come from, named in every panel title
+        (attnjax counts layers from 0, as the model's `blocks` list does).
+      head: the head a single `[T, S]` map comes from, named in its title
+        (a `[T, S]` map is otherwise titled by its layer alone, or not at all).
+      mask: which keys each query may see, boolean, True visible: `[T, S]` or
+        `[H, T, S]` (e.g. `attnjax.masks.causal_mask`); masked cells are drawn
+        grey, apart from visible weights of 0, and left out of the colour scale.
+      vmax: top of the colour scale (default: the largest weight drawn); a
+        smaller value keeps a sink column from flattening every other cell.
+      log: logarithmic colour scale, from `vmin` to `vmax`.
+      vmin: bottom of the log scale (default: the smallest positive weight
+        drawn); ignored unless `log`.
       ncols: grid columns (default: 4, or fewer heads).
-      cmap: colour map; the scale runs from 0 to the largest weight drawn,
-        with a single colour bar for all panels.
+      cmap: colour map, with a single colour bar for all panels.
       title: figure title.
       annotate: write each weight in its cell (default: when `S <= 12`).
 
     Returns:
       A Figure with one axes per head plus one for the colour bar.
     """
+    from matplotlib import colormaps
+
     w = _as_numpy(weights, "weights", (2, 3))
-    if w.ndim == 2:
-        w = w[None]
+    single = w.ndim == 2
+    if head is not None and not single:
+        raise ValueError(
+            f"head names a single [T, S] map; got weights of shape {w.shape} (select with heads=)"
+        )
+    w = w[None] if single else w
     num_heads, t, s = w.shape
     heads = list(range(num_heads)) if heads is None else [int(h) for h in heads]
     if not heads or any(not 0 <= h < num_heads for h in heads):
@@ -75,14 +100,17 @@ def attention_heatmaps(
             f"heads must be non-empty indices in [0, {num_heads}); "
             f"got {heads} for weights shape {w.shape}"
         )
+    visible = _visible(mask, w.shape)
+    drawn = np.ma.masked_array(w, mask=~visible)
     q_labels, k_labels = _token_labels(tokens, t, s)
     ncols = min(len(heads), 4) if ncols is None else int(ncols)
     nrows = math.ceil(len(heads) / ncols)
     annotate = s <= 12 if annotate is None else annotate
+    norm = _colour_norm(drawn[heads], vmax, log, vmin)
+    colours = colormaps[cmap].with_extremes(bad="0.82")
     cell = max(0.1, min(0.3, 3.0 / max(t, s)))  # inches per cell: panels of about 3 in
     fig = figure(ncols * (s * cell + 0.9) + 1.2, nrows * (t * cell + 0.9) + (0.4 if title else 0.1))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
-    vmax = float(w[heads].max()) or 1.0
     image, used = None, []
     for k, ax in enumerate(axes.flat):
         if k >= len(heads):
@@ -91,18 +119,58 @@ def attention_heatmaps(
         used.append(ax)
         h = heads[k]
         image = ax.imshow(
-            w[h], cmap=cmap, vmin=0.0, vmax=vmax, aspect="equal", interpolation="nearest"
+            drawn[h], cmap=colours, norm=norm, aspect="equal", interpolation="nearest"
         )
-        ax.set_title(f"head {h}", fontsize=10)
+        ax.set_title(_panel_title(layer, head if single else h), fontsize=10)
         _label_axes(
             ax, q_labels, k_labels, first_col=k % ncols == 0, last_row=k + ncols >= len(heads)
         )
         if annotate:
-            _annotate(ax, w[h], vmax)
+            _annotate(ax, drawn[h], norm)
     fig.colorbar(image, ax=used, shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _visible(mask, shape: tuple[int, int, int]) -> np.ndarray:
+    """`mask` (None, `[T, S]` or `[H, T, S]` boolean) broadcast to `shape` `[H, T, S]`."""
+    if mask is None:
+        return np.ones(shape, bool)
+    m = np.asarray(mask)
+    if m.dtype != bool:
+        raise TypeError(f"mask must be boolean (True: visible); got dtype {m.dtype}")
+    if m.shape not in (shape[1:], shape, (1,) + shape[1:]):
+        raise ValueError(
+            f"mask must have shape {shape[1:]} or {shape} to match the weights; got {m.shape}"
+        )
+    return np.broadcast_to(m, shape)
+
+
+def _colour_norm(drawn: np.ma.MaskedArray, vmax, log: bool, vmin):
+    """The shared colour scale: linear from 0, or logarithmic from `vmin` (default the smallest positive
+    visible weight), up to `vmax` (default the largest visible weight)."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    if not drawn.count():
+        raise ValueError("mask hides every cell of the heads drawn")
+    top = float(drawn.max()) if vmax is None else float(vmax)
+    if not log:
+        return Normalize(vmin=0.0, vmax=top or 1.0)
+    positive = drawn[drawn > 0]
+    if vmin is None and not positive.count():
+        raise ValueError("log colour scale: no positive weight is drawn; pass vmin")
+    bottom = float(positive.min()) if vmin is None else float(vmin)
+    if not 0 < bottom < top:
+        raise ValueError(f"log colour scale needs 0 < vmin < vmax; got vmin={bottom}, vmax={top}")
+    return LogNorm(vmin=bottom, vmax=top)
+
+
+def _panel_title(layer: int | None, head: int | None) -> str:
+    parts = ([] if layer is None else [f"layer {layer}"]) + (
+        [] if head is None else [f"head {head}"]
+    )
+    return ", ".join(parts)
 
 
 def _token_labels(tokens, t: int, s: int):
@@ -132,13 +200,13 @@ def _label_axes(ax, q_labels, k_labels, *, first_col: bool, last_row: bool) -> N
         ax.set_ylabel("query")
 
 
-def _annotate(ax, m: np.ndarray, vmax: float) -> None:
-    for i in range(m.shape[0]):
-        for j in range(m.shape[1]):
-            colour = "black" if m[i, j] > 0.6 * vmax else "white"
-            text = f"{m[i, j]:.2f}"
-            text = text[1:] if text.startswith("0") else text  # ".25" keeps cells narrow
-            ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
+def _annotate(ax, m: np.ma.MaskedArray, norm) -> None:
+    """Each visible weight written in its cell, dark on light colours (masked cells stay blank)."""
+    for i, j in zip(*np.nonzero(~np.ma.getmaskarray(m))):
+        colour = "black" if norm(m[i, j]) > 0.6 else "white"
+        text = f"{m[i, j]:.2f}"
+        text = text[1:] if text.startswith("0") else text  # ".25" keeps cells narrow
+        ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
 
 
 def metric_vs_depth(

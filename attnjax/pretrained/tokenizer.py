@@ -51,8 +51,20 @@ class TextTokenizer:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def tokens(self, text: str) -> list[str]:
-        """The token strings of one text (for plot labels)."""
+        """The vocabulary entries of one text's tokens, as stored (byte-level BPE: 'Ġcat' for ' cat');
+        `token_labels` gives them readable."""
         return self.backend.encode(text, add_special_tokens=self.add_special_tokens).tokens
+
+    def token_labels(self, text: str) -> list[str]:
+        """One readable label per token of `text` (plot axes): each token decoded alone, so byte-level
+        BPE's 'Ġcat' reads ' cat' and 'Ã¯' reads 'ï' (WordPiece keeps its '##'), with line breaks and
+        tabs shown as '↵' and '⇥' and a token of spaces only as '␣' per space."""
+        labels = []
+        for token_id in self.encode(text):
+            label = self.backend.decode([token_id], skip_special_tokens=False)
+            label = label.replace("\n", "↵").replace("\t", "⇥")
+            labels.append("␣" * len(label) if label and not label.strip(" ") else label)
+        return labels
 
     def batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Pad to the longest: ids `[N, T]` int32 and valid `[N, T]` bool."""

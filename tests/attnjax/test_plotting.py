@@ -104,3 +104,59 @@ def test_spectrum_plots(tmp_path):
 def test_metric_vs_depth_start_shifts_the_layer_axis():
     fig = plotting.metric_vs_depth({"a": np.array([1.0, 0.5, 0.25])}, start=0)
     np.testing.assert_array_equal(fig.axes[0].lines[0].get_xdata(), [0, 1, 2])
+
+
+def _pixel(fig, ax, row: int, col: int) -> np.ndarray:
+    """The rendered RGB colour at the centre of cell (row, col) of `ax`."""
+    fig.canvas.draw()
+    x, y = ax.transData.transform((col, row))
+    height = fig.canvas.get_width_height()[1]
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    return rgba[int(round(height - y)), int(round(x)), :3] / 255.0
+
+
+def test_heatmap_titles_name_layer_and_head_and_masked_cells_are_grey():
+    rng = np.random.default_rng(1)
+    causal = np.tril(np.ones((6, 6), bool))
+    logits = np.where(causal, rng.normal(size=(3, 6, 6)), -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    w[1, 3, 0] = 0.0  # a visible weight of exactly 0: drawn in the colour map, not grey
+    fig = plotting.attention_heatmaps(w, TOKENS[:6], heads=[1, 2], layer=7, mask=causal)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["layer 7, head 1", "layer 7, head 2"]
+    grey = np.full(3, 0.82)
+    assert np.allclose(_pixel(fig, panels[0], 0, 5), grey, atol=0.01)  # above the diagonal: masked
+    assert not np.allclose(_pixel(fig, panels[0], 3, 0), grey, atol=0.05)  # visible zero
+    assert not np.allclose(_pixel(fig, panels[0], 5, 5), grey, atol=0.05)
+    # A single map is titled by what it is, not "head 0".
+    single = plotting.attention_heatmaps(w[2], layer=0, head=4)
+    assert single.axes[0].get_title() == "layer 0, head 4"
+    assert plotting.attention_heatmaps(w[2]).axes[0].get_title() == ""
+    with pytest.raises(ValueError, match="head names a single"):
+        plotting.attention_heatmaps(w, head=4)
+    with pytest.raises(ValueError, match=r"mask must have shape \(6, 6\)"):
+        plotting.attention_heatmaps(w, mask=causal[:5])
+    with pytest.raises(ValueError, match="mask hides every cell"):
+        plotting.attention_heatmaps(w, mask=np.zeros((6, 6), bool))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        plotting.attention_heatmaps(w, mask=causal.astype(float))
+
+
+def test_heatmap_colour_scale_options():
+    w = example_weights()[0]
+    sink = w.copy()
+    sink[:, :, 0] = 0.9  # a sink column would set the scale
+    linear = plotting.attention_heatmaps(sink, vmax=0.3)
+    assert {ax.images[0].get_clim() for ax in linear.axes if ax.images} == {(0.0, 0.3)}
+    log = plotting.attention_heatmaps(w, log=True)
+    norms = {type(ax.images[0].norm).__name__ for ax in log.axes if ax.images}
+    assert norms == {"LogNorm"}
+    assert log.axes[0].images[0].get_clim() == (float(w[w > 0].min()), float(w.max()))
+    assert (
+        plotting.attention_heatmaps(w, log=True, vmin=1e-3).axes[0].images[0].get_clim()[0] == 1e-3
+    )
+    with pytest.raises(ValueError, match="0 < vmin < vmax"):
+        plotting.attention_heatmaps(w, log=True, vmin=2.0)
+    with pytest.raises(ValueError, match="no positive weight"):
+        plotting.attention_heatmaps(np.zeros((3, 3)), log=True)

@@ -72,6 +72,20 @@ def test_tokenizer_round_trip_and_no_bos(smollm):
     assert len(tokenizer.encode("2024")) == 4  # digits one by one
 
 
+def test_token_labels_are_the_tokens_decoded_one_by_one(smollm):
+    _, tokenizer = smollm
+    text = "Transformers tokenize\nunbelievably naïve words: 42."
+    pieces, labels = tokenizer.tokens(text), tokenizer.token_labels(text)
+    assert len(labels) == len(pieces) == len(tokenizer.encode(text))
+    # The stored byte-level pieces carry 'Ġ' (space) and 'Ċ' (newline); the labels do not.
+    assert "Ġtoken" in pieces and "Ċ" in pieces and "Ġ" in pieces and "Ã¯ve" in pieces
+    assert " token" in labels and "↵" in labels and "␣" in labels and "ïve" in labels
+    assert not any("Ġ" in label or "Ċ" in label for label in labels)
+    # Undoing the visible whitespace gives the text back.
+    undone = "".join(labels).replace("↵", "\n").replace("␣", " ")
+    assert undone == text
+
+
 def test_logits_match_the_float64_reference(capital):
     import gguf
 
