@@ -17,17 +17,22 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import xlogy
 
-from attnjax.analysis._linalg import HIGHEST, as_matrix, lift, log_size, safe_divide
+from attnjax.analysis._linalg import HIGHEST, as_matrix, lift, safe_divide
+from attnjax.analysis.sinks import normalized_entropy
 
 
-@partial(jax.jit, static_argnames=("normalize",))
-def attention_entropy(weights, *, normalize: bool = False) -> jax.Array:
+@jax.jit
+def attention_entropy(weights) -> jax.Array:
     """Shannon entropy (nats) of each query's attention distribution.
 
     `H_i = -Σ_j a_ij log a_ij`, with `0 log 0 = 0` (masked keys contribute
-    nothing, no `eps` needed). `H_i ∈ [0, log S]`: 0 for one-hot rows, `log S`
-    for uniform rows. With `normalize=True` returns `H_i / log S ∈ [0, 1]`
-    (0 when `S = 1`), comparable across sequence lengths.
+    nothing, no `eps` needed). `H_i ∈ [0, log k_i]` for a query that sees `k_i`
+    keys: 0 for one-hot rows, `log k_i` for uniform ones. The entropy as a
+    fraction of that maximum, comparable across lengths and between
+    bidirectional and causal maps, is `normalized_entropy(weights, visible)`
+    (`attnjax.analysis.sinks`), the one normalisation attnjax uses: dividing by
+    `log S` instead would rate a uniform causal map below 1 (query `i` sees
+    `i + 1` keys, not `S`).
 
     Args:
       weights: `[..., T, S]` row-stochastic.
@@ -41,11 +46,7 @@ def attention_entropy(weights, *, normalize: bool = False) -> jax.Array:
     `is_row_stochastic`.
     """
     weights = as_matrix(weights, "weights")
-    h = -jnp.sum(xlogy(weights, weights), axis=-1)
-    if not normalize:
-        return h
-    log_s = log_size(weights.shape[-1])
-    return h / log_s if log_s > 0 else jnp.zeros_like(h)
+    return -jnp.sum(xlogy(weights, weights), axis=-1)
 
 
 @partial(jax.jit, static_argnames=("query_offset",))
@@ -123,7 +124,9 @@ UNIFORM, ONE_HOT, DIAGONAL, LOCAL, GLOBAL, HIERARCHICAL = range(len(PATTERN_NAME
 class PatternFeatures(NamedTuple):
     """Scale-free features of a square map `[..., T, T]`, each `[...]` in `[0, 1]`.
 
-    * `entropy`: mean normalised row entropy `mean_i H_i / log T`.
+    * `entropy`: mean normalised row entropy `mean_i H_i / log k_i`
+      (`normalized_entropy`; `k_i` the keys query `i` sees), over the queries
+      with a choice (`k_i > 1`).
     * `diagonal`: mean attention to oneself, `mean_i a_ii`.
     * `local`: mean mass within the band `|i - j| <= r`, `r = max(1, ⌊fT/2⌋)`
       (about a fraction `f` of the keys, at least the neighbours).
@@ -140,8 +143,11 @@ class PatternFeatures(NamedTuple):
 
 
 @partial(jax.jit, static_argnames=("key_fraction",))
-def pattern_features(weights, *, key_fraction: float = 0.1) -> PatternFeatures:
+def pattern_features(weights, *, key_fraction: float = 0.1, visible=None) -> PatternFeatures:
     """The features `classify_pattern` thresholds; `weights [..., T, T]` -> each `[...]`.
+
+    `visible`: which keys each query may see, `[..., T, T]` (True visible; e.g.
+    `attnjax.masks.causal_mask(T)` for a causal map); None: every key.
 
     Invalid input: as for `attention_entropy` (negative entries make `entropy` NaN); not
     checked.
@@ -155,8 +161,15 @@ def pattern_features(weights, *, key_fraction: float = 0.1) -> PatternFeatures:
     idx = jnp.arange(t)
     band = (jnp.abs(idx[:, None] - idx[None, :]) <= radius).astype(weights.dtype)
     column_share = jnp.mean(weights, axis=-2)  # [..., T]
+    entropy = normalized_entropy(weights, visible)  # [..., T]; checks visible's shape
+    keys = jnp.sum(
+        jnp.broadcast_to(True if visible is None else jnp.asarray(visible, bool), weights.shape),
+        axis=-1,
+    )  # [..., T]: the keys each query sees
+    choice = keys > 1
+    entropy = jnp.sum(jnp.where(choice, entropy, 0), axis=-1)
     return PatternFeatures(
-        entropy=jnp.mean(attention_entropy(weights, normalize=True), axis=-1),
+        entropy=entropy / jnp.maximum(jnp.sum(choice, axis=-1), 1),
         diagonal=jnp.mean(jnp.diagonal(weights, axis1=-2, axis2=-1), axis=-1),
         local=jnp.mean(jnp.sum(weights * lift(band, weights.ndim), axis=-1), axis=-1),
         global_=jnp.sum(lax.top_k(column_share, top)[0], axis=-1),
@@ -171,6 +184,7 @@ def classify_pattern(
     one_hot: float = 0.1,
     majority: float = 0.5,
     key_fraction: float = 0.1,
+    visible=None,
 ) -> jax.Array:
     """Pattern class of each square self-attention map, as int32 codes.
 
@@ -178,8 +192,9 @@ def classify_pattern(
     Rules, on `pattern_features`, first match wins:
 
     1. `uniform`: mean normalised entropy `>= uniform` (0.9): rows are
-       within 10% of the maximum entropy `log T`, i.e. perplexity at least
-       `T^0.9`; the map barely distinguishes keys.
+       within 10% of their maximum entropy `log k_i` (`k_i` visible keys:
+       `T` bidirectional, `i + 1` causal, given `visible`), i.e. perplexity at
+       least `k_i^0.9`; the map barely distinguishes keys.
     2. `diagonal`: mean self-attention `>= majority` (0.5): on average most of
        each query's mass is on itself (the seed's "token-local" rule, whose
        0.5 now has a reason: a majority).
@@ -192,7 +207,9 @@ def classify_pattern(
     6. `hierarchical`: none of the above (mixed or multi-scale), the seed's
        fallback class.
 
-    All thresholds are fractions of their maxima, so they do not depend on
+    `visible`: the keys each query may see, as in `pattern_features`; pass
+    the causal mask for a causal map, or a uniform causal map is not rated
+    uniform. All thresholds are fractions of their maxima, so they do not depend on
     T. Under uniform attention the band and top-key shares are about
     `key_fraction`, so `majority = 0.5` is five times chance. For `T < 10` the
     band and the top keys cannot be as small as 10% and the local and global
@@ -204,7 +221,7 @@ def classify_pattern(
     threshold, so such a map gets the first rule its other features meet, or `hierarchical`.
     Validate with `check_stochastic` (raises, outside jit) or `is_row_stochastic`.
     """
-    f = pattern_features(weights, key_fraction=key_fraction)
+    f = pattern_features(weights, key_fraction=key_fraction, visible=visible)
     return jnp.select(
         [
             f.entropy >= uniform,

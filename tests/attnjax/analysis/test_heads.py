@@ -33,9 +33,7 @@ def test_attention_entropy_known_answers(dtype):
     assert h.shape == (2, n) and h.dtype == dtype
     np.testing.assert_allclose(h[0], np.full(n, np.log(n)), rtol=rtol(dtype))
     np.testing.assert_array_equal(h[1], np.zeros(n, dtype))  # 0 log 0 = 0, no NaN
-    np.testing.assert_allclose(
-        an.attention_entropy(maps, normalize=True)[0], np.ones(n), rtol=rtol(dtype)
-    )
+    np.testing.assert_allclose(an.normalized_entropy(maps)[0], np.ones(n), rtol=rtol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -44,9 +42,32 @@ def test_attention_entropy_matches_numpy(dtype):
     w64 = w.astype(np.float64)
     expected = -np.sum(w64 * np.log(w64), -1)
     np.testing.assert_allclose(an.attention_entropy(w), expected, rtol=rtol(dtype))
+    np.testing.assert_allclose(an.normalized_entropy(w), expected / np.log(7), rtol=rtol(dtype))
+
+
+def test_one_entropy_normalisation_and_a_uniform_causal_map_is_uniform():
+    """The normalised entropy divides by the log of each query's visible keys (`normalized_entropy`), and
+    the pattern classes read it: a uniform causal map (a_ij = 1 / (i + 1), j <= i) is uniform given its
+    mask, and only then (over log T its later rows score below 1)."""
+    t = 12
+    causal = np.tril(np.ones((t, t), bool))
+    uniform_causal = causal / causal.sum(-1, keepdims=True)
+    with pytest.raises(TypeError, match="normalize"):
+        an.attention_entropy(uniform_causal, normalize=True)
+    features = an.pattern_features(uniform_causal, visible=causal)
     np.testing.assert_allclose(
-        an.attention_entropy(w, normalize=True), expected / np.log(7), rtol=rtol(dtype)
+        float(features.entropy), 1.0, rtol=1e-12
+    )  # rows 1..T-1; row 0 has no choice
+    over_log_t = np.mean(
+        np.log(np.arange(2, t + 1)) / np.log(t)
+    )  # what log T would give, rows 1..T-1
+    assert float(an.pattern_features(uniform_causal).entropy) < over_log_t + 1e-12 < 0.9
+    assert int(an.classify_pattern(uniform_causal, visible=causal)) == an.PATTERN_NAMES.index(
+        "uniform"
     )
+    assert int(an.classify_pattern(uniform_causal)) != an.PATTERN_NAMES.index("uniform")
+    with pytest.raises(ValueError, match="visible must have shape"):
+        an.pattern_features(uniform_causal, visible=causal[:5])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
