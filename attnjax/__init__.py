@@ -6,12 +6,20 @@ holds Flax NNX modules built from them; `attnjax.analysis` reads attention
 matrices and hidden states as linear-algebra objects.
 """
 
+from importlib import metadata as _metadata
+
 from attnjax import analysis, features, masks, nn
 from attnjax.attention import attention_weights, dot_product_attention, softmax_with_temperature
 from attnjax.linear import linear_attention, linear_attention_step, linear_attention_weights
 from attnjax.masks import causal_mask, combine_masks, key_padding_mask, local_window_mask
 
+try:  # the version pyproject.toml declares, as installed
+    __version__ = _metadata.version("attnjax")
+except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "unknown"
+
 __all__ = [
+    "__version__",
     "analysis",
     "attention_weights",
     "causal_mask",

@@ -104,3 +104,19 @@ def test_the_readme_shows_the_tested_custom_attention_example_verbatim():
     """The README's custom-attention example is the file its test runs, character for character."""
     example = (REPO / "docs" / "examples" / "custom_attention.py").read_text()
     assert f"```python\n{example}```\n" in (REPO / "README.md").read_text()
+
+
+def test_version_and_typing_marker_come_with_the_package():
+    """`attnjax.__version__` is the installed distribution's version, the one pyproject.toml declares, and
+    the package data ships `py.typed` (PEP 561), so type checkers read attnjax's annotations."""
+    import importlib.metadata
+
+    import attnjax
+
+    pyproject = (REPO / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "([^"]+)"$', pyproject, re.M).group(1)
+    assert attnjax.__version__ == importlib.metadata.version("attnjax") == declared
+    assert (REPO / "attnjax" / "py.typed").exists()
+    assert re.search(
+        r'^\[tool\.setuptools\.package-data\]\nattnjax = \["py\.typed"\]$', pyproject, re.M
+    )
