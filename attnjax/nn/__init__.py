@@ -19,6 +19,8 @@
   `statistics`: per-layer attention statistics in memory linear in T
   (`return_intermediates="statistics"`); `sink_cache`: StreamingLLM's
   rolling cache of sinks + a window (`generate(..., sink_cache=)`).
+* `loss`: `next_token_loss(model, tokens, valid=)`, per-token and mean
+  next-token cross-entropy (perplexity: its exp).
 * `params`: the one map of parameter names (paths, fused-QKV slicing,
   gradient groups); `initializers`: the default initialisers
   (`POSITION_INIT_STD`, the learned position table's std, exported here).
@@ -33,6 +35,7 @@ from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_no
 from attnjax.nn.block import Block, Mlp, make_norm
 from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
 from attnjax.nn.initializers import POSITION_INIT_STD
+from attnjax.nn.loss import next_token_loss
 from attnjax.nn.tokens import check_tokens
 from attnjax.nn.transformer import UNROLL_MAX_LAYERS, Transformer, sinusoidal_positions
 
@@ -51,6 +54,7 @@ __all__ = [
     "cosine_normalize",
     "edits",
     "make_norm",
+    "next_token_loss",
     "params",
     "sink_cache",
     "statistics",
