@@ -19,6 +19,8 @@
   `statistics`: per-layer attention statistics in memory linear in T
   (`return_intermediates="statistics"`); `sink_cache`: StreamingLLM's
   rolling cache of sinks + a window (`generate(..., sink_cache=)`).
+* `forward`: `jit_forward(model, **call)`, the forward pass as one jitted
+  function of (inputs, mask), the model split once (no NNX graph walk per call).
 * `loss`: `next_token_loss(model, tokens, valid=)`, per-token and mean
   next-token cross-entropy (perplexity: its exp).
 * `params`: the one map of parameter names (paths, fused-QKV slicing,
@@ -34,6 +36,7 @@ from attnjax.nn import edits, params, sink_cache, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
 from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
+from attnjax.nn.forward import jit_forward
 from attnjax.nn.initializers import POSITION_INIT_STD
 from attnjax.nn.loss import next_token_loss
 from attnjax.nn.tokens import check_tokens
@@ -53,6 +56,7 @@ __all__ = [
     "check_tokens",
     "cosine_normalize",
     "edits",
+    "jit_forward",
     "make_norm",
     "next_token_loss",
     "params",

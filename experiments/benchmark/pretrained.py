@@ -24,6 +24,9 @@ checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
   weights (`attnjax.pretrained.export.llama_state_dict` of the attnjax
   model, in memory: no GGUF reader, so no `accelerate`), its prefill and
   its cached greedy decoding (`generate(do_sample=False)`, timed as ours).
+* The jit recipe: SmolLM2's prefill through `attnjax.nn.jit_forward` (the
+  model split once) against `nnx.jit` of the model call (which walks the NNX
+  graph on every call), timed in alternation, and their ratio.
   Ratio: attnjax's seconds over PyTorch's. Any row that cannot be measured
   (a package missing or failing to import, a model that does not build)
   says "not measured (reason)"; the section never raises for it.
@@ -47,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnjax import nn
 from experiments.benchmark.util import (
     interleaved_median_times,
     median_time,
@@ -58,6 +62,7 @@ SECTION = "pretrained"
 ENCODER_LABEL, CAUSAL_LM_LABEL = "MiniLM-L6", "SmolLM2-135M"  # the bundled checkpoints
 ENCODER, PREFILL, DECODE = "encoder forward", "prefill (forward)", "cached greedy decoding"
 ATTNJAX = "attnjax"
+JIT_FORWARD, NNX_JIT = "attnjax.nn.jit_forward", "nnx.jit(model call)"
 TORCH = "transformers (PyTorch)"
 
 
@@ -216,10 +221,33 @@ def _load(loader):
 
 
 def _jitted_forward(model, ids):
-    """A zero-argument call of the jitted forward `model(ids)`, ids `[B, T]`."""
-    graphdef, state = nnx.split(model)
-    forward = jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids))
-    return lambda: forward(state, ids)
+    """A zero-argument call of the jitted forward `model(ids)`, ids `[B, T]` (`nn.jit_forward`)."""
+    forward = nn.jit_forward(model)
+    return lambda: forward(ids)
+
+
+def jit_recipe_rows(model, ids, model_label: str, shape: str, repeats: int) -> list[dict]:
+    """The forward through `nn.jit_forward` against `nnx.jit` of the model call, timed in alternation."""
+    by_nnx_jit = nnx.jit(lambda model, ids: model(ids))
+    times = interleaved_median_times(
+        {JIT_FORWARD: _jitted_forward(model, ids), NNX_JIT: lambda: by_nnx_jit(model, ids)},
+        repeats=repeats,
+    )
+    t = ids.shape[1]
+    name = f"{model_label} {PREFILL}"
+    rows = [_row(f"{name}, {who}", shape, times[who], t) for who in (JIT_FORWARD, NNX_JIT)]
+    rows.append(
+        ratio_row(
+            SECTION,
+            f"{name}, {JIT_FORWARD} / {NNX_JIT}",
+            shape,
+            times[JIT_FORWARD],
+            times[NNX_JIT],
+            rows[1]["name"],
+            note="the same program; nnx.jit walks the model's NNX graph on every call",
+        )
+    )
+    return rows
 
 
 def encoder_rows(cfg, peak: float) -> list[dict]:
@@ -344,6 +372,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         cfg.repeats,
         cfg.forward_target,
     )
+    rows += jit_recipe_rows(model, ids, model_label, prefill_shape, cfg.repeats)
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
     if torch_model is not None:
