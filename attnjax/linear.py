@@ -83,6 +83,7 @@ import numpy as np
 from attnjax import checks
 from attnjax import features as features_lib
 from attnjax import masks as masks_lib
+from attnjax.result_repr import compact_repr
 
 Array = jax.Array
 
@@ -537,6 +538,8 @@ class LinearAttentionState(NamedTuple):
     kv: Array
     normalizer: Array
     log2_scale: Array
+
+    __repr__ = compact_repr
 
 
 def init_state(

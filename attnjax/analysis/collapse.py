@@ -47,6 +47,7 @@ import numpy as np
 
 from attnjax.analysis._linalg import HIGHEST, as_matrix, max_column_sum
 from attnjax.analysis.residual import composite_norm
+from attnjax.result_repr import compact_repr
 
 # Dong et al.'s exponent: log(1/r) grows by this factor per layer.
 DONG_GROWTH = 3.0
@@ -187,6 +188,8 @@ class RateFit(NamedTuple):
     layers: tuple
     num_points: int
     step_growth: tuple = ()
+
+    __repr__ = compact_repr
 
 
 def _as_profiles(residuals, name: str) -> np.ndarray:

@@ -19,6 +19,7 @@ from jax.scipy.special import xlogy
 
 from attnjax.analysis._linalg import HIGHEST, as_matrix, lift, safe_divide
 from attnjax.analysis.sinks import normalized_entropy
+from attnjax.result_repr import compact_repr
 
 
 @jax.jit
@@ -140,6 +141,8 @@ class PatternFeatures(NamedTuple):
     diagonal: jax.Array
     local: jax.Array
     global_: jax.Array
+
+    __repr__ = compact_repr
 
 
 @partial(jax.jit, static_argnames=("key_fraction",))

@@ -48,6 +48,7 @@ from attnjax.analysis._linalg import (
     vecmat,
     vmap_as_batch,
 )
+from attnjax.result_repr import compact_repr
 
 SLEM_METHODS = ("iterative", "eig", "host")
 # Elements of the `[chunk, ..., T, S]` difference tensor `dobrushin` builds at once (64 MiB in float32).
@@ -387,6 +388,8 @@ class RankOneResidual(NamedTuple):
     best: jax.Array
     stationary: jax.Array
 
+    __repr__ = compact_repr
+
 
 def rank_one_residual(p, pi=None) -> RankOneResidual:
     """How far `p [..., n, n]` is from rank one, two ways, each `[...]`.
@@ -419,6 +422,8 @@ class MarkovReport(NamedTuple):
     spectral_gap: jax.Array
     dobrushin: jax.Array
     stationary_residual: jax.Array
+
+    __repr__ = compact_repr
 
 
 def markov_report(a, *, method: str = "iterative") -> MarkovReport:

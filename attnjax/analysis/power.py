@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from attnjax.analysis._linalg import as_matrix, eps, matvec, safe_divide, vecmat
+from attnjax.result_repr import compact_repr
 
 
 class PowerIteration(NamedTuple):
@@ -22,6 +23,8 @@ class PowerIteration(NamedTuple):
 
     iterates: jax.Array
     rate: jax.Array
+
+    __repr__ = compact_repr
 
 
 @partial(jax.jit, static_argnames=("steps", "side"))

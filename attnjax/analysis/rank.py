@@ -39,6 +39,7 @@ from attnjax.analysis._linalg import (
     singular_values,
 )
 from attnjax.analysis.residual import residual_ratio
+from attnjax.result_repr import compact_repr
 
 
 @jax.jit
@@ -189,6 +190,8 @@ class RankReport(NamedTuple):
     condition_number: jax.Array
     rank_one_residual: jax.Array
     singular_values: jax.Array
+
+    __repr__ = compact_repr
 
 
 @partial(jax.jit, static_argnames=("rtol",))

@@ -56,6 +56,7 @@ import numpy as np
 from attnjax import attention as attention_lib
 from attnjax import checks
 from attnjax import masks as masks_lib
+from attnjax.result_repr import compact_repr
 from attnjax.softmax import clip_logits
 
 Array = jax.Array
@@ -72,6 +73,8 @@ class AttentionStatistics(NamedTuple):
     sink_mass: Array  # sum over sink_positions of p_ij
     window_mass: Optional[Array]  # sum over |i - j| < window of p_ij; None without a window
     mean_distance: Array  # sum_j p_ij |i - j|
+
+    __repr__ = compact_repr
 
 
 def _check_key_padding(key_padding, batch_shape, kv_len):
