@@ -282,7 +282,7 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     products = path_product(head_mean)
     first = distance_to_first(products)  # [B, L, n]
     patterns = jax.nn.one_hot(
-        classify_pattern(a), len(PATTERN_NAMES), dtype=a.dtype
+        classify_pattern(a, visible=visible), len(PATTERN_NAMES), dtype=a.dtype
     )  # [L, B, H, 6]
     heads = a.shape[2]
     redundancy = head_redundancy(a)  # [L, B, H, H], ones on the diagonal
