@@ -15,6 +15,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+# Cells a mask hides: a light grey, outside every default colour map, so that a hidden key never reads as
+# weight 0.
+MASKED_COLOUR = "0.82"
+
 
 def figure(width: float, height: float):
     """An empty headless Figure of `width` x `height` inches (constrained layout, Agg canvas).
@@ -107,7 +111,7 @@ def attention_heatmaps(
     nrows = math.ceil(len(heads) / ncols)
     annotate = s <= 12 if annotate is None else annotate
     norm = _colour_norm(drawn[heads], vmax, log, vmin)
-    colours = colormaps[cmap].with_extremes(bad="0.82")
+    colours = colormaps[cmap].with_extremes(bad=MASKED_COLOUR)
     cell = max(0.1, min(0.3, 3.0 / max(t, s)))  # inches per cell: panels of about 3 in
     fig = figure(ncols * (s * cell + 0.9) + 1.2, nrows * (t * cell + 0.9) + (0.4 if title else 0.1))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)

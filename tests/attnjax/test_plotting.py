@@ -125,7 +125,7 @@ def test_heatmap_titles_name_layer_and_head_and_masked_cells_are_grey():
     fig = plotting.attention_heatmaps(w, TOKENS[:6], heads=[1, 2], layer=7, mask=causal)
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels] == ["layer 7, head 1", "layer 7, head 2"]
-    grey = np.full(3, 0.82)
+    grey = np.full(3, float(plotting.MASKED_COLOUR))
     assert np.allclose(_pixel(fig, panels[0], 0, 5), grey, atol=0.01)  # above the diagonal: masked
     assert not np.allclose(_pixel(fig, panels[0], 3, 0), grey, atol=0.05)  # visible zero
     assert not np.allclose(_pixel(fig, panels[0], 5, 5), grey, atol=0.05)
