@@ -24,6 +24,7 @@ import pytest
 from flax import nnx
 
 from attnjax import nn
+from attnjax.analysis import PATTERN_NAMES
 from attnjax.serialization import json_form
 from configs import pretrained as pretrained_config
 from experiments.lab import cli
@@ -357,6 +358,21 @@ def test_path_residuals_match_a_numpy_product():
             np.testing.assert_allclose(
                 got[p, b], np.linalg.norm(centred) / np.linalg.norm(y), rtol=1e-8
             )
+
+
+def test_a_uniform_causal_head_is_classed_uniform():
+    """Causal maps are classed against their own visible keys: a head attending uniformly to the keys it
+    sees (a_ij = 1 / (i + 1), j <= i) counts as 'uniform' in both sentences (over log n it would not)."""
+    n = 12
+    causal = np.tril(np.ones((n, n)))
+    uniform = causal / causal.sum(-1, keepdims=True)
+    attention = jnp.asarray(np.broadcast_to(uniform, (1, 2, 1, n, n)))  # [L, B, H, n, n]
+    sinks = jnp.zeros((1, 2, n), bool).at[:, :, 0].set(True)
+    got = jax.device_get(study.attention_sums(attention, sinks, causal=True))["patterns"]
+    assert got.shape == (1, 1, len(PATTERN_NAMES))
+    np.testing.assert_array_equal(
+        got[0, 0], np.eye(len(PATTERN_NAMES))[PATTERN_NAMES.index("uniform")] * 2
+    )
 
 
 def test_hidden_sums_match_numpy():
