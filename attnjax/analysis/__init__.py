@@ -81,6 +81,7 @@ from attnjax.analysis.residual import (
 )
 from attnjax.analysis.sinks import (
     distance_to_first,
+    mean_normalized_entropy,
     normalized_entropy,
     sink_mass,
     uniform_sink_mass,
@@ -119,6 +120,7 @@ __all__ = [
     "logit_variance",
     "markov_report",
     "mean_attention_distance",
+    "mean_normalized_entropy",
     "normalized_entropy",
     "numerical_rank",
     "participation_ratio",

@@ -21,7 +21,7 @@ from attnjax.analysis.heads import attention_entropy
 from attnjax.analysis.markov import dobrushin, path_product, rank_one_residual, slem
 from attnjax.analysis.rank import rank_report
 from attnjax.analysis.residual import residual_norm, shared_norm
-from attnjax.analysis.sinks import normalized_entropy
+from attnjax.analysis.sinks import mean_normalized_entropy
 
 HIDDEN_METRICS = (
     "residual_fro",
@@ -88,11 +88,6 @@ def depth_profile(
         attention = attention.astype(jnp.float32)
     t = attention.shape[-1]
     visible = jnp.tril(jnp.ones((t, t), bool)) if causal else jnp.ones((t, t), bool)
-    rows = jnp.sum(visible, axis=-1) > 1  # queries with a choice
-    entropy_normalized = jnp.sum(
-        jnp.where(rows, normalized_entropy(attention, visible), 0), axis=-1
-    )
-    entropy_normalized = entropy_normalized / jnp.maximum(jnp.sum(rows), 1)
 
     def mean_over_batch(x):
         return jnp.mean(x, axis=1)
@@ -108,7 +103,9 @@ def depth_profile(
         "stable_rank": mean_over_batch(ranks.stable_rank),
         "effective_rank": mean_over_batch(ranks.effective_rank),
         "attention_entropy": jnp.mean(attention_entropy(attention), axis=(1, 2, 3)),
-        "attention_entropy_normalized": jnp.mean(entropy_normalized, axis=(1, 2)),
+        "attention_entropy_normalized": jnp.mean(
+            mean_normalized_entropy(attention, visible), axis=(1, 2)
+        ),
         "logit_variance": jnp.mean(logit_variance(attention), axis=(1, 2)),
         "slem": jnp.mean(slem(attention), axis=(1, 2)),
         "dobrushin": jnp.mean(dobrushin(attention), axis=(1, 2)),

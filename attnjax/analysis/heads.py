@@ -18,7 +18,7 @@ from jax import lax
 from jax.scipy.special import xlogy
 
 from attnjax.analysis._linalg import HIGHEST, as_matrix, lift, safe_divide
-from attnjax.analysis.sinks import normalized_entropy
+from attnjax.analysis.sinks import mean_normalized_entropy
 from attnjax.result_repr import compact_repr
 
 
@@ -164,15 +164,8 @@ def pattern_features(weights, *, key_fraction: float = 0.1, visible=None) -> Pat
     idx = jnp.arange(t)
     band = (jnp.abs(idx[:, None] - idx[None, :]) <= radius).astype(weights.dtype)
     column_share = jnp.mean(weights, axis=-2)  # [..., T]
-    entropy = normalized_entropy(weights, visible)  # [..., T]; checks visible's shape
-    keys = jnp.sum(
-        jnp.broadcast_to(True if visible is None else jnp.asarray(visible, bool), weights.shape),
-        axis=-1,
-    )  # [..., T]: the keys each query sees
-    choice = keys > 1
-    entropy = jnp.sum(jnp.where(choice, entropy, 0), axis=-1)
     return PatternFeatures(
-        entropy=entropy / jnp.maximum(jnp.sum(choice, axis=-1), 1),
+        entropy=mean_normalized_entropy(weights, visible),
         diagonal=jnp.mean(jnp.diagonal(weights, axis1=-2, axis2=-1), axis=-1),
         local=jnp.mean(jnp.sum(weights * lift(band, weights.ndim), axis=-1), axis=-1),
         global_=jnp.sum(lax.top_k(column_share, top)[0], axis=-1),

@@ -66,6 +66,19 @@ def normalized_entropy(weights, visible=None) -> jax.Array:
 
 
 @jax.jit
+def mean_normalized_entropy(weights, visible=None) -> jax.Array:
+    """`normalized_entropy` averaged over the queries with a choice (more than one visible key):
+    `[..., T, S]` -> `[...]` (0 when no query has one)."""
+    weights = as_matrix(weights, "weights")
+    entropy = normalized_entropy(weights, visible)  # [..., T]; checks visible's shape
+    keys = jnp.sum(jnp.broadcast_to(_visible(visible, weights), weights.shape), axis=-1)
+    choice = keys > 1
+    return jnp.sum(jnp.where(choice, entropy, 0), axis=-1) / jnp.maximum(
+        jnp.sum(choice, axis=-1), 1
+    )
+
+
+@jax.jit
 def sink_mass(weights, sink) -> jax.Array:
     """Attention each query puts on the sink keys: `Σ_j a_ij s_j`, `[..., T, S]`, sink `[..., S]` -> `[..., T]`.
 

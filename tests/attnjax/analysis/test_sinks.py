@@ -96,3 +96,18 @@ def test_distance_to_first_and_triangular_slem():
     eig = np.sort(np.abs(np.linalg.eigvals(a)), axis=-1)[:, -2]
     np.testing.assert_allclose(markov.triangular_slem(jnp.asarray(a)), eig, rtol=1e-10)
     assert float(markov.triangular_slem(jnp.ones((1, 1)))) == 0
+
+
+def test_mean_normalized_entropy_averages_the_queries_with_a_choice():
+    """Uniform over each query's visible keys gives 1 (the first causal query, with one key, is left out);
+    a map where no query has a choice gives 0; a numpy mean over rows 1..T-1 of a random causal map."""
+    t = 7
+    causal = np.tril(np.ones((t, t), bool))
+    uniform = causal / causal.sum(-1, keepdims=True)
+    np.testing.assert_allclose(analysis.mean_normalized_entropy(uniform, causal), 1.0, rtol=1e-12)
+    assert float(analysis.mean_normalized_entropy(np.eye(t), np.eye(t, dtype=bool))) == 0.0
+    a = _stochastic(np.random.default_rng(2), (3, t, t)) * causal
+    a = a / a.sum(-1, keepdims=True)
+    h = -np.sum(np.where(a > 0, a * np.log(np.where(a > 0, a, 1)), 0), -1)[:, 1:]
+    expected = np.mean(h / np.log(np.arange(2, t + 1)), -1)
+    np.testing.assert_allclose(analysis.mean_normalized_entropy(a, causal), expected, rtol=1e-12)
