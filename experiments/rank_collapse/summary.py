@@ -227,49 +227,36 @@ def scale_runs(summary: dict) -> list[dict]:
     return runs(summary, "scale", kind="softmax") + init_runs(summary, "attention_only")
 
 
+def _with_twins(summary: dict, found: list[dict], twin_sweep: str, **twin_match) -> list[tuple]:
+    """`[(run, the deepest softmax run of `twin_sweep` with its architecture, depth and std, or None)]`."""
+    return [
+        (
+            run,
+            deepest(
+                summary,
+                twin_sweep,
+                kind="softmax",
+                architecture=run["spec"]["architecture"],
+                depth=run["spec"]["depth"],
+                embedding_std=run["spec"]["embedding_std"],
+                **twin_match,
+            ),
+        )
+        for run in found
+    ]
+
+
 def mask_pairs(summary: dict, **match) -> list[tuple[dict, Optional[dict]]]:
     """`[(causal run, its bidirectional init-sweep twin or None)]` of the mask sweep."""
-    pairs = []
-    for run in runs(summary, "mask", kind="softmax", window=None, **match):
-        spec = run["spec"]
-        pairs.append(
-            (
-                run,
-                deepest(
-                    summary,
-                    "init",
-                    kind="softmax",
-                    architecture=spec["architecture"],
-                    depth=spec["depth"],
-                    embedding_std=spec["embedding_std"],
-                ),
-            )
-        )
-    return pairs
+    return _with_twins(summary, runs(summary, "mask", kind="softmax", window=None, **match), "init")
 
 
 def local_pairs(summary: dict) -> list[tuple[dict, Optional[dict]]]:
     """`[(local-mask run, the mask sweep's full causal run of its architecture, depth and std, or None)]`
     of the local sweep, by width."""
-    pairs = []
     found = runs(summary, "local", kind="softmax")
-    for run in sorted(found, key=lambda r: (r["spec"]["depth"], r["spec"]["window"])):
-        spec = run["spec"]
-        pairs.append(
-            (
-                run,
-                deepest(
-                    summary,
-                    "mask",
-                    kind="softmax",
-                    architecture=spec["architecture"],
-                    depth=spec["depth"],
-                    embedding_std=spec["embedding_std"],
-                    window=None,
-                ),
-            )
-        )
-    return pairs
+    found = sorted(found, key=lambda r: (r["spec"]["depth"], r["spec"]["window"]))
+    return _with_twins(summary, found, "mask", window=None)
 
 
 def float32_twin(summary: dict, run: dict) -> Optional[dict]:
