@@ -34,7 +34,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attnjax import nn
+from attnjax import compilation, nn
 from attnjax.serialization import json_form
 
 Array = jax.Array
@@ -293,18 +293,6 @@ def dropout_keys(keys: Array) -> Array:
     return jax.vmap(jax.vmap(lambda k: jax.random.fold_in(k, 1)))(keys)
 
 
-def _fast_compile_options() -> dict:
-    """XLA options for the cheap programs (init, batch sampling): compile fast, not run fast.
-
-    On a CPU, compiling the vmapped initialisation of the smoke model took
-    6.6 s at LLVM's default optimisation level and 2.0 s at level 1, for a
-    program that runs in milliseconds and gave bit-identical parameters and
-    batches (level 0 compiles faster still but changes the last bit of some
-    parameters, and so every result). The training step keeps the default.
-    """
-    return {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else {}
-
-
 class SeedsRunner:
     """Jitted functions that train, evaluate and inspect S seeds at once.
 
@@ -324,7 +312,7 @@ class SeedsRunner:
             )
         batch_sharding = NamedSharding(self.mesh, P(None, "seed", "data"))  # [K, S, B, T]
         make = jax.vmap(jax.vmap(lambda key: trainer.task.batch(key, trainer.batch_size)))
-        fast_compile = _fast_compile_options()
+        fast_compile = compilation.fast_compile_options()
         self._batches = jax.jit(make, out_shardings=batch_sharding, compiler_options=fast_compile)
         self._init = jax.jit(
             jax.vmap(trainer.init),

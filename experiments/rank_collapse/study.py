@@ -39,6 +39,7 @@ from attnjax.analysis import collapse
 from attnjax.analysis.depth import depth_profile
 from attnjax.analysis.markov import rank_one_residual
 from attnjax.analysis.residual import residual_norm, residual_ratio
+from attnjax.compilation import jit_fast
 from experiments import architectures
 from experiments.lab import models
 from experiments.lab.workdir import RunDir
@@ -249,11 +250,15 @@ def _keys(config, seeds: Optional[int] = None):
     return split(0), split(1), split(2), jax.random.fold_in(root, 3)
 
 
-# One compiled profile per array shape (and mask), shared by every run of the same depth.
-_profile_seeds = {
-    causal: jax.jit(jax.vmap(functools.partial(depth_profile, causal=causal)))
-    for causal in (False, True)
-}
+@functools.cache
+def _profile_seeds(causal: bool):
+    """One compiled depth profile per mask (and array shape), shared by every run of the same depth.
+
+    The measurement programs of a run (this profile, the untrained probe, the trained model's forward
+    pass, paths and predictions) run once per run or log step: they are compiled fast, not optimised for
+    speed (`compilation.jit_fast`)."""
+    return jit_fast(jax.vmap(functools.partial(depth_profile, causal=causal)))
+
 
 # The jitted functions of a run are cached by trainer (a frozen dataclass, equal
 # for equal configs), so a run redone in the same process (a resume) does not
@@ -274,7 +279,7 @@ def _forward_fn(trainer: training.Trainer):
         _, inter = trainer.model(state)(inputs, return_intermediates=True)
         return inter["hidden"], inter["attention"]
 
-    return jax.jit(jax.vmap(forward, in_axes=(0, None)))
+    return jit_fast(jax.vmap(forward, in_axes=(0, None)))
 
 
 def _seed_rows(metrics: dict, step: int, phase: str, field: str) -> list[dict]:
@@ -359,7 +364,7 @@ def _init_probe(trainer: training.Trainer, with_grads: bool, dong: bool, identit
         extra = attention_only_metrics(state, inter["hidden"]) if dong else {}
         return inter["hidden"], inter["attention"], norms, extra
 
-    return jax.jit(jax.vmap(probe, in_axes=(0, None, 0)))
+    return jit_fast(jax.vmap(probe, in_axes=(0, None, 0)))
 
 
 def _first_batches(task, batch_size: int, data_keys):
@@ -397,7 +402,7 @@ def _init_rows(
     hidden, attention, norms, extra = _init_probe(trainer, with_grads, dong, identity)(
         init_keys, inputs, batches
     )
-    metrics = {**_profile_seeds[spec.causal](hidden, attention), **extra, **norms}
+    metrics = {**_profile_seeds(spec.causal)(hidden, attention), **extra, **norms}
     return _seed_rows(metrics, 0, "init", "values")
 
 
@@ -438,7 +443,7 @@ def _paths_fn(trainer: training.Trainer, num_paths: int):
     def per_seed(keys, attention):
         return jnp.stack([one_length(keys[k - 1], attention, k) for k in range(1, num_layers + 1)])
 
-    return jax.jit(jax.vmap(per_seed, in_axes=(None, 0)))
+    return jit_fast(jax.vmap(per_seed, in_axes=(None, 0)))
 
 
 def _path_rows(config, trainer, forward, state, inputs) -> list[dict]:
@@ -462,7 +467,7 @@ def _predict_fn(trainer: training.Trainer):
     def predict(state, inputs):
         return jnp.argmax(trainer.model(state)(inputs), axis=-1)
 
-    return jax.jit(jax.vmap(predict))
+    return jit_fast(jax.vmap(predict))
 
 
 def _recall_rows(config, trainer, task, state, eval_keys) -> dict:
@@ -495,7 +500,7 @@ def train_run(config, spec: RunSpec, task, run: RunDir) -> list[dict]:
         config, num_seeds(config, spec.sweep, spec.architecture)
     )
     forward = _forward_fn(trainer)
-    profile = _profile_seeds[spec.causal]
+    profile = _profile_seeds(spec.causal)
     inputs = task.batch(measure_key, config.measure_batch_size).inputs
     checkpointer = training.Checkpointer(run.path)
     state = runner.init(init_keys)
