@@ -12,12 +12,11 @@ from flax import nnx
 from attnjax import training
 from attnjax.serialization import json_form
 from configs import rank_collapse as config_lib
-from experiments.lab import study as study_lib
 from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
 from experiments.rank_collapse import summary as summary_lib
 from tests.attnjax.nn.test_params import _models
-from tests.experiments.lab.test_studies import finished, rank_collapse_test_config
+from tests.experiments.lab.test_studies import finished, rank_collapse_test_config, run_as_command
 from tests.paths import REPO, link_from, study_page
 
 TRAIN_RUN = "train-softmax-skip_mlp-L04-t1-edefault"
@@ -176,7 +175,7 @@ def _with_every_run_but_training(run, path):
 
 
 def _run(path, progress=lambda line: None):
-    return study_lib.run(STUDY, rank_collapse_test_config(), str(path), progress=progress)
+    return run_as_command(STUDY, rank_collapse_test_config(), path, progress=progress)
 
 
 def test_killed_training_resumes_to_the_same_summary(

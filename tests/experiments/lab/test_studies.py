@@ -2,7 +2,9 @@
 
 Each study runs once per test run on a small config (`finished(name)`,
 shared with the studies' own test files); every contract test reads that run
-or re-runs parts of it.
+or re-runs parts of it. The runs compute with JAX's float64 switch off, as the
+command runs them (the suite turns it on; a study asks for float64 where its
+config says so).
 """
 
 import atexit
@@ -137,12 +139,18 @@ class Finished:
     messages: tuple
 
 
+def run_as_command(study, config, workdir, **kwargs) -> dict:
+    """`study_lib.run` with JAX's float64 switch off, as the command runs it (the suite turns it on)."""
+    with jax.enable_x64(False):
+        return study_lib.run(study, config, str(workdir), **kwargs)
+
+
 def run_in_tempdir(study, config, prefix: str) -> Finished:
     """Run `study` on `config` in a fresh temporary workdir (removed at exit), keeping its progress messages."""
     workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     atexit.register(shutil.rmtree, workdir, True)
     messages = []
-    summary = study_lib.run(study, config, str(workdir), progress=messages.append)
+    summary = run_as_command(study, config, workdir, progress=messages.append)
     return Finished(workdir, summary, tuple(messages))
 
 
@@ -164,7 +172,7 @@ def finished(name: str) -> Finished:
         if not messages_file.exists():
             shutil.rmtree(workdir, ignore_errors=True)
             messages = []
-            study_lib.run(study, test_config(), str(workdir), progress=messages.append)
+            run_as_command(study, test_config(), workdir, progress=messages.append)
             messages_file.write_text(json.dumps(messages))
     summary = json.loads((workdir / "summary.json").read_text())
     return Finished(workdir, summary, tuple(json.loads(messages_file.read_text())))
@@ -253,10 +261,10 @@ def test_rerun_skips_finished_runs(name, figures_not_rendered):
     run = finished(name)
     metrics = (run.workdir / "metrics.jsonl").read_text()
     assert (
-        study_lib.run(
+        run_as_command(
             replace_run_one(study, refuse),
             test_config(),
-            str(run.workdir),
+            run.workdir,
             progress=lambda line: None,
         )
         == run.summary
@@ -284,8 +292,8 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
         raise KeyboardInterrupt("simulated kill")
 
     with pytest.raises(KeyboardInterrupt):
-        study_lib.run(
-            replace_run_one(study, killed), test_config(), str(workdir), progress=lambda line: None
+        run_as_command(
+            replace_run_one(study, killed), test_config(), workdir, progress=lambda line: None
         )
     assert (
         not (workdir / "runs" / f"{killed_id}.json").exists()
@@ -302,8 +310,8 @@ def test_resume_after_a_kill_gives_the_same_summary(name, tmp_path, figures_not_
 
     messages = []
     assert (
-        study_lib.run(
-            replace_run_one(study, counted), test_config(), str(workdir), progress=messages.append
+        run_as_command(
+            replace_run_one(study, counted), test_config(), workdir, progress=messages.append
         )
         == run.summary
     )
