@@ -312,12 +312,9 @@ class SeedsRunner:
             )
         batch_sharding = NamedSharding(self.mesh, P(None, "seed", "data"))  # [K, S, B, T]
         make = jax.vmap(jax.vmap(lambda key: trainer.task.batch(key, trainer.batch_size)))
-        fast_compile = compilation.fast_compile_options()
-        self._batches = jax.jit(make, out_shardings=batch_sharding, compiler_options=fast_compile)
-        self._init = jax.jit(
-            jax.vmap(trainer.init),
-            out_shardings=NamedSharding(self.mesh, P("seed")),
-            compiler_options=fast_compile,
+        self._batches = compilation.jit_fast(make, out_shardings=batch_sharding)
+        self._init = compilation.jit_fast(
+            jax.vmap(trainer.init), out_shardings=NamedSharding(self.mesh, P("seed"))
         )
         self._train = jax.jit(self._train_chunk, donate_argnums=0)
         self._eval = jax.jit(jax.vmap(trainer.evaluate))
