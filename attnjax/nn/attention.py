@@ -172,7 +172,10 @@ class MultiHeadAttention(nnx.Module):
     `core=` to the call to replace the middle stages (`attnjax.nn.edits`,
     `statistics`, `sink_cache`); a variant of the attention itself (another
     normaliser of the logits, say) is an `attention_fn` (see
-    docs/examples/custom_attention.py).
+    docs/examples/custom_attention.py); one with parameters of its own is a
+    subclass that adds them and overrides a stage, which `nn.Block` builds in
+    place of this class when given as `BlockConfig.attention_module` (see
+    docs/examples/learned_attention.py).
 
     Args:
       in_features: F, the width of `x` (and of `context`).

@@ -117,7 +117,8 @@ class Block(nnx.Module):
         self.config = config
         self.residual_scale = config.branch_scale()
         kw = dict(dtype=config.dtype, param_dtype=config.param_dtype, rngs=rngs)
-        self.attention = MultiHeadAttention(
+        attention_module = config.attention_module or MultiHeadAttention
+        self.attention = attention_module(
             config.features,
             config.num_heads,
             config=config.attention,

@@ -239,6 +239,11 @@ class BlockConfig:
         model in a `Transformer`): floating-point, in any spelling
         `jnp.dtype` resolves (`jnp.bfloat16`, 'float32', `np.float16`);
         dtype None computes in the parameters' dtype.
+      attention_module: the class the block builds its attention with: None
+        (`MultiHeadAttention`) or a subclass of it, built with the same
+        arguments, that overrides its public stages (`project`, `position`,
+        `attend`, `merge`) and may hold parameters of its own, one set per
+        layer (docs/examples/learned_attention.py).
     """
 
     features: int = 64
@@ -257,6 +262,7 @@ class BlockConfig:
     deterministic: bool = False
     dtype: Any = None
     param_dtype: Any = jnp.float32
+    attention_module: Optional[type] = None
 
     def __post_init__(self):
         checks.positive_int("features", self.features)
@@ -285,6 +291,18 @@ class BlockConfig:
         checks.rate("residual_dropout_rate", self.residual_dropout_rate)
         checks.floating_dtype("dtype", self.dtype, optional=True)
         checks.floating_dtype("param_dtype", self.param_dtype)
+        self._check_attention_module()
+
+    def _check_attention_module(self) -> None:
+        module = self.attention_module
+        if module is None:
+            return
+        from attnjax.nn.attention import MultiHeadAttention  # attention.py imports this module
+
+        if not (isinstance(module, type) and issubclass(module, MultiHeadAttention)):
+            raise TypeError(
+                f"attention_module must be None or a subclass of MultiHeadAttention, got {module!r}"
+            )
 
     @property
     def head_dim(self) -> int:
