@@ -21,10 +21,13 @@
   rates, logit variance, single-head paths).
 * `streaming`: per-row statistics of softmax attention without the `[T, S]`
   matrix (`attention_statistics`).
+* `causal_spectrum`: the eigenvalues of causal maps (their diagonal) and
+  |lambda_2|, exactly, from q, k and the rows' lse, without the matrix.
 * `depth`: all of the above per layer of one forward pass.
 """
 
 from attnjax.analysis._linalg import spectral_radius_by_squaring
+from attnjax.analysis.causal_spectrum import causal_eigenvalues, causal_slem
 from attnjax.analysis.collapse import (
     RateFit,
     dong_constant,
@@ -101,6 +104,8 @@ __all__ = [
     "RateFit",
     "attention_entropy",
     "attention_statistics",
+    "causal_eigenvalues",
+    "causal_slem",
     "check_stochastic",
     "classify_pattern",
     "composite_norm",
