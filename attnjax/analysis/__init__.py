@@ -23,6 +23,8 @@
   matrix (`attention_statistics`).
 * `causal_spectrum`: the eigenvalues of causal maps (their diagonal) and
   |lambda_2|, exactly, from q, k and the rows' lse, without the matrix.
+* `products`: A v, A^T u and the mass each key receives (with its top keys),
+  from q, k and the rows' lse, without the matrix.
 * `depth`: all of the above per layer of one forward pass.
 """
 
@@ -64,6 +66,12 @@ from attnjax.analysis.markov import (
     triangular_slem,
 )
 from attnjax.analysis.power import PowerIteration, power_iteration
+from attnjax.analysis.products import (
+    ReceivedMass,
+    attention_matvec,
+    attention_rmatvec,
+    received_mass,
+)
 from attnjax.analysis.rank import (
     RankReport,
     condition_number,
@@ -102,7 +110,10 @@ __all__ = [
     "RankOneResidual",
     "RankReport",
     "RateFit",
+    "ReceivedMass",
     "attention_entropy",
+    "attention_matvec",
+    "attention_rmatvec",
     "attention_statistics",
     "causal_eigenvalues",
     "causal_slem",
@@ -135,6 +146,7 @@ __all__ = [
     "power_iteration",
     "rank_one_residual",
     "rank_report",
+    "received_mass",
     "residual_norm",
     "residual_ratio",
     "sample_paths",

@@ -58,6 +58,12 @@ BLOCK_BAD = [
         TypeError,
         r"param_dtype must be a floating-point dtype .*'float33'",
     ),
+    (
+        "attention_module",
+        "MultiHeadAttention",
+        TypeError,
+        r"attention_module must be None or a subclass of MultiHeadAttention, got 'MultiHeadAttention'",
+    ),
     ("param_dtype", None, TypeError, r"param_dtype must be a floating-point dtype .*got None"),
     ("param_dtype", "bool", TypeError, r"param_dtype must be a floating-point dtype .*got bool"),
 ]

@@ -1,0 +1,239 @@
+"""Products with softmax attention maps, and the mass each key receives, without the `[T, S]` matrix.
+
+With the logits x_ij = clip((q_i . k_j * scale) / temperature) over the keys j
+visible to query i (causal: j <= i; key padding) and the rows' log-sum-exp
+lse_i, the map is p_ij = exp(x_ij - lse_i), and per head
+
+    (A v)_i   = sum_j p_ij v_j          `attention_matvec`
+    (A^T u)_j = sum_i p_ij u_i          `attention_rmatvec`
+    m_j       = sum_i p_ij = (A^T 1)_j  `received_mass` (and its top-k keys)
+
+for a batch of M vectors at once. Queries go in blocks of `query_chunk_size`
+(one after another, `jax.lax.scan`), each against every key, so a step holds
+`[..., H, Tq, S]` logits: memory grows like T, not T x S. The lse is the one
+`attention_statistics` returns (`[..., H, T]`), so the weights are exact, not
+re-normalised. Query head h reads key head h // (H / K) (grouped-query
+attention). These products are what Krylov methods need to reach a map's
+leading singular values without forming it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from attnjax import attention as attention_lib
+from attnjax import checks
+from attnjax.result_repr import compact_repr
+from attnjax.softmax import clip_logits
+
+Array = jax.Array
+
+
+class ReceivedMass(NamedTuple):
+    """`received_mass`: per head, the mass every key receives and the keys that receive the most."""
+
+    mass: Array  # [..., H, S]: sum_i p_ij
+    top_keys: Array  # [..., H, k] int32: key positions, most received first
+    top_mass: Array  # [..., H, k]: their mass
+
+    __repr__ = compact_repr
+
+
+def _check(query, key, lse, key_padding, query_chunk_size):
+    """Shapes: query `[..., T, H, D]`, key `[..., S, K, D]`, lse `[..., H, T]`, key_padding `[..., S]`."""
+    query, key = checks.as_arrays(query, key)
+    if query.ndim < 3 or key.ndim != query.ndim or key.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            "query must be [..., T, H, D] and key [..., S, K, D] of the same rank and D, "
+            f"got query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}"
+        )
+    if query.shape[-2] % key.shape[-2]:
+        raise ValueError(
+            f"key heads K={key.shape[-2]} must divide query heads H={query.shape[-2]} "
+            f"(query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)})"
+        )
+    *batch, t, heads, _ = query.shape
+    lse = jnp.asarray(lse)
+    if lse.shape != (*batch, heads, t):
+        raise ValueError(
+            f"lse must be [..., H, T] = {(*batch, heads, t)} (attention_statistics(...).lse), "
+            f"got lse.shape={tuple(lse.shape)}"
+        )
+    if key_padding is not None:
+        key_padding = jnp.asarray(key_padding)
+        if key_padding.shape != (*batch, key.shape[-3]):
+            raise ValueError(
+                f"key_padding must be [..., S] = {(*batch, key.shape[-3])}, "
+                f"got key_padding.shape={tuple(key_padding.shape)}"
+            )
+    checks.positive_int("query_chunk_size", query_chunk_size)
+    return query, key, lse, key_padding
+
+
+def _blocks(x: Array, block: int, axis: int, fill) -> Array:
+    """`x` with its `axis` (length T) padded to a multiple of `block` with `fill` and split into
+    `[T / block, ..., block, ...]` (the block index first, for `lax.scan`)."""
+    length = x.shape[axis]
+    padded = -(-length // block) * block
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, padded - length)
+    x = jnp.pad(x, widths, constant_values=fill)
+    x = jnp.reshape(x, x.shape[:axis] + (padded // block, block) + x.shape[axis + 1 :])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def _weights_fn(key, key_padding, *, is_causal, scale, temperature, num_queries):
+    """(q block `[..., Tq, H, D]`, its lse `[..., H, Tq]`, start) -> p `[..., H, Tq, S]` (0 where hidden)."""
+    num_keys = key.shape[-3]
+
+    def weights(q, lse, start):
+        x = attention_lib.grouped_logits(q, key, scale=scale)
+        x = clip_logits(x / jnp.asarray(temperature, x.dtype))
+        rows = start + jnp.arange(q.shape[-3])
+        visible = (rows < num_queries)[:, None] & jnp.ones((num_keys,), bool)[None, :]
+        if is_causal:
+            visible = visible & (jnp.arange(num_keys)[None, :] <= rows[:, None])
+        visible = jnp.reshape(visible, (1,) * (x.ndim - 2) + visible.shape)  # [..., 1, Tq, S]
+        if key_padding is not None:
+            visible = visible & key_padding[..., None, None, :]
+        return jnp.where(visible, jnp.exp(x - lse[..., None].astype(x.dtype)), 0.0)
+
+    return weights
+
+
+def _prepare(query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size):
+    query, key, lse, key_padding = _check(query, key, lse, key_padding, query_chunk_size)
+    checks.boolean("is_causal", is_causal)
+    checks.scale(scale)
+    checks.temperature(temperature)
+    scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
+    block = min(query_chunk_size, query.shape[-3])
+    weights = _weights_fn(
+        key,
+        key_padding,
+        is_causal=is_causal,
+        scale=scale,
+        temperature=temperature,
+        num_queries=query.shape[-3],
+    )
+    q_blocks = _blocks(query, block, query.ndim - 3, 0)
+    lse_blocks = _blocks(lse, block, lse.ndim - 1, 0)
+    starts = jnp.arange(q_blocks.shape[0]) * block
+    return weights, q_blocks, lse_blocks, starts, block
+
+
+def attention_matvec(
+    query: Array,
+    key: Array,
+    lse: Array,
+    vectors: Array,
+    *,
+    is_causal: bool = False,
+    key_padding: Optional[Array] = None,
+    scale: Optional[float] = None,
+    temperature: Union[float, Array] = 1.0,
+    query_chunk_size: int = 128,
+) -> Array:
+    """A v for each head's map: `vectors` `[..., H, S, M]` -> `[..., H, T, M]`, (A v)_i = sum_j p_ij v_j.
+
+    Args:
+      query: `[..., T, H, D]`; key: `[..., S, K, D]`, K dividing H.
+      lse: `[..., H, T]`, the rows' log-sum-exp over their visible keys (`attention_statistics`).
+      vectors: `[..., H, S, M]`, M vectors per head.
+      is_causal: query i sees keys j <= i (top-left aligned).
+      key_padding: `[..., S]` bool, True for real keys.
+      scale, temperature: as in `attention_statistics` (default scale 1/sqrt(D)).
+      query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
+    """
+    weights, q_blocks, lse_blocks, starts, block = _prepare(
+        query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
+    )
+    vectors = jnp.asarray(vectors)
+    expected = (*lse.shape[:-1], key.shape[-3])
+    if vectors.ndim != len(expected) + 1 or vectors.shape[:-1] != expected:
+        raise ValueError(
+            f"vectors must be [..., H, S, M] with [..., H, S] = {expected}, "
+            f"got vectors.shape={tuple(vectors.shape)}"
+        )
+
+    def step(carry, inputs):
+        q, block_lse, start = inputs
+        p = weights(q, block_lse, start)
+        return carry, jnp.einsum("...hts,...hsm->...htm", p, vectors.astype(p.dtype))
+
+    _, out = jax.lax.scan(step, None, (q_blocks, lse_blocks, starts))  # [N, ..., H, block, M]
+    out = jnp.moveaxis(out, 0, -3)  # [..., H, N, block, M]
+    out = jnp.reshape(out, out.shape[:-3] + (-1, out.shape[-1]))
+    return out[..., : lse.shape[-1], :]
+
+
+def attention_rmatvec(
+    query: Array,
+    key: Array,
+    lse: Array,
+    vectors: Array,
+    *,
+    is_causal: bool = False,
+    key_padding: Optional[Array] = None,
+    scale: Optional[float] = None,
+    temperature: Union[float, Array] = 1.0,
+    query_chunk_size: int = 128,
+) -> Array:
+    """A^T u for each head's map: `vectors` `[..., H, T, M]` -> `[..., H, S, M]`,
+    (A^T u)_j = sum_i p_ij u_i. Arguments as `attention_matvec`."""
+    weights, q_blocks, lse_blocks, starts, block = _prepare(
+        query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
+    )
+    vectors = jnp.asarray(vectors)
+    if vectors.ndim != lse.ndim + 1 or vectors.shape[:-1] != lse.shape:
+        raise ValueError(
+            f"vectors must be [..., H, T, M] with [..., H, T] = {tuple(lse.shape)}, "
+            f"got vectors.shape={tuple(vectors.shape)}"
+        )
+    u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]
+    dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
+    total = jnp.zeros((*lse.shape[:-1], key.shape[-3], vectors.shape[-1]), dtype)
+
+    def step(total, inputs):
+        q, block_lse, start, u = inputs
+        p = weights(q, block_lse, start)
+        return total + jnp.einsum("...hts,...htm->...hsm", p, u.astype(p.dtype)), None
+
+    total, _ = jax.lax.scan(step, total, (q_blocks, lse_blocks, starts, u_blocks))
+    return total
+
+
+def received_mass(
+    query: Array,
+    key: Array,
+    lse: Array,
+    *,
+    top_k: int = 8,
+    is_causal: bool = False,
+    key_padding: Optional[Array] = None,
+    scale: Optional[float] = None,
+    temperature: Union[float, Array] = 1.0,
+    query_chunk_size: int = 128,
+) -> ReceivedMass:
+    """The mass each key receives, m_j = sum_i p_ij (A^T 1), per head, and the `top_k` keys that receive the
+    most (ties: the earlier key first). Arguments as `attention_matvec`."""
+    checks.positive_int("top_k", top_k)
+    if top_k > key.shape[-3]:
+        raise ValueError(f"top_k={top_k} exceeds the number of keys S={key.shape[-3]}")
+    ones = jnp.ones((*jnp.shape(lse), 1), jnp.promote_types(jnp.asarray(query).dtype, jnp.float32))
+    mass = attention_rmatvec(
+        query,
+        key,
+        lse,
+        ones,
+        is_causal=is_causal,
+        key_padding=key_padding,
+        scale=scale,
+        temperature=temperature,
+        query_chunk_size=query_chunk_size,
+    )[..., 0]
+    top_mass, top_keys = jax.lax.top_k(mass, top_k)
+    return ReceivedMass(mass, top_keys.astype(jnp.int32), top_mass)

@@ -1,0 +1,107 @@
+"""`analysis.attention_matvec`, `attention_rmatvec` and `received_mass` against the dense maps of
+`attnjax.dot_product_attention`: A v, A^T u and column sums in float64 (and float32), causal and not,
+grouped-query heads, key padding, a query count that is not a multiple of the chunk."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attnjax
+from attnjax import analysis
+
+OPTIONS = dict(scale=0.4, temperature=0.8)
+B, T, H, K, D, M = 2, 200, 4, 2, 8, 3
+
+
+def _case(dtype, is_causal, padded, seed=0):
+    """q, k, lse (`attention_statistics`), key padding and the dense maps `[B, H, T, T]` in float64."""
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.normal(size=(B, T, H, D)), dtype)
+    k = jnp.asarray(rng.normal(size=(B, T, K, D)), dtype)
+    padding = None
+    if padded:
+        padding = jnp.asarray(np.arange(T)[None, :] < np.array([[T], [T - 37]]))  # second: 37 pads
+    lse = analysis.attention_statistics(
+        q, k, is_causal=is_causal, key_padding=padding, chunk_size=64, **OPTIONS
+    ).lse
+    mask = None if padding is None else padding[:, None, None, :]
+    _, weights = attnjax.dot_product_attention(
+        q.astype(jnp.float64),
+        k.astype(jnp.float64),
+        k.astype(jnp.float64),
+        mask=mask,
+        is_causal=is_causal,
+        return_weights=True,
+        **OPTIONS,
+    )
+    return q, k, lse, padding, np.asarray(weights, np.float64)
+
+
+CASES = [(False, False), (True, False), (False, True), (True, True)]
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float64, 1e-10), (jnp.float32, 1e-5)])
+@pytest.mark.parametrize("is_causal, padded", CASES)
+def test_products_equal_the_dense_maps(dtype, tol, is_causal, padded):
+    q, k, lse, padding, dense = _case(dtype, is_causal, padded)
+    rng = np.random.default_rng(1)
+    v, u = rng.normal(size=(B, H, T, M)), rng.normal(size=(B, H, T, M))
+    options = dict(is_causal=is_causal, key_padding=padding, query_chunk_size=64, **OPTIONS)
+    av = analysis.attention_matvec(q, k, lse, jnp.asarray(v, dtype), **options)
+    atu = analysis.attention_rmatvec(q, k, lse, jnp.asarray(u, dtype), **options)
+    assert av.shape == atu.shape == (B, H, T, M)
+    np.testing.assert_allclose(np.asarray(av), dense @ v, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(atu), np.swapaxes(dense, -1, -2) @ u, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("is_causal, padded", CASES)
+def test_received_mass_is_the_column_sums_and_its_top_keys(is_causal, padded):
+    q, k, lse, padding, dense = _case(jnp.float64, is_causal, padded, seed=2)
+    got = analysis.received_mass(
+        q, k, lse, top_k=5, is_causal=is_causal, key_padding=padding, **OPTIONS
+    )
+    columns = dense.sum(axis=-2)  # [B, H, S]
+    np.testing.assert_allclose(np.asarray(got.mass), columns, rtol=1e-10, atol=1e-10)
+    assert got.top_keys.dtype == jnp.int32
+    np.testing.assert_array_equal(
+        np.asarray(got.top_keys), np.argsort(-columns, axis=-1, kind="stable")[..., :5]
+    )
+    np.testing.assert_allclose(
+        np.asarray(got.top_mass), np.sort(columns, axis=-1)[..., ::-1][..., :5], rtol=1e-10
+    )
+    # Each row gives away mass 1 (0 for none here): the columns sum to the number of queries.
+    np.testing.assert_allclose(np.asarray(got.mass).sum(-1), T, rtol=1e-10)
+
+
+def test_padded_keys_receive_nothing():
+    q, k, lse, padding, _ = _case(jnp.float64, True, True, seed=3)
+    mass = analysis.received_mass(q, k, lse, is_causal=True, key_padding=padding, **OPTIONS).mass
+    assert np.all(np.asarray(mass)[1, :, T - 37 :] == 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(lse=jnp.zeros((B, T, H))), r"lse must be \[..., H, T\]"),
+        (dict(vectors=jnp.zeros((B, H, T + 1, M))), r"vectors must be \[..., H, S, M\]"),
+        (dict(key_padding=jnp.ones((B, T + 1), bool)), r"key_padding must be \[..., S\]"),
+        (dict(key=jnp.zeros((B, T, 3, D))), "must divide query heads"),
+    ],
+)
+def test_bad_shapes_raise_naming_the_argument(kwargs, message):
+    args = dict(
+        query=jnp.zeros((B, T, H, D)),
+        key=jnp.zeros((B, T, K, D)),
+        lse=jnp.zeros((B, H, T)),
+        vectors=jnp.zeros((B, H, T, M)),
+    )
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        analysis.attention_matvec(**args)
+
+
+def test_top_k_beyond_the_keys_raises():
+    with pytest.raises(ValueError, match="top_k=9 exceeds the number of keys S=8"):
+        analysis.received_mass(
+            jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 2, 8)), top_k=9
+        )
