@@ -23,8 +23,9 @@
   matrix (`attention_statistics`).
 * `causal_spectrum`: the eigenvalues of causal maps (their diagonal) and
   |lambda_2|, exactly, from q, k and the rows' lse, without the matrix.
-* `products`: A v, A^T u and the mass each key receives (with its top keys),
-  from q, k and the rows' lse, without the matrix.
+* `products`: A v, A^T u, the mass each key receives (with its top keys) and
+  the leading singular values (subspace iteration, with error bounds), from
+  q, k and the rows' lse, without the matrix.
 * `depth`: all of the above per layer of one forward pass.
 """
 
@@ -67,9 +68,11 @@ from attnjax.analysis.markov import (
 )
 from attnjax.analysis.power import PowerIteration, power_iteration
 from attnjax.analysis.products import (
+    LeadingSingularValues,
     ReceivedMass,
     attention_matvec,
     attention_rmatvec,
+    leading_singular_values,
     received_mass,
 )
 from attnjax.analysis.rank import (
@@ -102,6 +105,7 @@ from attnjax.analysis.streaming import AttentionStatistics, attention_statistics
 
 __all__ = [
     "AttentionStatistics",
+    "LeadingSingularValues",
     "MarkovReport",
     "NORMS",
     "PATTERN_NAMES",
@@ -133,6 +137,7 @@ __all__ = [
     "head_redundancy",
     "is_doubly_exponential",
     "is_row_stochastic",
+    "leading_singular_values",
     "logit_variance",
     "markov_report",
     "mean_attention_distance",

@@ -237,3 +237,89 @@ def received_mass(
     )[..., 0]
     top_mass, top_keys = jax.lax.top_k(mass, top_k)
     return ReceivedMass(mass, top_keys.astype(jnp.int32), top_mass)
+
+
+class LeadingSingularValues(NamedTuple):
+    """`leading_singular_values`: per head, the largest singular values of the map and their error bounds."""
+
+    values: Array  # [..., H, n]: sigma_1 >= sigma_2 >= ...
+    bounds: Array  # [..., H, n]: a singular value of A lies within this distance of each value
+
+    __repr__ = compact_repr
+
+
+def leading_singular_values(
+    query: Array,
+    key: Array,
+    lse: Array,
+    *,
+    num_values: int = 2,
+    oversampling: int = 6,
+    iterations: int = 20,
+    seed: int = 0,
+    is_causal: bool = False,
+    key_padding: Optional[Array] = None,
+    scale: Optional[float] = None,
+    temperature: Union[float, Array] = 1.0,
+    query_chunk_size: int = 128,
+) -> LeadingSingularValues:
+    """sigma_1 >= ... >= sigma_n of each head's map A `[T, S]` by randomized subspace iteration (Halko,
+    Martinsson and Tropp 2011, Algorithm 4.4) over `attention_matvec` / `attention_rmatvec`, without A.
+
+    With p = n + `oversampling` Gaussian starting vectors Omega `[S, p]`: Q = orth(A Omega), then
+    `iterations` times Z = orth(A^T Q), Q = orth(A Z); the values are the singular values of Q^T A (its
+    transpose A^T Q, `[S, p]`), each with right/left vectors v_i, u_i. The error of value i shrinks like
+    (sigma_(p+1) / sigma_i)^(2 iterations + 1); `bounds` makes it checkable: with r_i = ||A v_i - sigma_i
+    u_i|| and s_i = ||A^T u_i - sigma_i v_i||, A has a singular value within max(r_i, s_i) of sigma_i.
+
+    Args as `attention_matvec`, and:
+      num_values: n >= 1 values per head.
+      oversampling: extra starting vectors (p = n + oversampling <= min(T, S)).
+      iterations: rounds of A A^T (each one `attention_rmatvec` and one `attention_matvec` pass).
+      seed: of the starting vectors.
+
+    Returns:
+      `LeadingSingularValues` (values, bounds), `[..., H, n]` each.
+    """
+    checks.positive_int("num_values", num_values)
+    checks.integer("oversampling", oversampling, 0)
+    checks.integer("iterations", iterations, 0)
+    num_queries, num_keys = jnp.shape(query)[-3], jnp.shape(key)[-3]
+    width = num_values + oversampling
+    if width > min(num_queries, num_keys):
+        raise ValueError(
+            f"num_values + oversampling = {width} must not exceed min(T, S) = "
+            f"{min(num_queries, num_keys)}"
+        )
+    options = dict(
+        is_causal=is_causal,
+        key_padding=key_padding,
+        scale=scale,
+        temperature=temperature,
+        query_chunk_size=query_chunk_size,
+    )
+
+    def times(x):  # A x: [..., H, S, p] -> [..., H, T, p]
+        return attention_matvec(query, key, lse, x, **options)
+
+    def times_transpose(y):  # A^T y: [..., H, T, p] -> [..., H, S, p]
+        return attention_rmatvec(query, key, lse, y, **options)
+
+    def orth(x):
+        return jnp.linalg.qr(x)[0]
+
+    dtype = jnp.promote_types(jnp.asarray(query).dtype, jnp.float32)
+    shape = (*jnp.shape(lse)[:-1], num_keys, width)
+    q = orth(times(jax.random.normal(jax.random.key(seed), shape, dtype)))
+
+    def round_trip(_, q):
+        return orth(times(orth(times_transpose(q))))
+
+    q = jax.lax.fori_loop(0, iterations, round_trip, q)
+    bt = times_transpose(q)  # (Q^T A)^T [..., H, S, p]
+    v, sigma, wt = jnp.linalg.svd(bt, full_matrices=False)  # Q^T A = W sigma V^T
+    v, sigma = v[..., :num_values], sigma[..., :num_values]
+    u = jnp.einsum("...tp,...ip->...ti", q, wt[..., :num_values, :])  # left vectors Q w_i
+    r = jnp.linalg.norm(times(v) - u * sigma[..., None, :], axis=-2)
+    s = jnp.linalg.norm(times_transpose(u) - v * sigma[..., None, :], axis=-2)
+    return LeadingSingularValues(sigma, jnp.maximum(r, s))

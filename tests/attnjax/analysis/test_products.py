@@ -105,3 +105,22 @@ def test_top_k_beyond_the_keys_raises():
         analysis.received_mass(
             jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 2, 8)), top_k=9
         )
+
+
+@pytest.mark.parametrize("is_causal, padded", CASES)
+def test_leading_singular_values_equal_the_dense_svd_within_their_bounds(is_causal, padded):
+    q, k, lse, padding, dense = _case(jnp.float64, is_causal, padded, seed=4)
+    got = analysis.leading_singular_values(
+        q, k, lse, num_values=2, is_causal=is_causal, key_padding=padding, **OPTIONS
+    )
+    want = np.linalg.svd(dense, compute_uv=False)[..., :2]  # [B, H, 2]
+    assert got.values.shape == got.bounds.shape == (B, H, 2)
+    np.testing.assert_allclose(np.asarray(got.values), want, rtol=1e-6)
+    assert np.all(np.abs(np.asarray(got.values) - want) <= np.asarray(got.bounds) + 1e-12)
+
+
+def test_more_values_than_the_subspace_holds_raise():
+    with pytest.raises(ValueError, match=r"num_values \+ oversampling = 10 must not exceed"):
+        analysis.leading_singular_values(
+            jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 2, 8)), num_values=4
+        )
