@@ -124,3 +124,28 @@ def test_more_values_than_the_subspace_holds_raise():
         analysis.leading_singular_values(
             jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 8, 2, 4)), jnp.zeros((1, 2, 8)), num_values=4
         )
+
+
+def test_memory_grows_like_t_not_t_squared():
+    """At T = 8192 and H = 9 (3 key heads), the compiled temporaries of A^T u with 4 vectors and of the
+    leading singular values stay below half of one dense `[H, T, T]` float32 map."""
+    import jax
+
+    t, heads = 8192, 9
+    q = jax.ShapeDtypeStruct((1, t, heads, 64), jnp.float32)
+    k = jax.ShapeDtypeStruct((1, t, 3, 64), jnp.float32)
+    lse = jax.ShapeDtypeStruct((1, heads, t), jnp.float32)
+    u = jax.ShapeDtypeStruct((1, heads, t, 4), jnp.float32)
+    dense = heads * t * t * 4
+    for fn, args in (
+        (
+            lambda q, k, lse, u: analysis.attention_rmatvec(q, k, lse, u, is_causal=True),
+            (q, k, lse, u),
+        ),
+        (
+            lambda q, k, lse: analysis.leading_singular_values(q, k, lse, is_causal=True),
+            (q, k, lse),
+        ),
+    ):
+        temp = jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+        assert temp < 0.5 * dense, (temp / dense, fn)
