@@ -33,16 +33,16 @@ MODEL = dict(
 )
 
 
-def _example():
-    """docs/examples/custom_attention.py, executed as a module (the code the docs show)."""
-    path = REPO / "docs" / "examples" / "custom_attention.py"
-    spec = importlib.util.spec_from_file_location("custom_attention", path)
+def load_example(name: str):
+    """docs/examples/<name>.py, executed as a module (the code the docs show)."""
+    path = REPO / "docs" / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-example = _example()
+example = load_example("custom_attention")
 
 
 def softmax_one_reference(q, k, v, *, mask=None, scale, temperature=1.0):
@@ -59,7 +59,7 @@ def softmax_one_reference(q, k, v, *, mask=None, scale, temperature=1.0):
     return np.einsum("...hts,...shd->...thd", weights, v), weights
 
 
-def _randomize(model, seed):
+def randomize(model, seed):
     """Every parameter of `model` drawn afresh: N(0, 0.5^2), norm scales 1 + N(0, 0.2^2); the flat dict."""
     rng = np.random.default_rng(seed)
     for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
@@ -107,7 +107,7 @@ def test_the_variant_matches_float64(num_kv_heads, kv_len, is_causal, masked):
 
 def test_the_example_model_matches_float64_and_is_not_softmax():
     model = example.build_model(nnx.Rngs(0), **MODEL)
-    params = _randomize(model, 1)
+    params = randomize(model, 1)
     logits, inter = model(jnp.asarray(IDS), return_intermediates=True)
     want, want_hidden = ref.transformer(params, model.config, IDS, attention=softmax_one_reference)
     assert logits.dtype == jnp.float64
@@ -122,7 +122,7 @@ def test_the_example_model_matches_float64_and_is_not_softmax():
 
 def test_the_example_model_decodes_as_its_forward_pass():
     model = example.build_model(nnx.Rngs(0), **MODEL)
-    _randomize(model, 2)
+    randomize(model, 2)
     full = model(jnp.asarray(IDS))
     model.init_cache(2, IDS.shape[1])
     chunks = [model(jnp.asarray(IDS[:, a:b]), decode=True) for a, b in ((0, 5), (5, 6), (6, 8))]

@@ -3,7 +3,6 @@
 through `BlockConfig.attention_module`), run as written, against a float64 NumPy computation of the
 variant, decoding from its cache, and training on a task with gradients reaching its parameters."""
 
-import importlib.util
 import itertools
 
 import jax
@@ -14,46 +13,17 @@ from flax import nnx
 
 from attnjax import nn
 from tests import reference_transformer as ref
-from tests.paths import REPO
+from tests.attnjax.nn.test_custom_attention import IDS, MODEL, TOL, load_example, randomize
 
-TOL = dict(rtol=1e-10, atol=1e-10)
-IDS = np.array([[1, 5, 2, 9, 4, 4, 7, 3], [8, 0, 6, 2, 10, 1, 3, 5]])
-MODEL = dict(
-    num_layers=2,
-    features=16,
-    num_heads=4,
-    num_kv_heads=2,
-    vocab_size=11,
-    max_len=8,
-    positions=None,
-    rope="half",
-    temperature=0.7,
-    param_dtype=jnp.float64,
-)
-
-
-def _example():
-    """docs/examples/learned_attention.py, executed as a module (the code the docs show)."""
-    path = REPO / "docs" / "examples" / "learned_attention.py"
-    spec = importlib.util.spec_from_file_location("learned_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _example()
+# The custom-attention test's model: 2 layers, 4 query and 2 key/value heads, RoPE, float64.
+example = load_example("learned_attention")
 
 
 def _randomized_model(seed):
-    """The example model with every parameter drawn afresh (N(0, 0.5^2); norm scales 1 + N(0, 0.2^2)),
-    the learned temperatures and gates included; returns (model, flat parameters as NumPy)."""
+    """The example model with every parameter drawn afresh (`randomize`), the learned temperatures and
+    gates included; returns (model, flat parameters as NumPy)."""
     model = example.build_model(nnx.Rngs(0), **MODEL)
-    rng = np.random.default_rng(seed)
-    for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        noise = rng.standard_normal(variable.shape)
-        variable[...] = 1.0 + 0.2 * noise if path[-1] == "scale" else 0.5 * noise
-    flat = {p: np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-    return model, flat
+    return model, randomize(model, seed)
 
 
 def _variant_reference(log_temperature, gate):
