@@ -72,18 +72,20 @@ def _compiled_batch(make_batch):
     dispatch op by op; inside an outer `jit` or `vmap` (a traced key) it is a plain nested `jax.jit`.
 
     Compiled with `compilation.fast_compile_options` (a sampler runs in microseconds; its integer
-    tokens and 0/1 weights are the same bits at any optimisation level), jitted at the first eager
-    call, not at import (the options ask for the backend)."""
-    compiled, nested = None, jax.jit(make_batch, static_argnums=(0, 2))
+    tokens and 0/1 weights are the same bits at any optimisation level), read at each eager call,
+    not at import (the options ask for the backend)."""
+    nested = jax.jit(make_batch, static_argnums=(0, 2))
+
+    @functools.cache
+    def compiled(options: tuple):
+        return jax.jit(make_batch, static_argnums=(0, 2), compiler_options=dict(options))
 
     @functools.wraps(make_batch)
     def call(self, key: Array, batch_size: int) -> Batch:
-        nonlocal compiled
         if isinstance(key, jax.core.Tracer):
             return nested(self, key, batch_size)
-        if compiled is None:
-            compiled = compilation.jit_fast(make_batch, static_argnums=(0, 2))
-        return compiled(self, key, batch_size)
+        options = tuple(sorted(compilation.fast_compile_options().items()))
+        return compiled(options)(self, key, batch_size)
 
     return call
 

@@ -140,12 +140,14 @@ def attention_matvec(
     """A v for each head's map: `vectors` `[..., H, S, M]` -> `[..., H, T, M]`, (A v)_i = sum_j p_ij v_j.
 
     Args:
-      query: `[..., T, H, D]`; key: `[..., S, K, D]`, K dividing H.
+      query: `[..., T, H, D]`.
+      key: `[..., S, K, D]`, K dividing H.
       lse: `[..., H, T]`, the rows' log-sum-exp over their visible keys (`attention_statistics`).
       vectors: `[..., H, S, M]`, M vectors per head.
       is_causal: query i sees keys j <= i (top-left aligned).
       key_padding: `[..., S]` bool, True for real keys.
-      scale, temperature: as in `attention_statistics` (default scale 1/sqrt(D)).
+      scale: logits scale, as in `attention_statistics` (default 1/sqrt(D)).
+      temperature: positive scalar dividing the scaled logits.
       query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
     """
     weights, q_blocks, lse_blocks, starts, block = _prepare(

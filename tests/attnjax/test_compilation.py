@@ -26,7 +26,10 @@ def test_jit_fast_gives_the_numbers_of_jax_jit(monkeypatch):
     np.testing.assert_array_equal(np.asarray(compiled(x)), np.asarray(jax.jit(f)(x)))
 
 
-def test_a_task_batch_is_the_same_eager_jitted_and_vmapped():
+def test_a_task_batch_is_the_same_eager_jitted_and_vmapped(monkeypatch):
+    monkeypatch.setenv(
+        "XLA_FLAGS", ""
+    )  # eager calls compile with the fast options, nested ones without
     task = tasks.AssociativeRecall(num_pairs=4, num_queries=4, vocab_size=16)
     keys = jax.random.split(jax.random.key(1), 3)
     eager = [task.batch(k, 5) for k in keys]
