@@ -125,6 +125,17 @@ def _prepare(query, key, lse, key_padding, is_causal, scale, temperature, query_
     return weights, q_blocks, lse_blocks, starts, block
 
 
+def _check_vectors(vectors, expected: tuple, length: str) -> Array:
+    """`vectors` must be `[..., H, <length>, M]` with `[..., H, <length>]` = `expected`."""
+    vectors = jnp.asarray(vectors)
+    if vectors.ndim != len(expected) + 1 or vectors.shape[:-1] != tuple(expected):
+        raise ValueError(
+            f"vectors must be [..., H, {length}, M] with [..., H, {length}] = {tuple(expected)}, "
+            f"got vectors.shape={tuple(vectors.shape)}"
+        )
+    return vectors
+
+
 def attention_matvec(
     query: Array,
     key: Array,
@@ -153,13 +164,7 @@ def attention_matvec(
     weights, q_blocks, lse_blocks, starts, block = _prepare(
         query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
     )
-    vectors = jnp.asarray(vectors)
-    expected = (*lse.shape[:-1], key.shape[-3])
-    if vectors.ndim != len(expected) + 1 or vectors.shape[:-1] != expected:
-        raise ValueError(
-            f"vectors must be [..., H, S, M] with [..., H, S] = {expected}, "
-            f"got vectors.shape={tuple(vectors.shape)}"
-        )
+    vectors = _check_vectors(vectors, (*jnp.shape(lse)[:-1], jnp.shape(key)[-3]), "S")
 
     def step(carry, inputs):
         q, block_lse, start = inputs
@@ -189,12 +194,7 @@ def attention_rmatvec(
     weights, q_blocks, lse_blocks, starts, block = _prepare(
         query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
     )
-    vectors = jnp.asarray(vectors)
-    if vectors.ndim != lse.ndim + 1 or vectors.shape[:-1] != lse.shape:
-        raise ValueError(
-            f"vectors must be [..., H, T, M] with [..., H, T] = {tuple(lse.shape)}, "
-            f"got vectors.shape={tuple(vectors.shape)}"
-        )
+    vectors = _check_vectors(vectors, jnp.shape(lse), "T")
     u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]
     dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
     total = jnp.zeros((*lse.shape[:-1], key.shape[-3], vectors.shape[-1]), dtype)
