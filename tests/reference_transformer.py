@@ -20,6 +20,9 @@ Hand-written edits (`edits`, a dict of optional callables, layer index first):
 'weights'(l, P) -> P on the softmax weights `[B, H, T, S]` of layer l before
 the value product; 'heads'(l, o) -> o on its head outputs `[B, T, H, Dh]`
 before W_o; 'residual'(l, x) -> x on the output of block l.
+
+`record(name, layer, value)` (optional) receives each activation of
+`attnjax.nn.sites`' vocabulary as it is computed (layer None for 'embed' and 'final').
 """
 
 import math
@@ -87,11 +90,14 @@ def multi_head_attention(
     weights_edit=None,
     heads_edit=None,
     attention=softmax_attention,
+    record=None,
 ):
     """x `[B, T, F]` -> `[B, T, F']` (p: 'query', 'key', 'value', 'out' dense dicts, and 'query_ln',
     'key_ln' for the 'layernorm' QK-norm); `normalize_qk`: None, 'layernorm' or 'cosine' (`qk_norm`);
     `mask` `[T, T]` bool; `weights_edit(P)`, `heads_edit(o)`: see the module docstring; `attention`:
-    the attention on the heads, `tests.reference.softmax_attention`'s signature (default: it)."""
+    the attention on the heads, `tests.reference.softmax_attention`'s signature (default: it);
+    `record(name, value)`: called with q, k, v, logits, weights, head_out and attn_out."""
+    record = record or (lambda name, value: None)
     b, t, _ = x.shape
     dh = p["query"]["kernel"].shape[-1] // num_heads
     q = _dense(x, p["query"]).reshape(b, t, num_heads, dh)
@@ -102,7 +108,15 @@ def multi_head_attention(
     if rope is not None:
         q = np.stack([_rope(qi, rope_base, rope) for qi in q])
         k = np.stack([_rope(ki, rope_base, rope) for ki in k])
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        record(name, value)
+    group = num_heads // num_kv_heads
+    logits = np.einsum("bthd,bshd->bhts", q, np.repeat(k, group, axis=-2)) / (
+        math.sqrt(dh) * temperature
+    )
+    record("logits", logits)
     out, weights = attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(dh), temperature=temperature)
+    record("weights", weights)
     if weights_edit is not None:
         out = np.einsum(
             "bhts,bshd->bthd",
@@ -111,7 +125,10 @@ def multi_head_attention(
         )
     if heads_edit is not None:
         out = heads_edit(out)
-    return _dense(out.reshape(b, t, num_heads * dh), p["out"])
+    record("head_out", out)
+    result = _dense(out.reshape(b, t, num_heads * dh), p["out"])
+    record("attn_out", result)
+    return result
 
 
 def param_tree(flat):
@@ -130,9 +147,10 @@ def _layer(tree, i):
     return {k: _layer(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
 
 
-def transformer(flat_params, config, ids, edits=None, attention=softmax_attention):
+def transformer(flat_params, config, ids, edits=None, attention=softmax_attention, record=None):
     """ids `[B, T]` -> (logits `[B, T, V]`, hidden `[L + 1, B, T, D]`), float64; `config` a TransformerConfig;
-    `edits`: see the module docstring; `attention`: see `multi_head_attention`."""
+    `edits`, `record`: see the module docstring; `attention`: see `multi_head_attention`."""
+    record = record or (lambda name, layer, value: None)
     p, block, att = param_tree(flat_params), config.block, config.block.attention
     t = ids.shape[1]
     x = p["embed"]["embedding"][np.asarray(ids)]
@@ -140,6 +158,7 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
         x = x + p["position_table"][:t]
     elif config.positions == "sinusoidal":
         x = x + sinusoidal(t, block.features)
+    record("embed", None, x)
     mask = np.tril(np.ones((t, t), bool)) if config.causal else None
     scale = block.branch_scale(config.num_layers)
 
@@ -151,6 +170,7 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
         w_edit = None if "weights" not in edits else (lambda w, i=i: edits["weights"](i, w))
         o_edit = None if "heads" not in edits else (lambda o, i=i: edits["heads"](i, o))
         layer = _layer(p["blocks"], i)
+        record("resid_pre", i, x)
 
         def attend(h):
             return multi_head_attention(
@@ -166,16 +186,20 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
                 weights_edit=w_edit,
                 heads_edit=o_edit,
                 attention=attention,
+                record=lambda name, value, i=i: record(name, i, value),
             )
 
         def mlp(h):
-            return _dense(
-                _ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"])),
-                layer["mlp"]["fc2"],
-            )
+            hidden = _ACTIVATIONS[block.mlp_activation](_dense(h, layer["mlp"]["fc1"]))
+            record("mlp_hidden", i, hidden)
+            out = _dense(hidden, layer["mlp"]["fc2"])
+            record("mlp_out", i, out)
+            return out
 
         sublayers = [(attend, "attention_norm")] + ([(mlp, "mlp_norm")] if block.mlp else [])
         for f, name in sublayers:
+            if name == "mlp_norm":
+                record("resid_mid", i, x)
             if block.norm == "pre":
                 x = x + scale * f(n(x, layer[name]))
             elif block.norm == "post":
@@ -183,7 +207,9 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
             else:
                 x = x + scale * f(x)
         x = edits["residual"](i, x) if "residual" in edits else x
+        record("resid_post", i, x)
         hidden.append(x)
     h = n(x, p["final_norm"]) if config.final_norm else x
+    record("final", None, h)
     logits = h @ p["embed"]["embedding"].T if config.head == "tied" else _dense(h, p["head"])
     return logits, np.stack(hidden)

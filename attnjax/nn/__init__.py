@@ -14,6 +14,10 @@
 * `block`: `Mlp`, `make_norm`, `Block(config)`.
 * `transformer`: `Transformer(config)` (layers scanned over stacked
   parameters), `sinusoidal_positions`; `generate`: its sampling program.
+* `sites`: the named activation sites (resid_pre, q, k, v, logits,
+  weights, head_out, attn_out, resid_mid, mlp_hidden, mlp_out, resid_post;
+  embed, final): `Transformer(..., capture=[...])` returns them stacked over
+  layers, `sites.replace` / `sites.affine` in `edits=` change them from data.
 * `edits`: attention and residual edits (ablate, scale, remove keys,
   replace a pattern; `Transformer(..., edits=)`, `generate(..., edits=)`);
   `statistics`: per-layer attention statistics in memory linear in T
@@ -32,7 +36,7 @@ The presets that depth studies compare (attention only, + MLP, + skips, ...)
 are the studies' (`experiments.architectures`); this package has the switches.
 """
 
-from attnjax.nn import edits, params, sink_cache, statistics
+from attnjax.nn import edits, params, sink_cache, sites, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
 from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
@@ -61,6 +65,7 @@ __all__ = [
     "next_token_loss",
     "params",
     "sink_cache",
+    "sites",
     "statistics",
     "sinusoidal_positions",
 ]

@@ -32,7 +32,7 @@ from attnjax import features as features_lib
 from attnjax import linear as linear_lib
 from attnjax import masks as masks_lib
 from attnjax import rope as rope_lib
-from attnjax.attention import default_scale
+from attnjax.attention import default_scale, grouped_logits
 from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.configs import (
     ATTENTION_OPTIONS,
@@ -580,6 +580,7 @@ class MultiHeadAttention(nnx.Module):
         deterministic: Optional[bool] = None,
         rngs=None,
         core: Optional[Callable] = None,
+        sites: Optional[Callable] = None,
     ):
         """Attend from `x` `[..., T, F]` to `context` `[..., S, F]` (default: `x`).
 
@@ -610,11 +611,16 @@ class MultiHeadAttention(nnx.Module):
             (heads `[..., T, H, Dh]`, extra); `extra` is returned and sown in place of the
             weights (e.g. statistics), unchecked. Built from the public stages:
             `attnjax.nn.edits.core`, `attnjax.nn.statistics.core`, `attnjax.nn.sink_cache.core`.
+          sites: an `attnjax.nn.sites.Sites` (full passes): called at the sites q, k, v
+            (positioned), logits and weights (when it wants them), head_out and attn_out, which it
+            captures or edits (`_attend_at_sites`).
 
         Returns:
           `[..., T, out_features]`, or `(out, weights)`.
         """
-        need_weights = sow_weights or return_weights
+        need_weights = (
+            sow_weights or return_weights or (sites is not None and sites.wants("weights"))
+        )
         self._check_call(
             x, context, mask, need_weights and core is None, decode, deterministic, rngs
         )
@@ -624,7 +630,11 @@ class MultiHeadAttention(nnx.Module):
             mask = masks_lib.with_window(
                 mask, self.config.window, q.shape[-3], k.shape[-3], is_causal
             )
-        if core is not None:
+        if sites is not None and not decode:
+            heads, weights = _attend_at_sites(
+                self, sites, q, k, v, mask=mask, is_causal=is_causal, core=core, **stage
+            )
+        elif core is not None:
             heads, weights = core(
                 self, q, k, v, mask=mask, is_causal=is_causal, decode=decode, **stage
             )
@@ -636,6 +646,8 @@ class MultiHeadAttention(nnx.Module):
         if sow_weights:
             self.sow(nnx.Intermediate, "attention_weights", weights)
         out = self.merge(heads)
+        if sites is not None and not decode:
+            out = sites("attn_out", out)
         return (out, weights) if return_weights else out
 
     def _check_call(self, x, context, mask, need_weights, decode, deterministic, rngs) -> None:
@@ -672,3 +684,33 @@ class MultiHeadAttention(nnx.Module):
                 f"weights requested={need_weights})"
             )
         self.check_decode(x.shape[0], x.shape[1], x.shape)
+
+
+def _attend_at_sites(module, sites, q, k, v, *, mask, is_causal, core, need_weights, dropout_rng):
+    """A full pass's stages between `project` and `merge`, through the sites q, k, v (positioned),
+    logits and weights (only when `sites` wants them) and head_out -> (heads `[..., T, H, Dh]`, weights).
+
+    Without a `core`, the edited q, k and v are what `attend` reads; with one (attention edits), the
+    core positions q and k itself, so q, k and v can be captured but not edited.
+    """
+    stage = dict(mask=mask, is_causal=is_causal, need_weights=need_weights, dropout_rng=dropout_rng)
+    positioned = (module.position(q), module.position(k))
+    if core is None:
+        q, k, v = sites("q", positioned[0]), sites("k", positioned[1]), sites("v", v)
+        positioned = (q, k)
+        heads, weights = module.attend(q, k, v, **stage)
+    else:
+        if sites.edits_any(("q", "k", "v")):
+            raise ValueError(
+                "editing the sites q, k or v does not combine with attention edits (ablate_head, "
+                "scale_head, remove_keys, replace_pattern): edit head_out instead"
+            )
+        for name, x in zip(("q", "k", "v"), (*positioned, v)):
+            sites(name, x)
+        heads, weights = core(module, q, k, v, decode=False, **stage)
+    if sites.wants("logits"):
+        scale = default_scale(module.head_dim) / module.config.temperature
+        sites("logits", grouped_logits(*positioned, scale=scale))
+    if sites.wants("weights"):
+        sites("weights", weights)
+    return sites("head_out", heads), weights

@@ -84,11 +84,17 @@ class Mlp(nnx.Module):
                 linear(hidden_features, features),
             )
 
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, sites: Optional[Callable] = None) -> Array:
+        """x `[..., D]` -> `[..., D]`; `sites` (an `attnjax.nn.sites.Sites`) sees the hidden activation
+        `[..., F]` as 'mlp_hidden'."""
         act = MLP_ACTIVATIONS[self.activation]
         if self.activation == "swiglu":
-            return self.down(act(self.gate(x)) * self.up(x))
-        return self.fc2(act(self.fc1(x)))
+            hidden = act(self.gate(x)) * self.up(x)
+        else:
+            hidden = act(self.fc1(x))
+        if sites is not None:
+            hidden = sites("mlp_hidden", hidden)
+        return self.down(hidden) if self.activation == "swiglu" else self.fc2(hidden)
 
 
 class Block(nnx.Module):
@@ -175,6 +181,7 @@ class Block(nnx.Module):
         deterministic: Optional[bool] = None,
         rngs=None,
         core: Optional[Callable] = None,
+        sites: Optional[Callable] = None,
     ):
         """x `[..., T, D]` -> (x `[..., T, D]`, weights `[..., H, T, S]` or None).
 
@@ -183,8 +190,12 @@ class Block(nnx.Module):
         `MultiHeadAttention.__call__` (one key from `rngs` is split between
         the attention and the two residual dropouts). `core`: passed to the
         attention (`MultiHeadAttention.__call__`); with `return_weights` its
-        extra (e.g. statistics) comes back in place of the weights.
+        extra (e.g. statistics) comes back in place of the weights. `sites`: an
+        `attnjax.nn.sites.Sites` called at resid_pre, the attention's sites, resid_mid and the
+        MLP's (full passes; the Transformer calls resid_post after its residual edits).
         """
+        if sites is not None:
+            x = sites("resid_pre", x)
         key = as_key(rngs)
         keys = [None] * 3 if key is None else [jax.random.fold_in(key, i) for i in range(3)]
         weights = []
@@ -199,6 +210,7 @@ class Block(nnx.Module):
                 deterministic=deterministic,
                 rngs=keys[0],
                 core=core,
+                sites=sites,
             )
             if return_weights:
                 out, w = out
@@ -207,5 +219,12 @@ class Block(nnx.Module):
 
         x = self._sublayer(x, attend, getattr(self, "attention_norm", None), deterministic, keys[1])
         if self.config.mlp:
-            x = self._sublayer(x, self.mlp, getattr(self, "mlp_norm", None), deterministic, keys[2])
+            mlp = self.mlp
+            if sites is not None:
+                x = sites("resid_mid", x)
+
+                def mlp(h):
+                    return sites("mlp_out", self.mlp(h, sites))
+
+            x = self._sublayer(x, mlp, getattr(self, "mlp_norm", None), deterministic, keys[2])
         return x, (weights[0] if return_weights else None)

@@ -104,6 +104,8 @@ class EditResidual:
 
 
 EDIT_TYPES = (AblateHead, ScaleHead, RemoveKeys, ReplacePattern, EditResidual)
+# The edits that act inside the attention (through a `core`), not on the residual stream.
+ATTENTION_EDITS = (AblateHead, ScaleHead, RemoveKeys, ReplacePattern)
 
 
 def ablate_head(layer: int, head: int, mode: str = "zero") -> AblateHead:

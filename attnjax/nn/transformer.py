@@ -28,6 +28,7 @@ from attnjax import features as features_lib
 from attnjax.nn import edits as edits_lib
 from attnjax.nn import generate as generate_lib
 from attnjax.nn import sink_cache as sink_lib
+from attnjax.nn import sites as sites_lib
 from attnjax.nn import statistics as statistics_lib
 from attnjax.nn.attention import as_key
 from attnjax.nn.attention_fn import check_weights_available
@@ -188,9 +189,12 @@ class Transformer(nnx.Module):
             x = x + self.type_embed(types)
         return self.embed_norm(x) if config.embedding_norm else x
 
-    def _head(self, h: Array) -> Array:
-        """Final norm and output head: `[B, T, D]` -> `[B, T, out_features]`."""
+    def _head(self, h: Array, sites=None) -> Array:
+        """Final norm and output head: `[B, T, D]` -> `[B, T, out_features]`; `sites` (model-level
+        `attnjax.nn.sites.Sites`) sees the final norm's output as 'final'."""
         h = self.final_norm(h) if self.config.final_norm else h
+        if sites is not None:
+            h = sites("final", h)
         if self.config.head == "tied":
             return self.embed.attend(h)
         return self.head(h) if self.config.head == "linear" else h
@@ -256,6 +260,34 @@ class Transformer(nnx.Module):
             )
         return n_sink, window
 
+    @staticmethod
+    def _split_edits(edits) -> tuple:
+        """`edits` as (attention and residual edits, site edits); anything but a sequence passes to
+        `edits.check_edits`, which names the problem."""
+        if not isinstance(edits, (tuple, list)):
+            return edits, ()
+        site_edits = tuple(e for e in edits if isinstance(e, sites_lib.SITE_EDITS))
+        rest = tuple(e for e in edits if not isinstance(e, sites_lib.SITE_EDITS))
+        return (rest if rest or not site_edits else None), site_edits
+
+    def _check_sites(self, inputs, capture, site_edits, edits, decode, statistics, sink) -> tuple:
+        """The call's capture and site edits checked against the model and the call (`ValueError`)."""
+        if decode or statistics or sink is not None:
+            raise ValueError(
+                "capture and site edits are for full forward passes (not decode=True, "
+                "return_intermediates='statistics' or sink_cache)"
+            )
+        shapes = sites_lib.site_shapes(self.config, *inputs.shape[:2])
+        capture = sites_lib.check_capture(capture, shapes)
+        site_edits = sites_lib.check_site_edits(site_edits, shapes, self.config.num_layers)
+        if edits and any(e.site in ("q", "k", "v") for e in site_edits):
+            if any(isinstance(e, edits_lib.ATTENTION_EDITS) for e in edits):
+                raise ValueError(
+                    "editing the sites q, k or v does not combine with attention edits "
+                    "(ablate_head, scale_head, remove_keys, replace_pattern): edit head_out instead"
+                )
+        return capture, site_edits
+
     def __call__(
         self,
         inputs: Array,
@@ -269,6 +301,7 @@ class Transformer(nnx.Module):
         sink_positions: Sequence[int] = (),
         edits: Optional[Sequence] = None,
         sink_cache: Optional[tuple[int, int]] = None,
+        capture: Sequence[str] = (),
     ):
         """Forward pass.
 
@@ -302,14 +335,20 @@ class Transformer(nnx.Module):
             split over layers); None uses the streams forked at construction.
           sink_positions: key positions whose mass is `sink_mass` (statistics).
           edits: `attnjax.nn.edits` objects (head ablations, key removal,
-            patterns, residual edits); bad layers or heads raise before compute.
+            patterns, residual edits) and `attnjax.nn.sites` edits (`replace`,
+            `affine` at a named site, from arrays); bad layers, heads, sites or
+            shapes raise before compute.
           sink_cache: `(n_sink, window)`: decode with the rolling cache of the
             first n_sink and last `window` tokens (`attnjax.nn.sink_cache`;
             `init_cache(B, n_sink + window)` first, `decode=True`), past max_len.
+          capture: names of `attnjax.nn.sites` to return: layer sites stacked
+            `[L, ...]` (layer 0 first), model sites ('embed', 'final') as they are.
+            Full passes only (not with `decode`, `sink_cache` or the statistics).
 
         Returns:
           logits `[B, T, out_features]` (hidden states `[B, T, D]` when
-          `config.head` is None), or `(logits, intermediates)`.
+          `config.head` is None), or `(logits, intermediates)`: with
+          `return_intermediates` and/or `capture`, one dict holding both.
         """
         self._check_inputs(inputs)
         self._check_token_types(inputs, token_type_ids)
@@ -329,6 +368,7 @@ class Transformer(nnx.Module):
         offset = self._decode_offset(inputs) if decode and sink is None else 0
         kv_len = self.blocks.attention.cache_shape[1] if decode else inputs.shape[1]
         block = self.config.block
+        edits, site_edits = self._split_edits(edits)
         edits = edits_lib.check_edits(
             edits,
             num_layers=self.config.num_layers,
@@ -351,16 +391,31 @@ class Transformer(nnx.Module):
             features=block.features,
             dtype=jnp.promote_types(block.dtype or block.param_dtype, jnp.float32),
         )
+        at_sites = bool(capture) or bool(site_edits)
+        if at_sites:
+            capture, site_edits = self._check_sites(
+                inputs, capture, site_edits, edits, decode, statistics, sink
+            )
+            site_kinds, site_arrays = sites_lib.layer_plan(
+                site_edits,
+                sites_lib.site_shapes(self.config, *inputs.shape[:2]),
+                self.config.num_layers,
+            )
+            outer = sites_lib.model_sites(capture, site_edits)
+            layer_capture = tuple(s for s in capture if s in sites_lib.LAYER_SITES)
         key = as_key(rngs)
         layer_keys = None if key is None else jax.random.split(key, self.config.num_layers)
         x = self._embed(inputs, offset, token_type_ids)
+        if at_sites:
+            x = outer("embed", x)
         causal = self.config.causal
 
         unroll = self.config.num_layers <= UNROLL_MAX_LAYERS
 
-        @nnx.scan(in_axes=(0, nnx.Carry, None, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
-        def run_blocks(block, h, mask, key, plan):
+        @nnx.scan(in_axes=(0, nnx.Carry, None, 0, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
+        def run_blocks(block, h, mask, key, plan, arrays):
             core = _layer_core(plan, statistics, tuple(sink_positions), sink)
+            sites = sites_lib.Sites(layer_capture, site_kinds, arrays) if at_sites else None
             h, weights = block(
                 h,
                 mask=mask,
@@ -370,17 +425,25 @@ class Transformer(nnx.Module):
                 deterministic=deterministic,
                 rngs=key,
                 core=core,
+                sites=sites,
             )
             h = edits_lib.apply_residual(h, plan)
-            return h, ((h, weights) if want else None)
+            if at_sites:
+                h = sites("resid_post", h)
+            return h, ((h, weights) if want else None, sites.captured if at_sites else None)
 
-        h, per_layer = run_blocks(self.blocks, x, mask, layer_keys, plan)
-        logits = self._head(h)
-        if not want:
+        h, (per_layer, captured) = run_blocks(
+            self.blocks, x, mask, layer_keys, plan, site_arrays if at_sites else None
+        )
+        logits = self._head(h, outer if at_sites else None)
+        if not (want or capture):
             return logits
-        hidden, weights = per_layer
-        hidden = jnp.concatenate([x[None], hidden], axis=0)
-        return logits, {"hidden": hidden, ("statistics" if statistics else "attention"): weights}
+        out = {} if not capture else {**captured, **outer.captured}
+        if want:
+            hidden, weights = per_layer
+            hidden = jnp.concatenate([x[None], hidden], axis=0)
+            out.update({"hidden": hidden, ("statistics" if statistics else "attention"): weights})
+        return logits, out
 
     def generate(
         self,
@@ -414,6 +477,7 @@ class Transformer(nnx.Module):
         total = prompt_tokens.shape[1] + max_new_tokens
         slots = total if sink_cache is None else sum(sink_cache)
         block = self.config.block
+        edits, site_edits = self._split_edits(edits)
         edits = edits_lib.check_edits(
             edits,
             num_layers=self.config.num_layers,
