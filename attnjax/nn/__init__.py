@@ -17,7 +17,9 @@
 * `sites`: the named activation sites (resid_pre, q, k, v, logits,
   weights, head_out, attn_out, resid_mid, mlp_hidden, mlp_out, resid_post;
   embed, final): `Transformer(..., capture=[...])` returns them stacked over
-  layers, `sites.replace` / `sites.affine` in `edits=` change them from data.
+  layers, `sites.replace` / `sites.affine` in `edits=` change them from data;
+  `patching`: the standard sweeps (`ablate_heads`, `patch_heads`,
+  `patch_residual`), every layer and head or position in one compiled program.
 * `edits`: attention and residual edits (ablate, scale, remove keys,
   replace a pattern; `Transformer(..., edits=)`, `generate(..., edits=)`);
   `statistics`: per-layer attention statistics in memory linear in T
@@ -36,7 +38,7 @@ The presets that depth studies compare (attention only, + MLP, + skips, ...)
 are the studies' (`experiments.architectures`); this package has the switches.
 """
 
-from attnjax.nn import edits, params, sink_cache, sites, statistics
+from attnjax.nn import edits, params, patching, sink_cache, sites, statistics
 from attnjax.nn.attention import MultiHeadAttention, RandomProjection, cosine_normalize
 from attnjax.nn.block import Block, Mlp, make_norm
 from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
@@ -64,6 +66,7 @@ __all__ = [
     "make_norm",
     "next_token_loss",
     "params",
+    "patching",
     "sink_cache",
     "sites",
     "statistics",
