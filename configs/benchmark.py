@@ -214,6 +214,11 @@ def _pretrained():
             prefill_length=512,
             decode_prompt=64,
             decode_tokens=33,
+            # The all-head ablation sweep (one program) against a loop of single edits, timed
+            # on sweep_loop_heads heads and extrapolated to every head.
+            sweep_length=16,
+            sweep_chunk=16,
+            sweep_loop_heads=4,
             repeats=3,
             peak_matmul_size=2048,
             forward_target=1.1,
@@ -325,6 +330,8 @@ def get_config(arg: str | None = None):
             decode_tokens=3,
             repeats=1,
             peak_matmul_size=256,
+            sweep_length=8,
+            sweep_loop_heads=2,
         )
         config.streaming.update(
             length=256,

@@ -28,6 +28,8 @@ checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
   `decode_prompt` tokens through `attnjax.nn.jit_forward` (the model split
   once) against `nnx.jit` of the model call (which walks the NNX graph on
   every call), timed in alternation, and their ratio.
+* The all-head ablation sweep as one program against a loop of single
+  edits (`experiments/benchmark/head_sweep.py`).
   Ratio: attnjax's seconds over PyTorch's. Any row that cannot be measured
   (a package missing or failing to import, a model that does not build)
   says "not measured (reason)"; the section never raises for it.
@@ -52,6 +54,7 @@ import numpy as np
 from flax import nnx
 
 from attnjax import nn
+from experiments.benchmark.head_sweep import head_sweep_rows
 from experiments.benchmark.util import (
     interleaved_median_times,
     median_time,
@@ -376,6 +379,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
     for recipe_ids in (ids, ids[:, :p]):  # NNX's per-call graph walk weighs most on short inputs
         shape = f"B=1 T={recipe_ids.shape[1]} f32"
         rows += jit_recipe_rows(model, recipe_ids, model_label, shape, cfg.repeats)
+    rows += head_sweep_rows(model, model_label, cfg)
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
     if torch_model is not None:

@@ -123,7 +123,7 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
     ):
         assert f"{name}, attnjax" in names
     for row in rows:  # measured (a time or a ratio), or saying why not
-        measured = row.get("tokens_per_s", 0) > 0 or (row.get("ratio") or 0) > 0
+        measured = any((row.get(field) or 0) > 0 for field in ("seconds", "tokens_per_s", "ratio"))
         assert (
             measured
             or row["note"].startswith("not measured (")
@@ -137,6 +137,14 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
         assert by_name[f"{recipe}, {bench_pretrained.NNX_JIT}"]["seconds"] > 0
         ratio = f"{recipe}, {bench_pretrained.JIT_FORWARD} / {bench_pretrained.NNX_JIT}"
         assert by_name[ratio]["ratio"] > 0
+    # The all-head ablation sweep against the loop of single edits: timed, the same numbers.
+    for mode in ("zero", "mean"):
+        name = f"{TINY_LLAMA} all-head ablation ({mode})"
+        assert by_name[f"{name}, one program"]["seconds"] > 0
+        assert by_name[f"{name}, loop of single edits"]["seconds"] > 0
+        ratio = by_name[f"{name}, loop / one program"]
+        assert ratio["ratio"] > 0
+        assert ratio["max_abs_diff"] < 1e-4
     missing = bench_pretrained.torch_missing()
     torch_rows = [r for r in rows if r["name"].endswith(bench_pretrained.TORCH)]
     assert len(torch_rows) == 3  # encoder, prefill, decoding: measured or saying why not
