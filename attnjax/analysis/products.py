@@ -1,7 +1,8 @@
 """Products with softmax attention maps, and the mass each key receives, without the `[T, S]` matrix.
 
 With the logits x_ij = clip((q_i . k_j * scale) / temperature) over the keys j
-visible to query i (causal: j <= i; key padding) and the rows' log-sum-exp
+visible to query i (causal: j <= i; a local window: i - left <= j <= i + right;
+key padding) and the rows' log-sum-exp
 lse_i, the map is p_ij = exp(x_ij - lse_i), and per head
 
     (A v)_i   = sum_j p_ij v_j          `attention_matvec`
@@ -85,7 +86,7 @@ def _blocks(x: Array, block: int, axis: int, fill) -> Array:
     return jnp.moveaxis(x, axis, 0)
 
 
-def _weights_fn(key, key_padding, *, is_causal, scale, temperature, num_queries):
+def _weights_fn(key, key_padding, *, is_causal, local_window, scale, temperature, num_queries):
     """(q block `[..., Tq, H, D]`, its lse `[..., H, Tq]`, start) -> p `[..., H, Tq, S]` (0 where hidden)."""
     num_keys = key.shape[-3]
 
@@ -94,8 +95,12 @@ def _weights_fn(key, key_padding, *, is_causal, scale, temperature, num_queries)
         x = clip_logits(x / jnp.asarray(temperature, x.dtype))
         rows = start + jnp.arange(q.shape[-3])
         visible = (rows < num_queries)[:, None] & jnp.ones((num_keys,), bool)[None, :]
+        keys = jnp.arange(num_keys)[None, :]
         if is_causal:
-            visible = visible & (jnp.arange(num_keys)[None, :] <= rows[:, None])
+            visible = visible & (keys <= rows[:, None])
+        if local_window is not None:
+            left, right = local_window
+            visible = visible & (keys >= rows[:, None] - left) & (keys <= rows[:, None] + right)
         visible = jnp.reshape(visible, (1,) * (x.ndim - 2) + visible.shape)  # [..., 1, Tq, S]
         if key_padding is not None:
             visible = visible & key_padding[..., None, None, :]
@@ -104,9 +109,15 @@ def _weights_fn(key, key_padding, *, is_causal, scale, temperature, num_queries)
     return weights
 
 
-def _prepare(query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size):
+def _prepare(options: dict, query, key, lse, key_padding, query_chunk_size):
+    """The checked inputs as (weights of a query block, query blocks, lse blocks, block starts, block);
+    `options`: is_causal, local_window, scale, temperature."""
     query, key, lse, key_padding = _check(query, key, lse, key_padding, query_chunk_size)
+    is_causal, scale, temperature = (
+        options[name] for name in ("is_causal", "scale", "temperature")
+    )
     checks.boolean("is_causal", is_causal)
+    local_window = checks.window(options["local_window"])
     checks.scale(scale)
     checks.temperature(temperature)
     scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
@@ -115,6 +126,7 @@ def _prepare(query, key, lse, key_padding, is_causal, scale, temperature, query_
         key,
         key_padding,
         is_causal=is_causal,
+        local_window=local_window,
         scale=scale,
         temperature=temperature,
         num_queries=query.shape[-3],
@@ -143,6 +155,7 @@ def attention_matvec(
     vectors: Array,
     *,
     is_causal: bool = False,
+    local_window: Union[int, tuple[int, int], None] = None,
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
@@ -156,13 +169,18 @@ def attention_matvec(
       lse: `[..., H, T]`, the rows' log-sum-exp over their visible keys (`attention_statistics`).
       vectors: `[..., H, S, M]`, M vectors per head.
       is_causal: query i sees keys j <= i (top-left aligned).
+      local_window: w or (left, right): query i sees keys i - left <= j <= i + right (as
+        `attention_statistics`; the lse must come from the same window).
       key_padding: `[..., S]` bool, True for real keys.
       scale: logits scale, as in `attention_statistics` (default 1/sqrt(D)).
       temperature: positive scalar dividing the scaled logits.
       query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
     """
+    options = dict(
+        is_causal=is_causal, local_window=local_window, scale=scale, temperature=temperature
+    )
     weights, q_blocks, lse_blocks, starts, block = _prepare(
-        query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
+        options, query, key, lse, key_padding, query_chunk_size
     )
     vectors = _check_vectors(vectors, (*jnp.shape(lse)[:-1], jnp.shape(key)[-3]), "S")
 
@@ -184,6 +202,7 @@ def attention_rmatvec(
     vectors: Array,
     *,
     is_causal: bool = False,
+    local_window: Union[int, tuple[int, int], None] = None,
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
@@ -191,8 +210,11 @@ def attention_rmatvec(
 ) -> Array:
     """A^T u for each head's map: `vectors` `[..., H, T, M]` -> `[..., H, S, M]`,
     (A^T u)_j = sum_i p_ij u_i. Arguments as `attention_matvec`."""
+    options = dict(
+        is_causal=is_causal, local_window=local_window, scale=scale, temperature=temperature
+    )
     weights, q_blocks, lse_blocks, starts, block = _prepare(
-        query, key, lse, key_padding, is_causal, scale, temperature, query_chunk_size
+        options, query, key, lse, key_padding, query_chunk_size
     )
     vectors = _check_vectors(vectors, jnp.shape(lse), "T")
     u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]
@@ -215,6 +237,7 @@ def received_mass(
     *,
     top_k: int = 8,
     is_causal: bool = False,
+    local_window: Union[int, tuple[int, int], None] = None,
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
@@ -232,6 +255,7 @@ def received_mass(
         lse,
         ones,
         is_causal=is_causal,
+        local_window=local_window,
         key_padding=key_padding,
         scale=scale,
         temperature=temperature,
@@ -260,6 +284,7 @@ def leading_singular_values(
     iterations: int = 20,
     seed: int = 0,
     is_causal: bool = False,
+    local_window: Union[int, tuple[int, int], None] = None,
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
@@ -295,6 +320,7 @@ def leading_singular_values(
         )
     options = dict(
         is_causal=is_causal,
+        local_window=local_window,
         key_padding=key_padding,
         scale=scale,
         temperature=temperature,
