@@ -25,6 +25,9 @@
   `statistics`: per-layer attention statistics in memory linear in T
   (`return_intermediates="statistics"`); `sink_cache`: StreamingLLM's
   rolling cache of sinks + a window (`generate(..., sink_cache=)`).
+* `spectra`: `attention_spectra(model, tokens)`, every layer's and head's
+  leading singular values, received mass and (causal) |lambda_2| from the
+  captured q and k, in memory linear in T.
 * `forward`: `jit_forward(model, **call)`, the forward pass as one jitted
   function of (inputs, mask), the model split once (no NNX graph walk per call).
 * `loss`: `next_token_loss(model, tokens, valid=)`, per-token and mean
@@ -45,6 +48,7 @@ from attnjax.nn.configs import AttentionConfig, BlockConfig, TransformerConfig
 from attnjax.nn.forward import jit_forward
 from attnjax.nn.initializers import POSITION_INIT_STD
 from attnjax.nn.loss import next_token_loss
+from attnjax.nn.spectra import AttentionSpectra, attention_spectra
 from attnjax.nn.tokens import check_tokens
 from attnjax.nn.transformer import UNROLL_MAX_LAYERS, Transformer, sinusoidal_positions
 
@@ -52,6 +56,7 @@ __all__ = [
     "POSITION_INIT_STD",
     "UNROLL_MAX_LAYERS",
     "AttentionConfig",
+    "AttentionSpectra",
     "Block",
     "BlockConfig",
     "Mlp",
@@ -59,6 +64,7 @@ __all__ = [
     "RandomProjection",
     "Transformer",
     "TransformerConfig",
+    "attention_spectra",
     "check_tokens",
     "cosine_normalize",
     "edits",
