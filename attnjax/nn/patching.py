@@ -97,7 +97,7 @@ def _sweep(
     return np.concatenate(results)[:count]
 
 
-def _check_call(model, tokens, metric, chunk_size, corrupted=None) -> None:
+def _check_call(tokens, metric, chunk_size, corrupted=None) -> None:
     if not callable(metric):
         raise TypeError(f"metric must be a function of the logits, got {type(metric).__name__}")
     checks.positive_int("chunk_size", chunk_size)
@@ -122,13 +122,18 @@ def ablate_heads(
     mode 'zero': o^h <- 0; 'mean': o^h_t <- (1/T) sum_t' o^h_t' (the clean run's, per sequence),
     as `edits.ablate_head`. tokens `[B, T]`.
     """
-    _check_call(model, tokens, metric, chunk_size)
+    _check_call(tokens, metric, chunk_size)
     checks.choice("mode", mode, ABLATIONS)
-    layers, heads = model.config.num_layers, model.config.block.num_heads
     value = jnp.zeros((), jnp.float32)
     if mode == "mean":
         _, clean = model(tokens, capture=("head_out",))
         value = jnp.mean(clean["head_out"], axis=2, keepdims=True)  # [L, B, 1, H, Dh]
+    return _head_grid(model, tokens, value, metric, chunk_size, progress)
+
+
+def _head_grid(model, tokens, value, metric, chunk_size, progress) -> np.ndarray:
+    """`[L, H]`: metric(logits) with head_out of head h in layer l replaced by `value` there."""
+    layers, heads = model.config.num_layers, model.config.block.num_heads
     masks = _one_hot_masks((layers, heads), (0, 3), 5)  # [L H, L, 1, 1, H, 1]
     grid = _sweep(model, tokens, "head_out", value, masks, metric, chunk_size, progress)
     return grid.reshape((layers, heads) + grid.shape[1:])
@@ -145,14 +150,9 @@ def patch_heads(
 ) -> np.ndarray:
     """`[L, H]`: metric(logits) of the corrupted run with head h of layer l given the clean run's output
     o^h at every position. Tokens `[B, T]`, one shape."""
-    _check_call(model, clean_tokens, metric, chunk_size, corrupted_tokens)
-    layers, heads = model.config.num_layers, model.config.block.num_heads
+    _check_call(clean_tokens, metric, chunk_size, corrupted_tokens)
     _, clean = model(clean_tokens, capture=("head_out",))
-    masks = _one_hot_masks((layers, heads), (0, 3), 5)
-    grid = _sweep(
-        model, corrupted_tokens, "head_out", clean["head_out"], masks, metric, chunk_size, progress
-    )
-    return grid.reshape((layers, heads) + grid.shape[1:])
+    return _head_grid(model, corrupted_tokens, clean["head_out"], metric, chunk_size, progress)
 
 
 def patch_residual(
@@ -167,7 +167,7 @@ def patch_residual(
 ) -> np.ndarray:
     """`[L, T]`: metric(logits) of the corrupted run with the residual stream at layer l, position t
     replaced by the clean run's (`site`: 'resid_pre', 'resid_mid' or 'resid_post'). Tokens `[B, T]`."""
-    _check_call(model, clean_tokens, metric, chunk_size, corrupted_tokens)
+    _check_call(clean_tokens, metric, chunk_size, corrupted_tokens)
     checks.choice("site", site, ("resid_pre", "resid_mid", "resid_post"))
     layers, length = model.config.num_layers, np.shape(clean_tokens)[1]
     _, clean = model(clean_tokens, capture=(site,))
