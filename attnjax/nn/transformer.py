@@ -477,7 +477,10 @@ class Transformer(nnx.Module):
         total = prompt_tokens.shape[1] + max_new_tokens
         slots = total if sink_cache is None else sum(sink_cache)
         block = self.config.block
-        edits, site_edits = self._split_edits(edits)
+        if self._split_edits(edits)[1]:
+            raise ValueError(
+                "site edits (attnjax.nn.sites) are for full forward passes, not generate"
+            )
         edits = edits_lib.check_edits(
             edits,
             num_layers=self.config.num_layers,

@@ -189,8 +189,10 @@ def test_bad_sites_and_shapes_raise_naming_them(call, error, match):
         model(jnp.asarray(IDS), **call)
 
 
-def test_capture_while_decoding_raises():
+def test_capture_while_decoding_and_site_edits_in_generate_raise():
     model, _ = _model(CASES["learned-pre-layernorm-gqa-causal"])
+    with pytest.raises(ValueError, match="full forward passes, not generate"):
+        model.generate(jnp.asarray(IDS[:, :2]), 2, edits=(sites.affine("resid_pre", scale=2.0),))
     model.init_cache(2, 8)
     with pytest.raises(ValueError, match="full forward passes"):
         model(jnp.asarray(IDS), decode=True, capture=("q",))
