@@ -161,21 +161,23 @@ def check_capture(capture, shapes: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(capture))
 
 
-def _check_operand(edit, name: str, value, shape: tuple[int, ...], layered: bool, num_layers: int):
-    """One array of a site edit: it must broadcast against the site's stack."""
+def _check_operand(
+    label: str, name: str, value, shape: tuple[int, ...], layered: bool, num_layers: int
+):
+    """One array (`name`) of the site edit `label`: it must broadcast against the site's stack."""
     target = ((num_layers,) if layered else ()) + shape
     operand = tuple(np.shape(value))
     described = f"[L, *site shape] = {target}" if layered else f"the site's shape {target}"
     if len(operand) > len(target):
-        raise ValueError(f"{edit}: {name} of shape {operand} has more axes than {described}")
+        raise ValueError(f"{label}: {name} of shape {operand} has more axes than {described}")
     try:
         np.broadcast_shapes(operand, target)
     except ValueError:
         raise ValueError(
-            f"{edit}: {name} of shape {operand} does not broadcast against {described}"
+            f"{label}: {name} of shape {operand} does not broadcast against {described}"
         ) from None
     if np.broadcast_shapes(operand, target) != target:
-        raise ValueError(f"{edit}: {name} of shape {operand} would grow {described}")
+        raise ValueError(f"{label}: {name} of shape {operand} would grow {described}")
 
 
 def check_site_edits(edits: Sequence, shapes: dict, num_layers: int) -> tuple:
@@ -183,13 +185,13 @@ def check_site_edits(edits: Sequence, shapes: dict, num_layers: int) -> tuple:
     for edit in edits:
         if edit.site not in shapes:
             raise _missing_site(edit.site, shapes)
+        label = f"{type(edit).__name__}({edit.site!r})"
         if edit.site in CAPTURE_ONLY:
             raise ValueError(
-                f"{edit!r:.80}: site {edit.site!r} is capture only (to change the attention weights, "
+                f"{label}: site {edit.site!r} is capture only (to change the attention weights, "
                 "use attnjax.nn.edits.replace_pattern or remove_keys)"
             )
         layered = edit.site in LAYER_SITES
-        label = f"{type(edit).__name__}({edit.site!r})"
         operands = (
             (("value", edit.value), ("where", edit.where))
             if isinstance(edit, Replace)
