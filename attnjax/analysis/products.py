@@ -281,7 +281,7 @@ def leading_singular_values(
     *,
     num_values: int = 2,
     oversampling: int = 6,
-    iterations: int = 20,
+    iterations: int = 60,
     seed: int = 0,
     is_causal: bool = False,
     local_window: Union[int, tuple[int, int], None] = None,
@@ -303,6 +303,9 @@ def leading_singular_values(
       num_values: n >= 1 values per head.
       oversampling: extra starting vectors (p = n + oversampling <= min(T, S)).
       iterations: rounds of A A^T (each one `attention_rmatvec` and one `attention_matvec` pass).
+        The default reaches 1e-6 relative where the spectrum is flat: on SmolLM2's last layer at
+        T = 2048 (sigma_3 / sigma_2 up to 0.99) sigma_2 was off by 7e-4 after 20 rounds and by 3e-8
+        after 60 (sigma_1 at 6e-16 after either); a band map needs about as many.
       seed: of the starting vectors.
 
     Returns:

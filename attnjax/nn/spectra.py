@@ -104,7 +104,7 @@ def attention_spectra(
     key_padding: Optional[Array] = None,
     num_values: int = 2,
     top_k: int = 8,
-    iterations: int = 20,
+    iterations: int = 60,
     oversampling: int = 6,
     query_chunk_size: int = 128,
 ) -> AttentionSpectra:

@@ -42,7 +42,7 @@ def test_spectra_equal_those_of_the_dense_maps(name, padded):
     _, dense = model(jnp.asarray(TOKENS), mask=mask, capture=("weights",))
     weights = np.asarray(dense["weights"])  # [L, B, H, T, T]
     got = nn.attention_spectra(
-        model, jnp.asarray(TOKENS), key_padding=padding, num_values=2, top_k=3, iterations=60
+        model, jnp.asarray(TOKENS), key_padding=padding, num_values=2, top_k=3
     )
     sigma = np.linalg.svd(weights, compute_uv=False)[..., :2]
     assert got.values.shape == got.bounds.shape == (2, B, 4, 2)
