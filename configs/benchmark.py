@@ -249,6 +249,11 @@ def _streaming():
             memory_lengths=(2048, 4096, 8192, 16384, 32768),
             memory_heads=8,
             memory_target=2.2,
+            # sigma_1, sigma_2 of every head's map by subspace iteration (analysis.products) at
+            # these lengths (time, compiled temporaries), and the dense SVD up to spectra_dense_max.
+            spectra_lengths=(2048, 4096, 8192),
+            spectra_iterations=20,
+            spectra_dense_max=2048,
         )
     )
 
@@ -343,6 +348,9 @@ def get_config(arg: str | None = None):
             window=16,
             memory_lengths=(128, 256),
             memory_heads=2,
+            spectra_lengths=(64, 128),
+            spectra_iterations=4,
+            spectra_dense_max=64,
         )
     elif arg not in (None, ""):
         raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")

@@ -13,6 +13,8 @@ Config: `configs/benchmark.py`, `streaming`. Batch 1, float32, causal.
   (target <= `memory_target`; linear in T at a fixed chunk), beside the
   dense forward's temporaries and the size of one `[H, T, T]` float32 weight
   matrix, which grow 4x. Lowered and compiled only, never run.
+* Spectra: the leading singular values of the same maps at length, against a
+  dense SVD where it fits (`experiments/benchmark/spectra.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 
 import attnjax
 from attnjax.analysis import attention_statistics
+from experiments.benchmark.spectra import spectra_rows
 from experiments.benchmark.util import interleaved_median_times, ratio_row, temp_bytes
 
 SECTION = "streaming"
@@ -132,4 +135,4 @@ def memory_rows(cfg) -> list[dict]:
 
 
 def run(cfg) -> list[dict]:
-    return time_rows(cfg) + memory_rows(cfg)
+    return time_rows(cfg) + memory_rows(cfg) + spectra_rows(cfg)

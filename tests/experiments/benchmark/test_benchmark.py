@@ -97,6 +97,12 @@ def test_smoke_streaming_rows_time_statistics_against_the_forward_and_memory_ove
     assert (
         growth["ratio"] < memory[1]["dense_temp_mb"] / memory[0]["dense_temp_mb"]
     )  # linear against quadratic
+    spectra = [r for r in rows if r["name"] == "leading_singular_values (streaming)"]
+    assert [r["shape"].split()[1] for r in spectra] == ["T=64", "T=128"]
+    assert all(r["seconds"] > 0 and r["temp_mb"] > 0 for r in spectra)
+    (dense,) = [r for r in rows if r["name"] == "dense SVD / streaming"]
+    assert "T=64" in dense["shape"] and dense["ratio"] > 0
+    assert dense["max_relative_difference"] < 1e-3
 
 
 def test_smoke_train_step_compares_attnjax_with_flax_in_the_same_run(smoke):
