@@ -114,9 +114,11 @@ def attention_spectra(
       model: an `nn.Transformer` with softmax attention (a loaded checkpoint too).
       tokens: `[B, T]` token ids.
       key_padding: `[B, T]` bool, True for real tokens (also passed to the forward pass as its mask).
-      num_values, iterations, oversampling: of `analysis.leading_singular_values` (its accuracy: the
-        bounds; a flat spectrum, as a band map's, needs more iterations).
+      num_values: singular values per head (`analysis.leading_singular_values`).
       top_k: keys per head in `top_keys` / `top_mass`.
+      iterations: rounds of subspace iteration (the accuracy is in `bounds`; a flat spectrum needs
+        more rounds).
+      oversampling: extra starting vectors of the subspace iteration.
       query_chunk_size: queries per step (memory `[B, H, chunk, T]` per layer, not results).
 
     Returns:
