@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from attnjax import attention as attention_lib
 from attnjax import checks
+from attnjax.analysis.streaming import positions_mask
 from attnjax.result_repr import compact_repr
 from attnjax.softmax import clip_logits
 
@@ -93,14 +94,10 @@ def _weights_fn(key, key_padding, *, is_causal, local_window, scale, temperature
     def weights(q, lse, start):
         x = attention_lib.grouped_logits(q, key, scale=scale)
         x = clip_logits(x / jnp.asarray(temperature, x.dtype))
-        rows = start + jnp.arange(q.shape[-3])
-        visible = (rows < num_queries)[:, None] & jnp.ones((num_keys,), bool)[None, :]
-        keys = jnp.arange(num_keys)[None, :]
-        if is_causal:
-            visible = visible & (keys <= rows[:, None])
-        if local_window is not None:
-            left, right = local_window
-            visible = visible & (keys >= rows[:, None] - left) & (keys <= rows[:, None] + right)
+        i, _, visible = positions_mask(
+            start, q.shape[-3], num_keys, 0, num_keys, is_causal, local_window
+        )
+        visible = visible & (i < num_queries)  # the padded rows of the last block
         visible = jnp.reshape(visible, (1,) * (x.ndim - 2) + visible.shape)  # [..., 1, Tq, S]
         if key_padding is not None:
             visible = visible & key_padding[..., None, None, :]
@@ -109,15 +106,13 @@ def _weights_fn(key, key_padding, *, is_causal, local_window, scale, temperature
     return weights
 
 
-def _prepare(options: dict, query, key, lse, key_padding, query_chunk_size):
-    """The checked inputs as (weights of a query block, query blocks, lse blocks, block starts, block);
-    `options`: is_causal, local_window, scale, temperature."""
+def _prepare(
+    query, key, lse, *, is_causal, local_window, key_padding, scale, temperature, query_chunk_size
+):
+    """The checked inputs as (weights of a query block, query blocks, lse blocks, block starts, block)."""
     query, key, lse, key_padding = _check(query, key, lse, key_padding, query_chunk_size)
-    is_causal, scale, temperature = (
-        options[name] for name in ("is_causal", "scale", "temperature")
-    )
     checks.boolean("is_causal", is_causal)
-    local_window = checks.window(options["local_window"])
+    local_window = checks.window(local_window)
     checks.scale(scale)
     checks.temperature(temperature)
     scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
@@ -176,11 +171,16 @@ def attention_matvec(
       temperature: positive scalar dividing the scaled logits.
       query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
     """
-    options = dict(
-        is_causal=is_causal, local_window=local_window, scale=scale, temperature=temperature
-    )
     weights, q_blocks, lse_blocks, starts, block = _prepare(
-        options, query, key, lse, key_padding, query_chunk_size
+        query,
+        key,
+        lse,
+        is_causal=is_causal,
+        local_window=local_window,
+        key_padding=key_padding,
+        scale=scale,
+        temperature=temperature,
+        query_chunk_size=query_chunk_size,
     )
     vectors = _check_vectors(vectors, (*jnp.shape(lse)[:-1], jnp.shape(key)[-3]), "S")
 
@@ -210,11 +210,16 @@ def attention_rmatvec(
 ) -> Array:
     """A^T u for each head's map: `vectors` `[..., H, T, M]` -> `[..., H, S, M]`,
     (A^T u)_j = sum_i p_ij u_i. Arguments as `attention_matvec`."""
-    options = dict(
-        is_causal=is_causal, local_window=local_window, scale=scale, temperature=temperature
-    )
     weights, q_blocks, lse_blocks, starts, block = _prepare(
-        options, query, key, lse, key_padding, query_chunk_size
+        query,
+        key,
+        lse,
+        is_causal=is_causal,
+        local_window=local_window,
+        key_padding=key_padding,
+        scale=scale,
+        temperature=temperature,
+        query_chunk_size=query_chunk_size,
     )
     vectors = _check_vectors(vectors, jnp.shape(lse), "T")
     u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]

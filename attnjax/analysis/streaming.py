@@ -178,9 +178,9 @@ def _lift(x: Optional[Array], rank: int) -> Optional[Array]:
     return None if x is None else jnp.reshape(x, (1,) * (rank - x.ndim) + x.shape)
 
 
-def _positions_mask(q_start, q_size, kv_len, start, size, is_causal, local_window):
+def positions_mask(q_start, q_size, kv_len, start, size, is_causal, local_window):
     """Query and key positions `[Tq, 1]`, `[1, C]` of a block of queries and a chunk of keys, and its positional
-    mask `[Tq, C]`."""
+    mask `[Tq, C]` (keys past `kv_len`, the causal mask, the local window `(left, right)` or None)."""
     i = q_start + jnp.arange(q_size, dtype=jnp.int32)[:, None]
     j = start + jnp.arange(size, dtype=jnp.int32)[None, :]
     visible = jnp.broadcast_to(j < kv_len, (q_size, size))  # padding keys of the last chunk
@@ -388,7 +388,7 @@ def attention_statistics(
         def step(carry, start):
             # A chunk that the positions alone hide from the whole block (causal, local window) adds nothing:
             # skipped (under vmap `cond` computes both branches; the result is the same).
-            i, j, visible = _positions_mask(
+            i, j, visible = positions_mask(
                 q_start, block, kv_len, start, size, is_causal, local_window
             )
             return jax.lax.cond(
