@@ -192,37 +192,39 @@ def check_site_edits(edits: Sequence, shapes: dict, num_layers: int) -> tuple:
                 "use attnjax.nn.edits.replace_pattern or remove_keys)"
             )
         layered = edit.site in LAYER_SITES
-        operands = (
-            (("value", edit.value), ("where", edit.where))
-            if isinstance(edit, Replace)
-            else (("scale", edit.scale), ("add", edit.add))
-        )
-        for name, value in operands:
+        kind, a, b = _operands(edit)
+        names = ("value", "where") if kind == "replace" else ("scale", "add")
+        for name, value in zip(names, (a, b)):
             _check_operand(label, name, value, shapes[edit.site], layered, num_layers)
         if isinstance(edit, Replace) and not jnp.issubdtype(jnp.result_type(edit.where), jnp.bool_):
             raise TypeError(f"{label}: where must be boolean, got {jnp.result_type(edit.where)}")
     return tuple(edits)
 
 
-def layer_plan(edits: Sequence, shapes: dict, num_layers: int) -> tuple[dict, dict]:
-    """The layer-site edits as (kinds, arrays): kinds `{site: ("replace" | "affine", ...)}` (static, in
-    the order given) and arrays `{site: [(a, b), ...]}` with a leading layer axis `[L, ...]`, scanned
-    with the layers (value and where, or scale and add)."""
+def _plan(edits: Sequence, names: Sequence[str], prepare) -> tuple[dict, dict]:
+    """(kinds, arrays) of the edits at the sites `names`: kinds `{site: ("replace" | "affine", ...)}`
+    (static, in the order given), arrays `{site: [(a, b), ...]}` (value and where, or scale and add),
+    each array given as `prepare(site, array)`."""
     kinds: dict = {}
     arrays: dict = {}
     for edit in edits:
-        if edit.site not in LAYER_SITES:
-            continue
-        target = (num_layers,) + shapes[edit.site]
-
-        def stack(x):
-            x = jnp.asarray(x)
-            return jnp.broadcast_to(jnp.reshape(x, (1,) * (len(target) - x.ndim) + x.shape), target)
-
-        kind, a, b = _operands(edit)
-        kinds[edit.site] = kinds.get(edit.site, ()) + (kind,)
-        arrays.setdefault(edit.site, []).append((stack(a), stack(b)))
+        if edit.site in names:
+            kind, a, b = _operands(edit)
+            kinds[edit.site] = kinds.get(edit.site, ()) + (kind,)
+            arrays.setdefault(edit.site, []).append((prepare(edit.site, a), prepare(edit.site, b)))
     return kinds, arrays
+
+
+def layer_plan(edits: Sequence, shapes: dict, num_layers: int) -> tuple[dict, dict]:
+    """The layer-site edits as `_plan`'s (kinds, arrays), the arrays broadcast to the site's stack
+    `[L, *site shape]`, scanned with the layers."""
+
+    def stack(site, x):
+        target = (num_layers,) + shapes[site]
+        x = jnp.asarray(x)
+        return jnp.broadcast_to(jnp.reshape(x, (1,) * (len(target) - x.ndim) + x.shape), target)
+
+    return _plan(edits, LAYER_SITES, stack)
 
 
 def _operands(edit) -> tuple[str, Any, Any]:
@@ -273,11 +275,5 @@ class Sites:
 
 def model_sites(capture: Sequence[str], edits: Sequence) -> Sites:
     """The model-level `Sites` (embed, final) of a call's capture and site edits."""
-    kinds: dict = {}
-    arrays: dict = {}
-    for edit in edits:
-        if edit.site in MODEL_SITES:
-            kind, a, b = _operands(edit)
-            kinds[edit.site] = kinds.get(edit.site, ()) + (kind,)
-            arrays.setdefault(edit.site, []).append((jnp.asarray(a), jnp.asarray(b)))
+    kinds, arrays = _plan(edits, MODEL_SITES, lambda site, x: jnp.asarray(x))
     return Sites([s for s in capture if s in MODEL_SITES], kinds, arrays)

@@ -271,7 +271,8 @@ class Transformer(nnx.Module):
         return (rest if rest or not site_edits else None), site_edits
 
     def _check_sites(self, inputs, capture, site_edits, edits, decode, statistics, sink) -> tuple:
-        """The call's capture and site edits checked against the model and the call (`ValueError`)."""
+        """The call's (capture, site edits, site shapes), checked against the model and the call
+        (`ValueError`)."""
         if decode or statistics or sink is not None:
             raise ValueError(
                 "capture and site edits are for full forward passes (not decode=True, "
@@ -286,7 +287,7 @@ class Transformer(nnx.Module):
                     "editing the sites q, k or v does not combine with attention edits "
                     "(ablate_head, scale_head, remove_keys, replace_pattern): edit head_out instead"
                 )
-        return capture, site_edits
+        return capture, site_edits, shapes
 
     def __call__(
         self,
@@ -393,13 +394,11 @@ class Transformer(nnx.Module):
         )
         at_sites = bool(capture) or bool(site_edits)
         if at_sites:
-            capture, site_edits = self._check_sites(
+            capture, site_edits, shapes = self._check_sites(
                 inputs, capture, site_edits, edits, decode, statistics, sink
             )
             site_kinds, site_arrays = sites_lib.layer_plan(
-                site_edits,
-                sites_lib.site_shapes(self.config, *inputs.shape[:2]),
-                self.config.num_layers,
+                site_edits, shapes, self.config.num_layers
             )
             outer = sites_lib.model_sites(capture, site_edits)
             layer_capture = tuple(s for s in capture if s in sites_lib.LAYER_SITES)
