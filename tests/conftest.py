@@ -113,7 +113,6 @@ TESTS = Path(__file__).resolve().parent
 SLOWEST_FIRST = (
     "experiments/lab/test_studies.py",
     "experiments/benchmark/test_benchmark.py",
-    "experiments/test_colab.py",
     "attnjax/test_distributed.py",
     "experiments/lab/test_launch.py",
     "attnjax/test_multi_device.py",

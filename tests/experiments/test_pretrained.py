@@ -41,7 +41,7 @@ from experiments.pretrained import (
     study,
     summary,
 )
-from tests.experiments.lab.test_studies import Finished, refuse, run_in_tempdir
+from tests.experiments.lab.test_studies import Finished, refuse, shared_run
 from tests.paths import REPO
 
 needs_models = pytest.mark.skipif(
@@ -57,8 +57,8 @@ OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "report.md")
 
 @functools.cache
 def finished(variant: str) -> Finished:
-    """The study run once per test session on `variant`."""
-    return run_in_tempdir(STUDY, pretrained_config.get_config(variant), f"pretrained-{variant}")
+    """The study run once per test run on `variant` (`shared_run`: the Colab notebook's test reads it too)."""
+    return shared_run(f"pretrained_{variant}", STUDY, lambda: pretrained_config.get_config(variant))
 
 
 # --------------------------------------------------------------------------

@@ -7,7 +7,6 @@ command runs them (the suite turns it on; a study asks for float64 where its
 config says so).
 """
 
-import atexit
 import dataclasses
 import fcntl
 import functools
@@ -16,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import jax
@@ -145,25 +143,15 @@ def run_as_command(study, config, workdir, **kwargs) -> dict:
         return study_lib.run(study, config, str(workdir), **kwargs)
 
 
-def run_in_tempdir(study, config, prefix: str) -> Finished:
-    """Run `study` on `config` in a fresh temporary workdir (removed at exit), keeping its progress messages."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
-    atexit.register(shutil.rmtree, workdir, True)
-    messages = []
-    summary = run_as_command(study, config, workdir, progress=messages.append)
-    return Finished(workdir, summary, tuple(messages))
-
-
-@functools.cache
-def finished(name: str) -> Finished:
-    """The study `name` run once per test run on its test config, in the run's scratch directory.
+def shared_run(name: str, study, make_config) -> Finished:
+    """`study` run once per test run on `make_config()`, in the run's scratch directory under `name`.
 
     Several test files read the same run, and with xdist they may sit on
     different workers: the first process to ask runs the study (holding a
     lock), the others wait and read what it wrote (its summary.json, and its
-    progress messages, kept beside the workdir).
+    progress messages, kept beside the workdir). Tests read the run and do not
+    change it.
     """
-    study, test_config, _ = STUDIES[name]
     shared = Path(os.environ[RUN_DIR_VARIABLE])
     workdir, messages_file = shared / "studies" / name, shared / "studies" / f"{name}.messages.json"
     workdir.parent.mkdir(parents=True, exist_ok=True)
@@ -172,10 +160,17 @@ def finished(name: str) -> Finished:
         if not messages_file.exists():
             shutil.rmtree(workdir, ignore_errors=True)
             messages = []
-            run_as_command(study, test_config(), workdir, progress=messages.append)
+            run_as_command(study, make_config(), workdir, progress=messages.append)
             messages_file.write_text(json.dumps(messages))
     summary = json.loads((workdir / "summary.json").read_text())
     return Finished(workdir, summary, tuple(json.loads(messages_file.read_text())))
+
+
+@functools.cache
+def finished(name: str) -> Finished:
+    """The study `name` run once per test run on its test config (`shared_run`)."""
+    study, test_config, _ = STUDIES[name]
+    return shared_run(name, study, test_config)
 
 
 def replace_run_one(study, run_one):
