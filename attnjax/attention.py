@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnjax import checks
+from attnjax import causal_blocks, checks
 from attnjax import masks as masks_lib
 from attnjax.softmax import clip_logits, softmax_with_temperature
 
@@ -454,17 +454,25 @@ def dot_product_attention(
         keep = jax.random.bernoulli(
             dropout_rng, 1.0 - dropout_rate, checks.logits_shape(query, key)
         )
-    out, weights = _attention(
-        query,
-        key,
-        value,
-        mask,
-        bias,
-        keep,
-        scale=scale,
-        temperature=temperature,
-        dropout_rate=dropout_rate,
-    )
+    if causal_blocks.applies(
+        query, key, is_causal=is_causal, window=window, keep=keep, return_weights=return_weights
+    ):
+        out = causal_blocks.attend(
+            _attention, query, key, value, mask, bias, scale=scale, temperature=temperature
+        )
+        weights = None
+    else:
+        out, weights = _attention(
+            query,
+            key,
+            value,
+            mask,
+            bias,
+            keep,
+            scale=scale,
+            temperature=temperature,
+            dropout_rate=dropout_rate,
+        )
     extras = ((weights,) if return_weights else ()) + residual
     return (out, *extras) if extras else out
 
