@@ -43,6 +43,13 @@ def _attention():
             small_head_dim=16,
             small_repeats=41,
             small_target=1.0,
+            # Any backend, float32, causal forward at length (batch 1): attnjax (query blocks)
+            # against its dense core, and attnjax's fraction of the matmul peak.
+            long_length=8192,
+            long_heads=9,
+            long_head_dim=64,
+            long_repeats=3,
+            long_target_peak_fraction=0.2,
             # Accelerators only (bf16, causal): attnjax vs cuDNN at each length,
             # forward and forward+backward, TFLOP/s against a measured matmul peak.
             gpu_batch=4,
@@ -283,6 +290,10 @@ def get_config(arg: str | None = None):
             small_lengths=(12,),
             small_batch=4,
             small_repeats=3,
+            long_length=2048,
+            long_heads=1,
+            long_head_dim=16,
+            long_repeats=1,
             gpu_batch=1,
             gpu_lengths=(1024,),
             gpu_target_length=1024,

@@ -12,6 +12,11 @@ Rows (config: `configs/benchmark.py`, `attention`):
   `small_batch`, `small_heads`, `small_head_dim`: the rank-collapse model's
   heads): forward+backward of attnjax against jax.nn (XLA), target <=
   `small_target` at each length.
+* Any backend, float32, causal, forward at length (`long_length`,
+  `long_heads`, `long_head_dim`, batch 1): attnjax (from T = 2048 in query
+  blocks, `attnjax.causal_blocks`) against its dense core (the same call
+  returning weights), interleaved; target: attnjax >= `long_target_peak_fraction`
+  of the matmul peak.
 * GPU only, bf16, causal, at each of `gpu_lengths`: attnjax against
   `jax.nn.dot_product_attention(implementation='cudnn')`, forward and
   forward+backward, with achieved TFLOP/s and the fraction of the matmul peak.
@@ -178,6 +183,42 @@ def exact_attention_rows(cfg, peak_tflops: float) -> list[dict]:
     return rows
 
 
+def long_rows(cfg, peak_tflops: float) -> list[dict]:
+    """float32 causal forward at `long_length`: attnjax and its dense core, and attnjax's fraction of
+    the matmul peak (target `long_target_peak_fraction`)."""
+    t, h, d = cfg.long_length, cfg.long_heads, cfg.long_head_dim
+    q, k, v = _inputs(1, t, h, d, jnp.float32)
+    shape = f"B=1 T={t} H={h} D={d} f32 causal"
+    dense = "attnjax dense core (return_weights=True), fwd"
+    fns = {
+        f"{ATTNJAX}, fwd": jax.jit(_attnjax_causal),
+        dense: jax.jit(
+            lambda q, k, v: attnjax.dot_product_attention(
+                q, k, v, is_causal=True, return_weights=True
+            )[0]
+        ),
+    }
+    times = interleaved_median_times(
+        {n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, repeats=cfg.long_repeats
+    )
+    flops = causal_flops(1, t, h, d)
+    rows = [_timed(name, shape, seconds, flops, peak_tflops) for name, seconds in times.items()]
+    ours = rows[0]
+    ours.update(ratio_row(SECTION, ours["name"], shape, ours["seconds"], times[dense], dense))
+    rows.append(
+        ratio_row(
+            SECTION,
+            "attnjax fraction of matmul peak, fwd (float32)",
+            shape,
+            ours["tflops"],
+            peak_tflops,
+            "matmul peak",
+            f">= {cfg.long_target_peak_fraction:g}",
+        )
+    )
+    return rows
+
+
 def _gpu_length_rows(cfg, length: int, peak_tflops: float) -> list[dict]:
     b, h, d = cfg.gpu_batch, cfg.gpu_heads, cfg.gpu_head_dim
     q, k, v = _inputs(b, length, h, d, jnp.bfloat16)
@@ -259,5 +300,6 @@ def run(cfg) -> list[dict]:
         + exact_attention_rows(cfg, peak["tflops"])
         + large
         + small_shape_rows(cfg, peak["tflops"])
+        + long_rows(cfg, peak["tflops"])
         + gpu_rows(cfg, peak["tflops"])
     )
