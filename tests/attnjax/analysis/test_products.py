@@ -197,25 +197,33 @@ def test_memory_grows_like_t_not_t_squared():
         assert temp < 0.5 * dense, (temp / dense, fn)
 
 
-@pytest.mark.parametrize("dtype, tol", [(jnp.float64, 1e-10), (jnp.float32, 1e-5)])
-def test_at_t_2048_the_products_equal_the_dense_map(dtype, tol):
+@pytest.mark.parametrize(
+    "dtype, tol, is_causal, window",
+    [
+        (jnp.float64, 1e-10, True, 512),
+        (jnp.float32, 1e-5, True, 512),
+        (jnp.float64, 1e-10, False, None),
+    ],
+)
+def test_at_t_2048_the_products_equal_the_dense_map(dtype, tol, is_causal, window):
     """The acceptance length: T = 2048, one sequence with 300 padded keys, 4 query heads on 2 key heads,
-    causal with a local window of 512; A v, A^T u and the received mass against the dense float64 map.
-    (The singular values at this length, 45 s against a dense SVD, are checked at T = 200 here.)"""
+    causal with a local window of 512 (float64 and float32) and bidirectional (float64); A v, A^T u,
+    the received mass and its top 4 keys against the dense float64 map. (The singular values at this
+    length, 45 s against a dense SVD, are checked at T = 200 here.)"""
     t, heads = 2048, 4
     rng = np.random.default_rng(5)
     q = jnp.asarray(rng.normal(size=(1, t, heads, D)), dtype)
     k = jnp.asarray(rng.normal(size=(1, t, 2, D)), dtype)
     padding = jnp.asarray(np.arange(t)[None, :] < t - 300)
-    options = dict(is_causal=True, local_window=512, key_padding=padding, **OPTIONS)
+    options = dict(is_causal=is_causal, local_window=window, key_padding=padding, **OPTIONS)
     lse = analysis.attention_statistics(q, k, chunk_size=256, **options).lse
     _, dense = attnjax.dot_product_attention(
         q.astype(jnp.float64),
         k.astype(jnp.float64),
         k.astype(jnp.float64),
         mask=padding[:, None, None, :],
-        is_causal=True,
-        local_window_size=512,
+        is_causal=is_causal,
+        local_window_size=window,
         return_weights=True,
         **OPTIONS,
     )
@@ -224,7 +232,13 @@ def test_at_t_2048_the_products_equal_the_dense_map(dtype, tol):
     products = dict(options, query_chunk_size=256)
     av = analysis.attention_matvec(q, k, lse, jnp.asarray(v, dtype), **products)
     atu = analysis.attention_rmatvec(q, k, lse, jnp.asarray(u, dtype), **products)
-    mass = analysis.received_mass(q, k, lse, top_k=4, **products).mass
+    received = analysis.received_mass(q, k, lse, top_k=4, **products)
     np.testing.assert_allclose(np.asarray(av), dense @ v, rtol=tol, atol=tol)
     np.testing.assert_allclose(np.asarray(atu), np.swapaxes(dense, -1, -2) @ u, rtol=tol, atol=tol)
-    np.testing.assert_allclose(np.asarray(mass), dense.sum(-2), rtol=tol, atol=tol)
+    mass = dense.sum(-2)  # [1, H, S]
+    np.testing.assert_allclose(np.asarray(received.mass), mass, rtol=tol, atol=tol)
+    top = np.argsort(-mass, axis=-1)[..., :4]
+    np.testing.assert_array_equal(received.top_keys, top)
+    np.testing.assert_allclose(
+        received.top_mass, np.take_along_axis(mass, top, -1), rtol=tol, atol=tol
+    )
