@@ -44,16 +44,25 @@ def test_the_blocked_path_is_taken_only_where_it_applies(small_blocks):
 
 @pytest.mark.parametrize("dtype, tol", [(jnp.float64, 1e-12), (jnp.float32, 2e-6)])
 def test_blocks_equal_the_float64_reference_with_gqa_bias_and_padding(small_blocks, dtype, tol):
+    """Key padding in the second sequence, query padding in the first (its last rows: zero output)."""
     q, k, v, bias = _inputs(dtype)
-    lengths = jnp.asarray([T, T - 11], jnp.int32)
+    key_lengths, query_lengths = np.array([T, T - 11]), np.array([T - 5, T])
     out = attnjax.dot_product_attention(
-        q, k, v, bias, is_causal=True, key_value_seq_lengths=lengths
+        q,
+        k,
+        v,
+        bias,
+        is_causal=True,
+        key_value_seq_lengths=jnp.asarray(key_lengths, jnp.int32),
+        query_seq_lengths=jnp.asarray(query_lengths, jnp.int32),
     )
     causal = np.tril(np.ones((T, T), bool))
-    padding = np.arange(T)[None, :] < np.asarray(lengths)[:, None]  # [B, S]
-    mask = causal[None, None] & padding[:, None, None, :]
+    keys = np.arange(T)[None, :] < key_lengths[:, None]  # [B, S]
+    queries = np.arange(T)[None, :] < query_lengths[:, None]  # [B, T]
+    mask = causal[None, None] & keys[:, None, None, :] & queries[:, None, :, None]
     expected, _ = softmax_attention(q, k, v, mask=mask, bias=bias)
     np.testing.assert_allclose(out, expected, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(out[0, T - 5 :], 0.0)
 
 
 def test_gradients_equal_the_dense_cores(small_blocks):
