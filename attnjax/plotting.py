@@ -284,7 +284,8 @@ def singular_value_spectrum(
     Args:
       x: `[T, D]` or `[L, T, D]` (e.g. hidden states or attention maps per
         layer); one line per matrix.
-      labels: one label per matrix (default `layer 1..L`).
+      labels: one label per matrix (default `layer 0..L-1`: the index into `[L, ...]`, as the API
+        counts layers).
       normalize: divide by the largest singular value, so spectra of
         different scales compare (rank collapse shows as a fast drop).
 
@@ -293,7 +294,7 @@ def singular_value_spectrum(
     """
     m = _as_numpy(x, "x", (2, 3))
     m = m[None] if m.ndim == 2 else m
-    labels = [f"layer {i + 1}" for i in range(m.shape[0])] if labels is None else list(labels)
+    labels = [f"layer {i}" for i in range(m.shape[0])] if labels is None else list(labels)
     if len(labels) != m.shape[0]:
         raise ValueError(f"labels must have {m.shape[0]} entries; got {len(labels)}")
     s = np.linalg.svd(m, compute_uv=False)
@@ -324,7 +325,8 @@ def eigenvalue_spectrum(a, labels: Sequence[str] | None = None, *, title: str | 
 
     Args:
       a: `[n, n]` or `[L, n, n]`.
-      labels: one label per matrix (default `layer 1..L`).
+      labels: one label per matrix (default `layer 0..L-1`: the index into `[L, ...]`, as the API
+        counts layers).
 
     Returns:
       A Figure with one axes.
@@ -333,7 +335,7 @@ def eigenvalue_spectrum(a, labels: Sequence[str] | None = None, *, title: str | 
     m = m[None] if m.ndim == 2 else m
     if m.shape[-1] != m.shape[-2]:
         raise ValueError(f"a must be square [..., n, n]; got shape {m.shape}")
-    labels = [f"layer {i + 1}" for i in range(m.shape[0])] if labels is None else list(labels)
+    labels = [f"layer {i}" for i in range(m.shape[0])] if labels is None else list(labels)
     if len(labels) != m.shape[0]:
         raise ValueError(f"labels must have {m.shape[0]} entries; got {len(labels)}")
     ev = np.linalg.eigvals(m)

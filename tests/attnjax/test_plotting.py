@@ -93,6 +93,10 @@ def test_spectrum_plots(tmp_path):
     (ax,) = ev.axes
     assert ax.get_lines()[0].get_label() == "unit circle"
     assert len(ax.collections) == 3  # one scatter per matrix
+    # Default labels count layers as the API does: index l of the [L, ...] stack is "layer l".
+    assert [c.get_label() for c in ax.collections] == ["layer 0", "layer 1", "layer 2"]
+    default = plotting.singular_value_spectrum(w).axes[0]
+    assert [line.get_label() for line in default.get_lines()] == ["layer 0", "layer 1", "layer 2"]
     points = np.concatenate([c.get_offsets() for c in ax.collections])
     modulus = np.hypot(points[:, 0], points[:, 1])
     assert modulus.max() <= 1 + 1e-9 and np.isclose(modulus.max(), 1.0)  # Perron eigenvalue 1
