@@ -13,10 +13,10 @@ from configs import softmax_scaling as config_lib
 from experiments.softmax_scaling import checks, gradients, jacobian, rate, report, study
 from experiments.softmax_scaling import summary as summary_lib
 from experiments.softmax_scaling.constants import SCALINGS, STATS
-from tests.experiments.lab.test_studies import finished
+from tests.experiments.lab.test_studies import finished, softmax_scaling_test_config
 from tests.paths import REPO, link_from, study_page
 
-DIMS = (4, 64, 1024)
+DIMS = softmax_scaling_test_config().dims
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_rows_plots_and_report(run):
         "variance.png",
     ]
     rows = [json.loads(line) for line in open(run.workdir / "metrics.jsonl")]
-    config = config_lib.get_config("smoke")
+    config = softmax_scaling_test_config()
     seeds, families = config.num_seeds, len(gradients.INPUTS)
     per_dim = 2 * (1 + len(STATS)) + seeds * families * 2 * 2  # variance + stats, gradients
     assert len(rows) == len(DIMS) * per_dim + len(STATS) + seeds * len(config.rate_dims)
