@@ -4,6 +4,8 @@ The value tests shrink the block (`BLOCK` = 8) so that short sequences take the 
 the memory test compiles the real block size at T = 2048 without running it.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,12 +49,12 @@ def test_blocks_equal_the_float64_reference_with_gqa_bias_and_padding(small_bloc
     """Key padding in the second sequence, query padding in the first (its last rows: zero output)."""
     q, k, v, bias = _inputs(dtype)
     key_lengths, query_lengths = np.array([T, T - 11]), np.array([T - 5, T])
-    out = attnjax.dot_product_attention(
+    attend = jax.jit(functools.partial(attnjax.dot_product_attention, is_causal=True))
+    out = attend(
         q,
         k,
         v,
         bias,
-        is_causal=True,
         key_value_seq_lengths=jnp.asarray(key_lengths, jnp.int32),
         query_seq_lengths=jnp.asarray(query_lengths, jnp.int32),
     )
@@ -77,7 +79,7 @@ def test_gradients_equal_the_dense_cores(small_blocks):
             out = out[0] if return_weights else out
             return jnp.sum(jnp.sin(out))
 
-        return jax.grad(f, argnums=(0, 1, 2, 3))(q, k, v, bias)
+        return jax.jit(jax.grad(f, argnums=(0, 1, 2, 3)))(q, k, v, bias)
 
     for blocked, dense in zip(loss(False), loss(True)):
         np.testing.assert_allclose(blocked, dense, rtol=1e-12, atol=1e-12)
