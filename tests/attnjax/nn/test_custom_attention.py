@@ -137,14 +137,14 @@ def test_a_gradient_step_on_the_example_model_lowers_its_loss():
         logp = jax.nn.log_softmax(model(inputs), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    loss, grads = nnx.jit(nnx.value_and_grad(loss_fn))(model)
     flat = nnx.to_flat_state(grads)
     assert all(np.all(np.isfinite(g[...])) for _, g in flat)
     query_grad = [g[...] for path, g in flat if path[-2:] == ("query", "kernel")]
     assert query_grad and np.max(np.abs(query_grad[0])) > 0  # gradients reach the attention
     params = nnx.state(model, nnx.Param)
     nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
-    assert float(loss_fn(model)) < float(loss)
+    assert float(nnx.jit(loss_fn)(model)) < float(loss)
 
 
 def test_the_stages_compose_to_the_call():

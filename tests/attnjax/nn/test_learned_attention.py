@@ -86,7 +86,7 @@ def test_gradients_reach_the_new_parameters_of_every_layer_and_head():
     batch = example.tasks.AssociativeRecall(num_pairs=2, num_queries=2, vocab_size=11).batch(
         jax.random.key(0), 4
     )
-    grads = nnx.grad(example.recall_loss)(model, batch)
+    grads = nnx.jit(nnx.grad(example.recall_loss))(model, batch)
     for name in ("log_temperature", "gate"):
         g = np.asarray(getattr(grads.blocks.attention, name)[...])
         assert np.all(np.isfinite(g)) and np.all(np.abs(g) > 0), (name, g)
