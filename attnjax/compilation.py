@@ -14,6 +14,9 @@ import os
 
 import jax
 
+# The XLA flag that sets LLVM's backend optimisation level for every program of a process.
+BACKEND_LEVEL_FLAG = "--xla_backend_optimization_level"
+
 
 def fast_compile_options() -> dict:
     """XLA options for programs that run once or a few times: compile fast, not run fast.
@@ -31,9 +34,7 @@ def fast_compile_options() -> dict:
     Read when a program is jitted, not at import: it asks JAX for its backend,
     which must not start before `jax.distributed.initialize`.
     """
-    if jax.default_backend() != "cpu" or "--xla_backend_optimization_level" in os.environ.get(
-        "XLA_FLAGS", ""
-    ):
+    if jax.default_backend() != "cpu" or BACKEND_LEVEL_FLAG in os.environ.get("XLA_FLAGS", ""):
         return {}
     return {"xla_backend_optimization_level": 1}
 

@@ -32,6 +32,7 @@ from typing import Callable
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from attnjax.compilation import BACKEND_LEVEL_FLAG
 from experiments.lab import launch
 from experiments.lab import study as study_lib
 
@@ -70,9 +71,6 @@ def flags_parser(get_config: Callable) -> Callable[[list[str]], list[str]]:
     return parse
 
 
-LEVEL_FLAG = "--xla_backend_optimization_level"
-
-
 def set_compile_level(level) -> None:
     """Compile this process's programs, and its local jobs', at LLVM backend optimisation level `level`.
 
@@ -90,8 +88,8 @@ def set_compile_level(level) -> None:
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
         raise ValueError(f"config.compile_level must be None or an int in 0..3, got {level!r}")
     xla_flags = os.environ.get("XLA_FLAGS", "")
-    if LEVEL_FLAG not in xla_flags:
-        os.environ["XLA_FLAGS"] = f"{xla_flags} {LEVEL_FLAG}={level}".strip()
+    if BACKEND_LEVEL_FLAG not in xla_flags:
+        os.environ["XLA_FLAGS"] = f"{xla_flags} {BACKEND_LEVEL_FLAG}={level}".strip()
 
 
 def study_main(study: study_lib.Study) -> None:

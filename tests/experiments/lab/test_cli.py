@@ -6,11 +6,10 @@ import sys
 
 import pytest
 
+from attnjax.compilation import BACKEND_LEVEL_FLAG as LEVEL
 from configs import rank_collapse as rank_collapse_config
 from experiments.lab import cli
 from tests.paths import REPO
-
-LEVEL = "--xla_backend_optimization_level"
 
 
 def test_a_level_is_appended_to_the_xla_flags(monkeypatch):
