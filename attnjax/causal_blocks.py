@@ -88,7 +88,8 @@ def attend(
     shape = (length, length)
     outs = []
     for start in range(0, length, BLOCK):
-        rows, keys = slice(start, min(start + BLOCK, length)), slice(0, min(start + BLOCK, length))
+        end = min(start + BLOCK, length)
+        rows, keys = slice(start, end), slice(0, end)
         out, _ = core(
             query[..., rows, :, :],
             key[..., keys, :, :],
