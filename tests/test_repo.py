@@ -78,11 +78,15 @@ def test_committed_power_iteration_results_are_their_summary_rendered():
     results section of the study's documentation page (its links relative to the page) starts where its
     heading is and ends where the page ends."""
     from attnjax.serialization import json_form
+    from experiments.lab.render import NUMBERING
     from experiments.power_iteration import checks, report
 
     summary = json.loads((POWER_ITERATION_RESULTS / "summary.json").read_text())
     assert json_form(checks.predictions(summary)) == summary["predictions"]
     assert report.markdown(summary) == (POWER_ITERATION_RESULTS / "report.md").read_text()
+    assert (
+        NUMBERING in (POWER_ITERATION_RESULTS / "report.md").read_text()
+    )  # the one numbering, stated
     assert sorted(p.name for p in (POWER_ITERATION_RESULTS / "plots").iterdir()) == summary["plots"]
     times = json.loads((POWER_ITERATION_RESULTS / "timing.json").read_text())
     page = study_page("power_iteration")

@@ -139,6 +139,15 @@ def table(rows, header, **options) -> str:
     return "\n".join(markdown_table(header, rows, **options))
 
 
+# One numbering in every report (the API's): templates read it as `numbering`.
+NUMBERING = (
+    "Numbering: layers count from 0, as in the API (layer i is `model.blocks[i]`, the figures' titles "
+    "and captured stacks count alike); a depth l counts the layers applied: X_0 is the input and X_l the "
+    "output of layer l - 1, so r_l, a product of the first l layers' maps and every depth window are "
+    "indexed by depth."
+)
+
+
 @functools.lru_cache(maxsize=None)
 def environment(study: str) -> jinja2.Environment:
     """The Jinja2 environment of `experiments/<study>/templates/` (strict: an undefined name raises)."""
@@ -160,6 +169,7 @@ def environment(study: str) -> jinja2.Environment:
         interval=interval_text,
         predictions_table=lambda checks: "\n".join(predictions_table(checks)),
     )
+    env.globals["numbering"] = NUMBERING
     return env
 
 

@@ -154,7 +154,7 @@ def _uniform_chain_check(run, phase: str) -> dict:
         "every map is U (u_ij = 1/i, j <= i)"
     )
     claim = (
-        "largest |mean over seeds of e_l - U's e_l| over the window's layers <= "
+        "largest |mean over seeds of e_l - U's e_l| over the window's depths <= "
         f"{LOG_RATE_RESOLUTION:g}, the resolution of a log-rate (constants.LOG_RATE_RESOLUTION); "
         "it fails only if delta(P_l) or |lambda_2| is mismeasured, or if the maps are not U "
         "(the entropy in the note says which)"
@@ -169,7 +169,7 @@ def _uniform_chain_check(run, phase: str) -> dict:
         claim,
         distance,
         bool(distance <= LOG_RATE_RESOLUTION),
-        f"layers {r['window'][0]}..{r['window'][1]}; excess {interval_text(r['excess'])} over "
+        f"depths {r['window'][0]}..{r['window'][1]}; excess {interval_text(r['excess'])} over "
         f"{r['units']} seeds against U's mean {r['reference_mean']:.3g}; entropy over the "
         f"visible keys {n['entropy'][0]:.4f}..{n['entropy'][1]:.4f}",
         "sanity",
@@ -193,10 +193,10 @@ def _rate_check(run, phase: str) -> dict:
         )
     (first, last), eps = r["window"], r["epsilon"]
     claim = (
-        f"mean over layers l = {first}..{last} (the second half) of log(delta(P_l) / "
+        f"mean over depths l = {first}..{last} (the second half) of log(delta(P_l) / "
         "delta(P_(l-1))) - log |lambda_2(A_l)|: its 95% interval over seeds within +-eps, eps = "
         "the largest |excess| of the uniform causal chain (rate -> |lambda_2| = 1/2 exactly) "
-        "at those layers; and the same statistic of each competing explanation ("
+        "at those depths; and the same statistic of each competing explanation ("
         + " and ".join(COMPETITORS.values())
         + ") outside +-eps"
     )
@@ -219,7 +219,7 @@ def _rate_check(run, phase: str) -> dict:
             f"with {text} in place of |lambda_2|: {interval_text(r[key])}"
             for key, text in COMPETITORS.items()
         )
-        + "; slope of log-rate on log |lambda_2| over the window's layers "
+        + "; slope of log-rate on log |lambda_2| over the window's depths "
         + (
             "undefined (|lambda_2| does not vary)"
             if slope is None

@@ -32,11 +32,12 @@ def _fixed(summary) -> dict:
 
 
 def _layers(run, phase: str) -> dict:
-    """One phase of one products run: per layer, the head-averaged chain's numbers and the per-head ones."""
+    """One phase of one products run: per depth l (P_l = A_l ... A_1, A_l the map of layer l - 1), the
+    head-averaged chain's numbers and the per-head ones."""
     mean = run["phases"][phase]["mean"]
     keys = ("tau", "entropy", "slem", "delta", "bound", "slem_bound", "tv_to_pi", "absorbing")
     rows = [
-        {"layer": layer + 1, **{k: mean[k][layer] for k in keys}, **numbers}
+        {"depth": layer + 1, **{k: mean[k][layer] for k in keys}, **numbers}
         for layer, numbers in enumerate(run["phases"][phase]["derived"]["rows"])
     ]
     derived = run["phases"][phase]["derived"]

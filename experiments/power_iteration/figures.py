@@ -97,7 +97,7 @@ def _products_figure(summary):
             )
         ax.set_ylim(ROUNDING, 10.0)  # delta <= 1
         ax.set_title(f"{arch} (head-averaged attention)")
-        ax.set_xlabel("layer l")
+        ax.set_xlabel("depth l (layers applied)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("delta(P_l) (solid), prod tau (dashed), prod |lambda_2| (dotted)")

@@ -207,7 +207,7 @@ def _wu_rate(name: str, c: dict) -> dict:
 def _overflowed(name: str, c: dict, causal: bool) -> list[dict]:
     """The collapse and rate checks of a variant whose hidden states overflow: not measured, and why."""
     note = (
-        f"not measured: the hidden states overflow float32 at layer {c['overflow']} (their token differences "
+        f"not measured: the hidden states overflow float32 at depth {c['overflow']} (their token differences "
         f"grow about {fmt(float(c['growth']))}x per layer), outside the bounded-token setting of the theorem"
     )
     label = CHECK_LABELS[name]
@@ -305,7 +305,7 @@ def _dong_checks(summary: dict) -> list[dict]:
     if surgery["slows"] is not None:
         ratio, layer = surgery["slows"]["ratio"], surgery["slows"]["layer"]
         note = (
-            f"at layer {layer}, where attention only has fallen {1 / COLLAPSE_FACTOR:g}x"
+            f"at depth {layer}, where attention only has fallen {1 / COLLAPSE_FACTOR:g}x"
             if layer is not None
             else f"attention only never falls {1 / COLLAPSE_FACTOR:g}x"
         )
@@ -400,7 +400,7 @@ def _sink_checks(summary: dict) -> list[dict]:
                 f"bottom {BOTTOM_LAYERS}",
                 sinks["fraction"],
                 majority_check(sinks["fraction"]),
-                f"fraction of layers {BOTTOM_LAYERS + 1}..{layers}; uniform attention would give "
+                f"fraction of layers {BOTTOM_LAYERS}..{layers - 1} (from 0); uniform attention would give "
                 f"{fmt(sinks['uniform'])}",
             )
         ]
@@ -412,8 +412,8 @@ def _sink_checks(summary: dict) -> list[dict]:
                 f"max_i TV(row i of P_L, e_1) <= {FIRST_TOLERANCE:g}",
                 distance,
                 at_most_check(distance, FIRST_TOLERANCE),
-                "P_l = A_l ... A_1 of head-averaged attention; first layer below the tolerance: "
-                f"{layer_or_none(summary['causal_readings']['first'])}",
+                "P_l = A_l ... A_1 of head-averaged attention; first depth below the tolerance: "
+                f"{depth_or_none(summary['causal_readings']['first'])}",
             )
         )
         return checks
@@ -427,7 +427,7 @@ def _sink_checks(summary: dict) -> list[dict]:
             f"{MIDDLE_LAYERS[0]:.2f}-{MIDDLE_LAYERS[1]:.2f}, BERT-base's 6-10 of 12)",
             value,
             middle_share_check(value),
-            f"layers {', '.join(str(a) for a in sinks['middle'])}; [CLS] there: "
+            f"layers {', '.join(str(a) for a in sinks['middle'])} (from 0); [CLS] there: "
             f"{fmt(middle['[CLS]']['middle'])}, punctuation: "
             f"{fmt(middle['punctuation']['middle'])}; [SEP]'s "
             f"uniform share {fmt(float(full['uniform_sink']['[SEP]']))}",
@@ -443,12 +443,12 @@ def _massive_checks(massive: dict) -> list[dict]:
         prediction(
             "massive activations exist",
             source,
-            f"some layer's largest |a| >= {MASSIVE_VALUE:g} and >= {MASSIVE_FACTOR:g} x the median |a| "
+            f"some hidden state's largest |a| >= {MASSIVE_VALUE:g} and >= {MASSIVE_FACTOR:g} x the median |a| "
             "(means over sentences)",
             massive["top_ratio"],
             massive_exist_check(layers),
-            f"largest ratio over layers 1..L; largest |a| {fmt(massive['largest_value'])}; "
-            f"massive layers: {named}",
+            f"largest ratio over depths 1..L; largest |a| {fmt(massive['largest_value'])}; "
+            f"massive depths: {named}",
         )
     ]
     absent = "" if layers else "not measured: no massive layer"
@@ -488,9 +488,10 @@ def _massive_checks(massive: dict) -> list[dict]:
     return checks
 
 
-def layer_or_none(index) -> str:
-    """A layer index as the notes and the report name it: 'layer l' (1-based), or 'none'."""
-    return "none" if index is None else f"layer {index + 1}"
+def depth_or_none(index) -> str:
+    """Index i of the products P_1, P_2, ... (P_l = A_l ... A_1) as the notes and the report name it:
+    'depth l' with l = i + 1, the number of layers in the product, or 'none'."""
+    return "none" if index is None else f"depth {index + 1}"
 
 
 def predictions(summary: dict) -> list[dict]:

@@ -209,10 +209,12 @@ def _sink_class_rows(summary) -> dict | None:
         return None
     cats, mass = summary["sink_categories"], summary["head_means"]["full"]["attention_sink"]
     rows = [
-        [str(a + 1)] + [fmt(mass[c][a]) for c in cats[1:] + cats[:1]]
+        [str(a)] + [fmt(mass[c][a]) for c in cats[1:] + cats[:1]]
         for a in range(len(full["entropy"]))
     ]
-    header = ["layer"] + [f"{c} (uniform {fmt(float(full['uniform_sink'][c]))})" for c in cats[1:]]
+    header = ["layer (from 0)"] + [
+        f"{c} (uniform {fmt(float(full['uniform_sink'][c]))})" for c in cats[1:]
+    ]
     uniform = fmt(float(full["uniform_sink"]["sinks"]))
     return {"rows": rows, "header": header + [f"all three (uniform {uniform})"]}
 
@@ -254,7 +256,7 @@ def _causal(summary) -> dict | None:
         "diagonal": fmt(readings["diagonal"]),
         "slem": fmt(readings["slem"]),
         "distance": sequence(full["path_first_max"]),
-        "first": checks.layer_or_none(readings["first"]),
+        "first": checks.depth_or_none(readings["first"]),
         "full": _last(full["residual"]),
         "content": _last(full["residual_content"]),
         "slem_error": fmt(float(full["slem_diagonal_error"])),
@@ -433,7 +435,7 @@ def headline(summary: dict) -> dict:
         "sink_label": sink_label(summary),
         "uniform": fmt(summary["sinks"]["uniform"]),
         "sinks": _sinks(summary),
-        "first": checks.layer_or_none(causal["first"] if causal else None),
+        "first": checks.depth_or_none(causal["first"] if causal else None),
         "massive": _massive(summary),
     }
 

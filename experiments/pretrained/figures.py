@@ -63,9 +63,9 @@ def _sink_heatmap(summary):
     image = ax.imshow(mass, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
     ax.set_xticks(range(H))
     ax.set_yticks(range(L))
-    ax.set_yticklabels([str(layer + 1) for layer in range(L)], fontsize=7)
+    ax.set_yticklabels([str(layer) for layer in range(L)], fontsize=7)
     ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    ax.set_ylabel("layer (from 0)")
     ax.set_title(f"attention on {sink_label(summary)}", fontsize=9)
     fig.colorbar(image, ax=ax, shrink=0.8)
     return fig
@@ -78,7 +78,7 @@ def _examples_figure(summary):
     maps = np.zeros((heads, n, n))
     for e in examples:
         maps[e["head"]] = _array(e["values"])
-    layer = examples[0]["layer"] + 1
+    layer = examples[0]["layer"]  # from 0, as the API counts
     title = f"layer {layer}: " + "; ".join(f"head {e['head']} ({e['reason']})" for e in examples)
     tokens = [
         t.replace("\u0120", "_") for t in examples[0]["tokens"]

@@ -286,7 +286,7 @@ def _sinks(summary: dict) -> dict | None:
     """The full model's attention on its sinks (mean over heads): `mean` over layers, `uniform` (what uniform
     attention gives), `top` (1-based layer with the most) and `top_mass`, `perron` (the Perron vectors' mean
     mass). Causal: `fraction` of the layers past the bottom BOTTOM_LAYERS above SINK_SHARE, `bottom` (those
-    layers' masses). Bidirectional: `middle` (1-based middle layers), per category (after the union)
+    layers' masses). Bidirectional: `middle` (the middle layers, counted from 0), per category (after the union)
     `categories` `{category: {"mean", "middle"}}` (over all layers, over the middle ones), `largest` (the
     category with the most), `sep_top` and `sep_top_mass` ([SEP]'s layer with the most and its mass). None
     without the full model."""
@@ -310,7 +310,7 @@ def _sinks(summary: dict) -> dict | None:
         return out
     middle = middle_layers(len(mass))
     means = {c: head_mean(sink(full, "attention_sink", c)) for c in summary["sink_categories"][1:]}
-    out["middle"] = [a + 1 for a in middle]
+    out["middle"] = [int(a) for a in middle]
     out["categories"] = {
         c: {"mean": float(m.mean()), "middle": float(np.mean(m[middle]))} for c, m in means.items()
     }

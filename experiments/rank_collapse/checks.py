@@ -90,14 +90,14 @@ def _missing(name, source, claim, need, kind="prediction"):
 
 
 def _unresolved(name, source, claim, kind="prediction"):
-    """A row not measured because its runs resolve fewer than 3 layers (r_l above `RESOLVED`)."""
+    """A row not measured because its runs resolve fewer than 3 depths (r_l above `RESOLVED`)."""
     return prediction(
         name,
         source,
         claim,
         None,
         None,
-        f"not measured: fewer than 3 layers above {RESOLVED:g}",
+        f"not measured: fewer than 3 depths with r_l above {RESOLVED:g}",
         kind=kind,
     )
 
@@ -129,9 +129,9 @@ def _too_few(x: dict) -> str:
 
 
 def regime_checks(summary: dict) -> list[dict]:
-    """Sanity: the Dong run's layer-1 logit variance is the sqrt(d_k) argument's (its regime by design)."""
+    """Sanity: the Dong run's layer-0 logit variance is the sqrt(d_k) argument's (its regime by design)."""
     source = "Vaswani et al. 2017 (Var(q.k / sqrt(d_k)) = Var(q) Var(k) d_k / d_k)"
-    name = "layer-1 logit variance = (std_e^2 + std_p^2)^2"
+    name = "layer-0 logit variance = (std_e^2 + std_p^2)^2"
     dong = numbers(summary["dong"])
     if dong is None:
         return [_missing(name, source, "measured / predicted", DONG_RUN, kind="sanity")]
@@ -151,7 +151,7 @@ def regime_checks(summary: dict) -> list[dict]:
             ratio,
             1 / factor <= ratio <= factor,
             f"measured {reg['logit_variance']:.4g}, predicted {predicted:.4g} (LeCun-normal W_Q, W_K; "
-            f"the learned position table's std beside std_e); layer-1 entropy / log S "
+            f"the learned position table's std beside std_e); layer-0 entropy / log S "
             f"{reg['entropy']:.3f}, Dobrushin tau {reg['tau']:.3f}",
             kind="sanity",
         )
@@ -164,12 +164,12 @@ def window_check(exponent: dict, label: str, source: str = SOURCE_DONG) -> dict:
     return prediction(
         f"Dong's local window is resolved ({label})",
         source,
-        f"every seed has >= {MIN_PAIRS} (example, layer) pairs with {RESOLVED:g} < r_(l-1) < "
+        f"every seed has >= {MIN_PAIRS} (example, depth) pairs with {RESOLVED:g} < r_(l-1) < "
         f"{LOCAL_WINDOW:g} and r_l > {RESOLVED:g} (a slope needs two points), over >= {MIN_UNITS} seeds "
         "(the protocol's units)",
         min(pairs),
         min(pairs) >= MIN_PAIRS and len(pairs) >= MIN_UNITS,
-        f"pairs per seed {_numbers(pairs, 'd')} over {len(pairs)} seeds; distinct layer transitions "
+        f"pairs per seed {_numbers(pairs, 'd')} over {len(pairs)} seeds; distinct depth transitions "
         f"l - 1 -> l per seed {_numbers(exponent['transitions'], 'd')} (a seed with one transition measures "
         "one layer's map over its examples); left out because r_l is at or below the resolution (read on "
         f"the outcome, as the protocol reads no value at rounding): {_numbers(exponent['unresolved'], 'd')}",
@@ -212,7 +212,7 @@ def identity_check(identity: dict, label: str, source: str = SOURCE_DONG) -> dic
     from the decade [eps_1, eps_0] to [eps_2, eps_1]."""
     eps = identity["eps"]
     per_layer = "; ".join(
-        f"layer {row['layer']}: slope {_numbers(row['slope'], '.5f')}, |slope - 3| "
+        f"depth {row['depth']}: slope {_numbers(row['slope'], '.5f')}, |slope - 3| "
         f"{_numbers(row['deviation'], '.2g')}"
         for row in identity["layers"]
     )
@@ -231,7 +231,7 @@ def identity_check(identity: dict, label: str, source: str = SOURCE_DONG) -> dic
         f"or at float64 rounding ({IDENTITY_ROUNDING:.2g}: machine epsilon / eps_min^3)",
         worst,
         shrinks,
-        f"largest shrink ratio over layers {worst:.3g} (an O(eps) term: 0.1); per decade, largest eps "
+        f"largest shrink ratio over depths {worst:.3g} (an O(eps) term: 0.1); per decade, largest eps "
         f"first: {per_layer}",
         kind="sanity",
     )
@@ -259,7 +259,7 @@ def bound_row(looseness: dict, label: str, source: str = SOURCE_DONG) -> dict:
     """Not applicable: Dong's bound needs the constant γ, whose definition is not retrieved; its slack per
     layer is reported as a function of γ (`looseness`: `summary.bound_looseness`)."""
     per_layer = "; ".join(
-        f"layer {row['layer']}: slack {row['slack']:.3g} gamma, measured / bound {row['median']:.3g} / "
+        f"depth {row['depth']}: slack {row['slack']:.3g} gamma, measured / bound {row['median']:.3g} / "
         "gamma"
         for row in looseness["rows"]
     )
@@ -420,7 +420,7 @@ def noci_checks(summary: dict) -> list[dict]:
 
 def _window_notes(windows: list[dict]) -> str:
     def one(w):
-        text = f"layers {w['layers'][0]}-{w['layers'][1]}: rate {interval_text(w['rate'])}"
+        text = f"depths {w['layers'][0]}-{w['layers'][1]}: rate {interval_text(w['rate'])}"
         if "lambda2" in w:
             text += (
                 f", |lambda_2| {interval_text(w['lambda2'])}, rate / |lambda_2| {interval_text(w['ratio'])}, "
@@ -485,7 +485,7 @@ def lambda2_check(windows: list[dict], label: str) -> dict:
             claim,
             None,
             None,
-            f"not measured: fewer than 3 layers above {RESOLVED:g}, or no uniform chain",
+            f"not measured: fewer than 3 depths with r_l above {RESOLVED:g}, or no uniform chain",
             kind="hypothesis",
         )
     excess, early = windows[-1]["excess"], windows[0]
@@ -495,7 +495,7 @@ def lambda2_check(windows: list[dict], label: str) -> dict:
         claim,
         excess["mean"],
         _decide(excess, excess["low"] <= NO_TREND <= excess["high"]),
-        f"difference {interval_text(excess)}; in the early window (layers {early['layers'][0]}-"
+        f"difference {interval_text(excess)}; in the early window (depths {early['layers'][0]}-"
         f"{early['layers'][1]}, not the rule's) {interval_text(early['excess'])}. Where the maps are uniform "
         "(late window), |lambda_2| is 1/2 by construction: a residue there is a gain of the value/output "
         f"weights (W_V W_O), which the maps' |lambda_2| does not contain. {_window_notes(windows)}"
@@ -514,7 +514,7 @@ def local_check(local: dict) -> dict:
     )
     claim = (
         f"'{WU_LOCAL}': query t sees keys t - {width} < s <= t; a finite-depth slowdown: per seed (the "
-        "same weights), at the deepest layer K resolved in both runs, log r_K - log r_K(full causal): "
+        "same weights), at the deepest depth K resolved in both runs, log r_K - log r_K(full causal): "
         "lower end of its 95% interval above 0"
     )
     if rates is None:
@@ -528,9 +528,9 @@ def local_check(local: dict) -> dict:
         _decide(difference, difference["low"] > NO_TREND),
         f"K = {rates['layers'][1]}: r_K {interval_text(rates['residual'])}, full causal "
         f"{interval_text(rates['reference_residual'])}, log difference {interval_text(difference)}. Beside "
-        f"it (not a verdict), per-layer rates over layers {rates['layers'][0]}-{rates['layers'][1]}: "
+        f"it (not a verdict), per-layer rates over depths {rates['layers'][0]}-{rates['layers'][1]}: "
         f"{interval_text(rates['rate'])} against {interval_text(rates['reference_rate'])}; in the late "
-        f"window, layers {late['layers'][0]}-{late['layers'][1]}: {interval_text(late['rate'])} against "
+        f"window, depths {late['layers'][0]}-{late['layers'][1]}: {interval_text(late['rate'])} against "
         f"{interval_text(late['reference_rate'])} (log difference {interval_text(late['difference'])}). "
         "The claim is a delay, not a slower asymptotic rate: for any W >= 2 token 2 sees only tokens 1-2 "
         "(a_22 = 1/2 near uniform attention), so the asymptotic rate is set by the first tokens' maps, "

@@ -102,8 +102,9 @@ def kind_sections(records: list[dict]) -> list[dict]:
 
 
 def profile_rows(profile: dict) -> list[list]:
-    """Per layer: residuals (relative, absolute), shared component, cosine, entropy, tau, logit variance
-    (`profile`: Dong et al.'s run's mean per-layer metrics)."""
+    """Per depth l (0: the input): residuals (relative, absolute), shared component, cosine, and the
+    entropy, tau and logit variance of the layer into depth l, layer l - 1 (`profile`: Dong et al.'s
+    run's mean per-layer metrics)."""
     hidden, attention = [profile[k] for k in HIDDEN], [profile[k] for k in ATTENTION]
     rows = []
     for layer in range(min(len(hidden[0]), PROFILE_ROWS)):
@@ -151,7 +152,7 @@ def dong_context(dong: dict) -> dict:
     ]
     looseness = [
         [
-            row["layer"],
+            row["depth"],
             row["points"],
             fmt(row["slack"]),
             fmt(row["median"]),
@@ -164,7 +165,7 @@ def dong_context(dong: dict) -> dict:
     identity_rows = (
         [
             [
-                row["layer"],
+                row["depth"],
                 *[format(v, ".5f") for v in row["slope"]],
                 *[format(v, ".2g") for v in row["deviation"]],
                 *[format(v, ".2g") for v in row["max_deviation"]],
@@ -188,7 +189,7 @@ def dong_context(dong: dict) -> dict:
         "saturation": dong["saturation"],
         "identity_rows": identity_rows,
         "identity_header": (
-            ["layer"]
+            ["depth l"]
             + [f"slope {d}" for d in decades]
             + [f"median |slope - 3| {d}" for d in decades]
             + [f"largest |slope - 3| {d}" for d in decades]
@@ -436,7 +437,7 @@ def readme_dong(dong: dict) -> dict:
         "exponent": dong["exponent"],
         "saturation": dong["saturation"],
         "identity_edge": dong["identity"]["edge"] if dong["identity"] else None,
-        "slack": [(row["layer"], fmt(row["slack"])) for row in dong["looseness"]["rows"]],
+        "slack": [(row["depth"], fmt(row["slack"])) for row in dong["looseness"]["rows"]],
     }
 
 

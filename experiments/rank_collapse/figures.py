@@ -2,9 +2,11 @@
 
 Per-layer metrics are drawn as `attnjax.plotting.metric_vs_depth` draws them
 (mean over seeds, min-max band, log y axis for residuals), several panels to
-a figure (`Panel`). A panel's x axis starts at 0 for hidden-state metrics
-(X_0 is the input) and at 1 for attention statistics (one per layer): the
-panel says which, nothing is read from its label.
+a figure (`Panel`). The x axis is the depth l, the number of layers applied
+(layers themselves count from 0, as in the API): a panel starts at 0 for
+hidden-state metrics (X_0 is the input) and at 1 for attention statistics (at
+depth l, those of layer l - 1, the layer into depth l): the panel says which,
+nothing is read from its label.
 
 Every number drawn is the summary's: the lines with their bands (`bands`), the
 fits, ratios and medians of its sections, and, where every seed or example is
@@ -25,19 +27,22 @@ from experiments.lab.stats import numbers
 from experiments.rank_collapse.checks import std_label
 from experiments.rank_collapse.constants import FLOOR, LOCAL_WINDOW, RESOLVED, SATURATED
 
-HIDDEN, ATTENTION = 0, 1  # x of a profile's first value: X_0 (the input), or layer 1's attention
+HIDDEN, ATTENTION = (
+    0,
+    1,
+)  # x (depth) of a profile's first value: X_0 (the input), or layer 0's attention
 LEGEND_SIZE = 7
 
 
 class Panel(NamedTuple):
     """One axes of a figure: `curves` `{label: band}` (`summary.band`: mean, min, max over seeds, and their
-    number `n`) against the layers from `start`."""
+    number `n`) against the depths from `start`."""
 
     ylabel: str
     curves: dict
     log: bool = True
     start: int = HIDDEN
-    xlabel: str = "depth (layer)"
+    xlabel: str = "depth l (layers applied)"
 
 
 def _style(
@@ -218,7 +223,7 @@ def noci_gradients(summary: dict):
             )
             ratio = _array(found[-1]["ratio_profile"])
             ax2.plot(
-                np.arange(1, ratio.size + 1),
+                np.arange(ratio.size),
                 ratio,
                 style,
                 color=f"C{i}",
@@ -226,7 +231,7 @@ def noci_gradients(summary: dict):
             )
     ax1.set_xscale("log", base=2)
     _style(ax1, "depth L", "g(L): geometric mean over layers", log=True)
-    _style(ax2, "layer", "||grad W_QK|| / ||grad W_V||", log=True)
+    _style(ax2, "layer (from 0)", "||grad W_QK|| / ||grad W_V||", log=True)
     fig.suptitle(
         "Noci et al. 2022: query/key against value gradients at initialisation (dashed: unscaled)"
     )
@@ -256,7 +261,7 @@ def layernorm_dynamics(summary: dict):
                 )
         ax.axhline(FLOOR, color="grey", linestyle=":", label=f"float64 rounding {FLOOR:g}")
         ax.set_title(name)
-        _style(ax, "layer", "||X - 1 x_bar^T||_F / ||X||_F", log=True)
+        _style(ax, "depth t (layers applied)", "||X - 1 x_bar^T||_F / ||X||_F", log=True)
         ax.set_ylim(bottom=FLOOR / 100)
     fig.suptitle("Wu et al. 2024: self-attention with LayerNorm on constructed weights (causal)")
     return fig

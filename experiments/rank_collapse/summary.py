@@ -388,9 +388,9 @@ def dong_exponent(run: dict, lower: float = 0.0, upper: float = LOCAL_WINDOW) ->
 
 def identity_slopes(residuals, eps=EPS) -> dict:
     """The eps-scaling identity (`scaling.py`) per layer: the slope of log ||res(layer(1 x_bar^T + eps R))||
-    against log eps over each decade of `eps`.
+    against log eps over each decade of `eps`, at every depth l = 1..L (the layer from X_(l-1) to X_l).
 
-    residuals `[S, E, L, B]` (`identity/residual`), eps `[E]` (decreasing) -> `{"eps", "layers": [{"layer",
+    residuals `[S, E, L, B]` (`identity/residual`), eps `[E]` (decreasing) -> `{"eps", "layers": [{"depth",
     "slope": [per decade: median over seeds and examples], "deviation": [per decade: median of
     |slope - 3|], "max_deviation": [per decade: largest |slope - 3|], "shrink": the last decade's median
     deviation over the one before (NaN where both are 0)}], "edge", "worst_shrink"}`; `edge` is the
@@ -417,7 +417,7 @@ def identity_slopes(residuals, eps=EPS) -> dict:
             shrink = float(np.divide(median[-1], median[-2]))
         layers.append(
             {
-                "layer": layer + 1,
+                "depth": layer + 1,
                 "slope": over_points(slopes, np.median),
                 "deviation": median,
                 "max_deviation": over_points(deviation, np.max),
@@ -457,7 +457,7 @@ def bound_looseness(bound, res_abs, rel, constant, floor: float = RESOLVED) -> d
     l - 1 and l.
 
     bound `[S, B, L]` (c_l ||res(X_(l-1))||^3 at γ = 1), res_abs and rel `[S, B, L + 1]`, constant `[S, L]`
-    (c_l at γ = 1) -> `{"rows": [{"layer", "points", "median", "min", "max", "slack"}], "worst",
+    (c_l at γ = 1) -> `{"rows": [{"depth", "points", "median", "min", "max", "slack"}], "worst",
     "medians"}`: per resolved layer, measured / bound over its resolved (seed, example) points (median,
     min, max) and the median slack c_l ||res(X_(l-1))||^2, the bound's per-layer contraction factor
     (||res(X_l)|| <= slack ||res(X_(l-1))||: the bound guarantees a contraction only where it is < 1);
@@ -474,7 +474,7 @@ def bound_looseness(bound, res_abs, rel, constant, floor: float = RESOLVED) -> d
             slack = constant[:, None, layer - 1] * res_abs[..., layer - 1] ** 2
             rows.append(
                 {
-                    "layer": layer,
+                    "depth": layer,
                     "points": int(keep.sum()),
                     "median": float(np.median(ratio)),
                     "min": float(ratio.min()),
@@ -938,7 +938,7 @@ def _gradients(summary: dict) -> list[dict]:
             "scaled": [_gradient_record(r) for r in scaled],
         }
         smallest = min(
-            (value, variant, record["depth"], layer + 1)
+            (value, variant, record["depth"], layer)
             for variant, found in records.items()
             for record in found
             for layer, value in enumerate(record["ratio_profile"])

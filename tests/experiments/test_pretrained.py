@@ -233,6 +233,8 @@ def test_every_layer_is_measured_and_the_predictions_match_the_model():
         assert ("[SEP] gets over half of the attention in the middle layers" in names) != causal
         assert ("attention only (norms kept): exponential collapse" in names) == causal
         assert ("attention only (norms kept): doubly exponential decay" in names) != causal
+        if not causal:  # Clark et al.'s middle layers, counted from 0 as the API counts them
+            assert summary["sinks"]["middle"] == readings.middle_layers(layers)
         full = summary["variants"]["full"]
         if causal:  # every causal map has Perron vector e_1
             np.testing.assert_allclose(full["perron_sink"]["sinks"], 1, atol=1e-4)

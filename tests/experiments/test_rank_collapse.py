@@ -12,6 +12,7 @@ from flax import nnx
 from attnjax import training
 from attnjax.serialization import json_form
 from configs import rank_collapse as config_lib
+from experiments.lab.render import NUMBERING
 from experiments.rank_collapse import STUDY
 from experiments.rank_collapse import study as rank_collapse_study
 from experiments.rank_collapse import summary as summary_lib
@@ -74,7 +75,7 @@ def test_rows_hold_per_layer_profiles(run):
 # Every row of the test config's run, by name (the part before " ("), with its kind and verdict as measured
 # at width 16 with 2 heads (L = 4; 10 seeds in the init, mask, local, Noci and LayerNorm runs, 2 in training).
 EXPECTED_VERDICTS = {
-    "layer-1 logit variance = (std_e^2 + std_p^2)^2": ("sanity", "pass"),
+    "layer-0 logit variance = (std_e^2 + std_p^2)^2": ("sanity", "pass"),
     "Dong's local window is resolved": ("sanity", "pass"),
     "Dong's local exponent is 3": ("sanity", "pass"),
     "the eps-scaling identity holds at every layer": ("sanity", "pass"),
@@ -134,6 +135,17 @@ def test_noci_sweep_measures_per_layer_gradients_and_profiles(run):
     assert not any(
         k.startswith("layer_grad_norm") for k in _phases(run.summary, INIT_RUN)[("init", 0)]
     )
+
+
+def test_the_smallest_gradient_ratio_names_its_layer_from_0(run):
+    """The Noci note's smallest per-layer ratio names the layer as the API counts it: the index of the
+    smallest entry of its run's profile (layer 0 is the first), not that index + 1."""
+    for placement in run.summary["gradients"]:
+        smallest = placement["smallest"]
+        record = next(r for r in placement[smallest["variant"]] if r["depth"] == smallest["depth"])
+        profile = np.asarray(record["ratio_profile"])
+        assert smallest["layer"] == int(np.argmin(profile))
+        assert smallest["ratio"] == profile.min()
 
 
 def test_report_has_the_regime_and_the_figures(run):
@@ -240,6 +252,7 @@ def test_readme_results_are_the_committed_summary_rendered():
     assert (results / "report.md").read_text() == report.markdown(summary)
     assert json_form(checks.predictions(summary)) == summary["predictions"]
     assert sorted(p.name for p in (results / "plots").iterdir()) == summary["plots"]
+    assert NUMBERING in (results / "report.md").read_text()  # the one numbering, stated
 
 
 def test_dong_metrics_read_fused_and_separate_qkv_alike():

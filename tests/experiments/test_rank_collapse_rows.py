@@ -294,7 +294,7 @@ def test_bound_looseness_reads_only_resolved_layers_and_reports_the_slack():
     constant = np.array([[3.0, 5.0, 7.0]])  # [S, L]
     looseness = summary_lib.bound_looseness(bound, res_abs, rel, constant)
     rows = looseness["rows"]
-    assert [row["layer"] for row in rows] == [1, 2]
+    assert [row["depth"] for row in rows] == [1, 2]
     np.testing.assert_allclose([row["max"] for row in rows], [2e-3 / 1.0, 2e-9 / 4e-3])
     np.testing.assert_allclose([row["slack"] for row in rows], [3.0 * 1.0**2, 5.0 * 2e-3**2])
     assert looseness["worst"] == max(row["max"] for row in rows)
@@ -587,7 +587,7 @@ def test_the_lambda_2_hypothesis_compares_with_the_uniform_chain_in_the_late_win
     # The note gives the early window's difference beside the late one the rule reads.
     (row,) = [r for r in checks.mask_checks(causal_summary(transient)) if LAMBDA2 in r["name"]]
     early = interval_text(windows[0]["excess"])
-    assert f"in the early window (layers 0-8, not the rule's) {early}" in row["note"]
+    assert f"in the early window (depths 0-8, not the rule's) {early}" in row["note"]
 
 
 def test_the_lambda_2_hypothesis_is_not_measured_without_the_chain():
@@ -600,7 +600,7 @@ def test_the_lambda_2_hypothesis_is_not_measured_without_the_chain():
 
 def test_causal_windows_split_the_resolved_layers_and_regress_each_half():
     r = np.stack([0.5**LAYERS, 0.25**LAYERS])
-    r[:, 13:] = 1e-16  # unresolved from layer 13: the windows are layers 0-6 and 6-12
+    r[:, 13:] = 1e-16  # unresolved from depth 13: the windows are depths 0-6 and 6-12
     slem = np.stack([np.full(16, 0.5), np.full(16, 0.25)])
     windows = summary_lib.window_rates(
         r, slem, np.ones((2, 16)), reference=0.5 ** np.tile(LAYERS, (2, 1))
