@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnjax import plotting
+from attnjax import masks, plotting
 from experiments.pretrained.constants import VARIANT_LABELS
 from experiments.pretrained.context import model_label, sink_label
 
@@ -90,6 +90,8 @@ def _examples_figure(summary):
         ncols=len(examples),
         title=title,
         annotate=False,
+        # A causal map's future keys are masked, not weight 0: drawn grey.
+        mask=masks.causal_mask(n, n) if summary["model"]["causal"] else None,
     )
 
 
