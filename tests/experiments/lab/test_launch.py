@@ -17,13 +17,13 @@ from pathlib import Path
 
 import jax
 import pytest
-from ml_collections import ConfigDict
 
 from configs import softmax_scaling as softmax_scaling_config
 from experiments.lab import launch
 from experiments.lab import study as study_lib
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
-from tests.experiments.lab.test_studies import REPO, _toy
+from tests.experiments.lab.test_studies import REPO
+from tests.experiments.lab.toy_study import TOY_CONFIG, kill_at_x4, toy
 
 pytest.importorskip("submitit")  # the `cluster` extra, part of `dev`
 
@@ -36,7 +36,6 @@ TINY = {
     "rate_dims": (256, 4096),
     "rate_samples": 256,
 }
-TOY_CONFIG = ConfigDict({"xs": (1, 2, 3, 4, 5)})
 
 
 def _study_command(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -75,24 +74,17 @@ def test_two_local_jobs_give_the_summary_of_one_process(tmp_path, figures_not_re
     assert len(logs) == 2 and all("this job's share" in log.read_text() for log in logs)
 
 
-def _kill_at_x4(spec, config, run):
-    """The toy's run, except that run x4 kills its own process (as the OOM killer or scancel would)."""
-    if spec.x == 4:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return [{"metric": "square", "value": spec.x**2}]
-
-
 @pytest.mark.slow
 def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
     import submitit
 
     # A job that dies writes no result; submitit then waits this long for one (15 s, for network file systems).
     monkeypatch.setattr(submitit.core.core.Job, "_results_timeout_s", 1)
-    reference = _toy().run_one
+    reference = toy().run_one
     messages = []
     with pytest.raises(RuntimeError, match=r"1 of 2 jobs failed: job \S+ \(x2, x4\)") as error:
         launch.submit(
-            _toy(run_one=_kill_at_x4),
+            toy(run_one=kill_at_x4),
             TOY_CONFIG,
             str(tmp_path),
             launcher="local",
@@ -108,7 +100,7 @@ def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
 
     messages = []
     summary = launch.submit(
-        _toy(run_one=reference),
+        toy(run_one=reference),
         TOY_CONFIG,
         str(tmp_path),
         launcher="local",
@@ -129,7 +121,7 @@ def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
     messages = []
     assert (
         launch.submit(
-            _toy(run_one=_kill_at_x4),
+            toy(run_one=kill_at_x4),
             TOY_CONFIG,
             str(tmp_path),
             launcher="local",
@@ -139,16 +131,6 @@ def test_a_killed_job_loses_only_its_unfinished_run(tmp_path, monkeypatch):
         == summary
     )
     assert not any("submitting" in m for m in messages)
-
-
-def _sleep_in_every_run(spec, config, run):
-    """The toy's run, except that it leaves its process id in its scratch directory and sleeps (a long
-    run, for the launcher to be killed during)."""
-    os.makedirs(run.path, exist_ok=True)
-    with open(os.path.join(run.path, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    time.sleep(300)
-    return [{"metric": "square", "value": spec.x**2}]
 
 
 def _running(pid: int) -> bool:
@@ -167,8 +149,8 @@ def test_killing_the_launcher_cancels_its_jobs(tmp_path):
     signum = signal.SIGTERM
     script = (
         "from experiments.lab import launch\n"
-        "from tests.experiments.lab.test_launch import TOY_CONFIG, _sleep_in_every_run, _toy\n"
-        f"launch.submit(_toy(run_one=_sleep_in_every_run), TOY_CONFIG, {str(tmp_path)!r}, "
+        "from tests.experiments.lab.toy_study import TOY_CONFIG, sleep_in_every_run, toy\n"
+        f"launch.submit(toy(run_one=sleep_in_every_run), TOY_CONFIG, {str(tmp_path)!r}, "
         "launcher='local', jobs=2, progress=lambda line: print(line, flush=True))\n"
     )
     log = (
@@ -256,7 +238,7 @@ def test_shards_are_disjoint_cover_every_run_and_write_the_outputs_once_all_are_
         ran.append(spec.run_id)
         return [{"metric": "square", "value": spec.x**2}]
 
-    study = _toy(run_one=counted)
+    study = toy(run_one=counted)
     specs = study.specs(TOY_CONFIG)
     shares = [[s.run_id for s in launch.shard(specs, i, 3)] for i in range(3)]
     assert shares == [["x1", "x4"], ["x2", "x5"], ["x3"]]
@@ -331,6 +313,6 @@ def test_without_submitit_the_launcher_says_what_to_install(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "submitit", None)  # `import submitit` raises ImportError
     with pytest.raises(ImportError, match=r"pip install attnjax\[cluster\]"):
         launch.submit(
-            _toy(), TOY_CONFIG, str(tmp_path), launcher="local", jobs=2, progress=lambda line: None
+            toy(), TOY_CONFIG, str(tmp_path), launcher="local", jobs=2, progress=lambda line: None
         )
     assert not list((tmp_path / "runs").iterdir())

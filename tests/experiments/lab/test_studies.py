@@ -33,6 +33,7 @@ from experiments.rank_collapse import STUDY as RANK_COLLAPSE
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
 from tests import tiny_checkpoint
 from tests.conftest import RUN_DIR_VARIABLE
+from tests.experiments.lab.toy_study import toy
 from tests.paths import REPO
 
 OUTPUTS = ("config.json", "metrics.jsonl", "summary.json", "report.md")
@@ -476,46 +477,10 @@ def test_config_variants(name):
 # The runner, on a toy study (no JAX)
 
 
-@dataclasses.dataclass(frozen=True)
-class Toy:
-    x: int
-
-    @property
-    def run_id(self):
-        return f"x{self.x}"
-
-
-def _toy(**changes):
-    def figures(summary):
-        from attnjax import plotting
-
-        fig = plotting.figure(2, 2)
-        fig.add_subplot().plot(summary["xs"])
-        return {"xs": fig}
-
-    study = study_lib.Study(
-        name="toy",
-        specs=lambda config: [Toy(x) for x in config.xs],
-        run_one=lambda spec, config, run: [{"metric": "square", "value": spec.x**2}],
-        summarize=lambda rows, config: {
-            "xs": [r["x"] for r in rows],
-            "squares": study_lib.by_metric(rows)["square"],
-        },
-        predictions=lambda summary: [
-            study_lib.prediction(
-                "squares grow", "arithmetic", "x^2 increasing", summary["squares"][-1], True
-            )
-        ],
-        figures=figures,
-        report=lambda summary: f"# toy\n{summary['squares']} ({summary['plots']})\n",
-    )
-    return dataclasses.replace(study, **changes)
-
-
 def test_runner_writes_outputs_and_shows_progress(tmp_path):
     messages = []
     summary = study_lib.run(
-        _toy(), ConfigDict({"xs": (1, 2, 3)}), str(tmp_path), progress=messages.append
+        toy(), ConfigDict({"xs": (1, 2, 3)}), str(tmp_path), progress=messages.append
     )
     assert summary["squares"] == [1, 4, 9] and summary["config"] == {"xs": [1, 2, 3]}
     assert summary["predictions"][0]["verdict"] == "pass" and summary["plots"] == ["xs.png"]
@@ -544,7 +509,7 @@ def test_runner_writes_outputs_and_shows_progress(tmp_path):
 def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
     """A truncated record is moved aside with its file named, and only its run is redone."""
     config = ConfigDict({"xs": (1, 2, 3)})
-    first = study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    first = study_lib.run(toy(), config, str(tmp_path), progress=lambda line: None)
     record = tmp_path / "runs" / "x2.json"
     text = record.read_text()
     record.write_text(text[:-5])
@@ -556,7 +521,7 @@ def test_corrupt_run_record_is_redone_and_named(tmp_path, capsys):
         return [{"metric": "square", "value": spec.x**2}]
 
     assert (
-        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append)
+        study_lib.run(toy(run_one=counted), config, str(tmp_path), progress=messages.append)
         == first
     )
     assert (
@@ -582,7 +547,7 @@ def test_malformed_run_record_is_redone_and_named(tmp_path, record):
     """A record that is JSON but not a record of its run (empty, not an object, without metrics, of
     another spec) is moved aside with its file named, and only its run is redone."""
     config = ConfigDict({"xs": (1, 2, 3)})
-    first = study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    first = study_lib.run(toy(), config, str(tmp_path), progress=lambda line: None)
     path = tmp_path / "runs" / "x2.json"
     path.write_text(json.dumps(record))
     redone, messages = [], []
@@ -592,7 +557,7 @@ def test_malformed_run_record_is_redone_and_named(tmp_path, record):
         return [{"metric": "square", "value": spec.x**2}]
 
     assert (
-        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=messages.append)
+        study_lib.run(toy(run_one=counted), config, str(tmp_path), progress=messages.append)
         == first
     )
     (moved,) = [m for m in messages if "is not a run record" in m]
@@ -605,12 +570,12 @@ def test_a_stray_record_is_reported_and_not_merged(tmp_path):
     """A record in runs/ that is not of the study's runs (another study's, a copy) is named once, left
     alone, and never merged into metrics.jsonl."""
     config = ConfigDict({"xs": (1, 2, 3)})
-    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    study_lib.run(toy(), config, str(tmp_path), progress=lambda line: None)
     metrics = (tmp_path / "metrics.jsonl").read_text()
     stray = json.dumps({"spec": {"x": 7}, "metrics": [{"metric": "square", "value": 49}] * 4})
     (tmp_path / "runs" / "other.json").write_text(stray)
     messages = []
-    study_lib.run(_toy(run_one=refuse), config, str(tmp_path), progress=messages.append)
+    study_lib.run(toy(run_one=refuse), config, str(tmp_path), progress=messages.append)
     assert (tmp_path / "metrics.jsonl").read_text() == metrics
     assert [m for m in messages if "other.json" in m] == [
         f"{tmp_path / 'runs'} holds records that are not of this study's runs, left alone and not "
@@ -625,7 +590,7 @@ def test_a_read_only_workdir_is_refused_before_any_run(tmp_path, monkeypatch):
     from tests.experiments.lab.test_workdir import _read_only
 
     config = ConfigDict({"xs": (1, 2, 3)})
-    study_lib.run(_toy(), config, str(tmp_path), progress=lambda line: None)
+    study_lib.run(toy(), config, str(tmp_path), progress=lambda line: None)
     (tmp_path / "runs" / "x3.json").unlink()
     _read_only(tmp_path, monkeypatch)
     ran = []
@@ -635,7 +600,7 @@ def test_a_read_only_workdir_is_refused_before_any_run(tmp_path, monkeypatch):
         return [{"metric": "square", "value": spec.x**2}]
 
     with pytest.raises(OSError, match=rf"workdir directory {tmp_path} is not writable"):
-        study_lib.run(_toy(run_one=counted), config, str(tmp_path), progress=lambda line: None)
+        study_lib.run(toy(run_one=counted), config, str(tmp_path), progress=lambda line: None)
     assert ran == []
 
 
@@ -662,20 +627,18 @@ def test_summary_lists_only_figures_already_written(tmp_path, monkeypatch):
     monkeypatch.setattr(Workdir, "write_figure", killed_at_b)
     config = ConfigDict({"xs": (1, 2)})
     with pytest.raises(KeyboardInterrupt):
-        study_lib.run(_toy(figures=figures), config, str(tmp_path), progress=lambda line: None)
+        study_lib.run(toy(figures=figures), config, str(tmp_path), progress=lambda line: None)
     summary = tmp_path / "summary.json"
     listed = json.loads(summary.read_text())["plots"] if summary.exists() else []
     assert all((tmp_path / "plots" / name).exists() for name in listed)
     monkeypatch.undo()
-    summary = study_lib.run(
-        _toy(figures=figures), config, str(tmp_path), progress=lambda line: None
-    )
+    summary = study_lib.run(toy(figures=figures), config, str(tmp_path), progress=lambda line: None)
     assert summary["plots"] == ["a.png", "b.png"]
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == summary["plots"]
 
 
 def test_runner_rejects_rows_that_repeat_the_spec(tmp_path):
-    study = _toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
+    study = toy(run_one=lambda spec, config, run: [{"x": spec.x, "metric": "square", "value": 1}])
     with pytest.raises(ValueError, match=r"repeat the spec fields \['x'\]"):
         study_lib.run(study, ConfigDict({"xs": (1,)}), str(tmp_path), progress=lambda line: None)
 
@@ -691,14 +654,14 @@ def test_runner_rejects_bad_verdicts_and_duplicate_runs(tmp_path):
     }
     with pytest.raises(ValueError, match="verdict must be one of"):
         study_lib.run(
-            _toy(predictions=lambda summary: [bad]),
+            toy(predictions=lambda summary: [bad]),
             ConfigDict({"xs": (1,)}),
             str(tmp_path / "a"),
             progress=lambda line: None,
         )
     with pytest.raises(ValueError, match="run ids must be distinct"):
         study_lib.run(
-            _toy(), ConfigDict({"xs": (1, 1)}), str(tmp_path / "b"), progress=lambda line: None
+            toy(), ConfigDict({"xs": (1, 1)}), str(tmp_path / "b"), progress=lambda line: None
         )
     assert not (tmp_path / "b").exists()
 
