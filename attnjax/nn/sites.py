@@ -40,7 +40,10 @@ sites: the site's shape), so a clean run's captured activations patch a
 corrupted run (`replace("resid_pre", clean["resid_pre"], where)`, `where` True
 at the layers and positions to patch). The arrays are data, not part of the
 compiled program: a sweep over `where` masks is one program (`attnjax.nn.patching`).
-Full forward passes only (not decoding, the statistics mode or the sink cache).
+Full forward passes only (not decoding or the sink cache). The statistics mode
+(`return_intermediates="statistics"`, memory linear in T) captures every site
+but the `[B, H, T, S]` ones (`DENSE_SITES`), under the same names; it takes no
+site edits (its statistics are those of the unedited softmax).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ MODEL_SITES = ("embed", "final")
 SITES = LAYER_SITES + MODEL_SITES
 # Computed from other sites for capture; editing them would not change what the layer computes.
 CAPTURE_ONLY = ("logits", "weights")
+# The sites of size T x S per head, which the statistics mode (memory linear in T) does not capture.
+DENSE_SITES = ("logits", "weights")
 
 
 def _pytree(data: tuple[str, ...]):

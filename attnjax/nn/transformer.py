@@ -273,14 +273,25 @@ class Transformer(nnx.Module):
     def _check_sites(self, inputs, capture, site_edits, edits, decode, statistics, sink) -> tuple:
         """The call's (capture, site edits, site shapes), checked against the model and the call
         (`ValueError`)."""
-        if decode or statistics or sink is not None:
+        if decode or sink is not None:
             raise ValueError(
-                "capture and site edits are for full forward passes (not decode=True, "
-                "return_intermediates='statistics' or sink_cache)"
+                "capture and site edits are for full forward passes (not decode=True or sink_cache)"
             )
         shapes = sites_lib.site_shapes(self.config, *inputs.shape[:2])
         capture = sites_lib.check_capture(capture, shapes)
         site_edits = sites_lib.check_site_edits(site_edits, shapes, self.config.num_layers)
+        if statistics:
+            dense = [s for s in capture if s in sites_lib.DENSE_SITES]
+            if dense:
+                raise ValueError(
+                    f"return_intermediates='statistics' keeps memory linear in T: the sites {dense} "
+                    "are [B, H, T, S] (capture them with return_intermediates=True or False)"
+                )
+            if site_edits:
+                raise ValueError(
+                    "site edits and return_intermediates='statistics' do not combine (the statistics "
+                    "are of the unedited softmax); capture does"
+                )
         if edits and any(e.site in ("q", "k", "v") for e in site_edits):
             if any(isinstance(e, edits_lib.ATTENTION_EDITS) for e in edits):
                 raise ValueError(
@@ -344,7 +355,8 @@ class Transformer(nnx.Module):
             `init_cache(B, n_sink + window)` first, `decode=True`), past max_len.
           capture: names of `attnjax.nn.sites` to return: layer sites stacked
             `[L, ...]` (layer 0 first), model sites ('embed', 'final') as they are.
-            Full passes only (not with `decode`, `sink_cache` or the statistics).
+            Full passes only (not with `decode` or `sink_cache`); with the
+            statistics, every site but the `[B, H, T, S]` ones (logits, weights).
 
         Returns:
           logits `[B, T, out_features]` (hidden states `[B, T, D]` when

@@ -177,9 +177,14 @@ def test_affine_edits_scale_and_add_at_a_site():
             r"editing the sites q, k or v does not combine with attention edits",
         ),
         (
-            dict(capture=("q",), return_intermediates="statistics"),
+            dict(capture=("q", "weights"), return_intermediates="statistics"),
             ValueError,
-            r"capture and site edits are for full forward passes",
+            r"statistics' keeps memory linear in T: the sites \['weights'\] are \[B, H, T, S\]",
+        ),
+        (
+            dict(edits=(sites.affine("resid_pre", scale=2.0),), return_intermediates="statistics"),
+            ValueError,
+            r"site edits and return_intermediates='statistics' do not combine",
         ),
     ],
 )
@@ -187,6 +192,22 @@ def test_bad_sites_and_shapes_raise_naming_them(call, error, match):
     model, _ = _model(CASES["attention-only-no-norm"])
     with pytest.raises(error, match=match):
         model(jnp.asarray(IDS), **call)
+
+
+def test_the_statistics_mode_captures_the_sites_of_the_plain_pass():
+    """`return_intermediates="statistics"` (streaming attention, no [T, S] array) returns the requested
+    sites under the same names as the plain pass, with its statistics; the attention output is the
+    streaming pass's, equal to the dense one to float64 rounding, and so is everything after it."""
+    model, _ = _model(CASES["learned-pre-layernorm-gqa-causal"])
+    names = ("embed", "resid_pre", "q", "k", "v", "head_out", "attn_out", "resid_post", "final")
+    tokens = jnp.asarray(IDS)
+    _, plain = model(tokens, capture=names)
+    _, streamed = model(tokens, capture=names, return_intermediates="statistics")
+    assert set(streamed) == {*names, "hidden", "statistics"}
+    for name in names:
+        assert streamed[name].shape == plain[name].shape, name
+        np.testing.assert_allclose(streamed[name], plain[name], **TOL, err_msg=name)
+    np.testing.assert_array_equal(streamed["resid_pre"][0], plain["resid_pre"][0])
 
 
 def test_capture_while_decoding_and_site_edits_in_generate_raise():
