@@ -226,6 +226,10 @@ def _pretrained():
             sweep_length=16,
             sweep_chunk=16,
             sweep_loop_heads=4,
+            # sigma_1, sigma_2 of the causal LM's own maps on prose, streaming, against float64
+            # dense SVDs of these layers (experiments/benchmark/real_maps.py).
+            real_map_length=2048,
+            real_map_layers=(0, 29),
             repeats=3,
             peak_matmul_size=2048,
             forward_target=1.1,
@@ -348,6 +352,8 @@ def get_config(arg: str | None = None):
             peak_matmul_size=256,
             sweep_length=8,
             sweep_loop_heads=2,
+            real_map_length=32,
+            real_map_layers=(0, 1),
         )
         config.streaming.update(
             length=256,

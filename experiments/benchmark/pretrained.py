@@ -30,6 +30,9 @@ checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
   every call), timed in alternation, and their ratio.
 * The all-head ablation sweep as one program against a loop of single
   edits (`experiments/benchmark/head_sweep.py`).
+* The causal LM's own attention maps on `real_map_length` tokens of prose:
+  sigma_1, sigma_2 of every map by `nn.attention_spectra`, against float64
+  dense SVDs of `real_map_layers` (`experiments/benchmark/real_maps.py`).
   Ratio: attnjax's seconds over PyTorch's. Any row that cannot be measured
   (a package missing or failing to import, a model that does not build)
   says "not measured (reason)"; the section never raises for it.
@@ -55,6 +58,7 @@ from flax import nnx
 
 from attnjax import nn
 from experiments.benchmark.head_sweep import head_sweep_rows
+from experiments.benchmark.real_maps import real_map_rows
 from experiments.benchmark.util import (
     interleaved_median_times,
     median_time,
@@ -380,6 +384,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         shape = f"B=1 T={recipe_ids.shape[1]} f32"
         rows += jit_recipe_rows(model, recipe_ids, model_label, shape, cfg.repeats)
     rows += head_sweep_rows(model, model_label, cfg)
+    rows += real_map_rows(model, tokenizer, model_label, cfg)
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
     if torch_model is not None:

@@ -9,6 +9,7 @@ from configs import benchmark as config_lib
 from configs import rank_collapse as rank_collapse_config
 from experiments.benchmark import linear as bench_linear
 from experiments.benchmark import pretrained as bench_pretrained
+from experiments.benchmark import real_maps as bench_real_maps
 from experiments.benchmark import report as bench_report
 from experiments.benchmark import suite
 from experiments.benchmark import train_step as bench_train_step
@@ -103,6 +104,33 @@ def test_smoke_streaming_rows_time_statistics_against_the_forward_and_memory_ove
     (dense,) = [r for r in rows if r["name"] == "dense SVD / streaming"]
     assert "T=64" in dense["shape"] and dense["ratio"] > 0
     assert dense["max_relative_difference"] < 1e-3
+
+
+def test_smoke_real_map_row_checks_the_streaming_spectra_against_float64_svds(smoke):
+    """The causal LM's own maps (the tiny llama, T = 32, both layers): sigma_1, sigma_2 by the streaming
+    path equal float64 dense SVDs to 1e-6 in float64 (the acceptance's bound), and to float32 rounding
+    in float32."""
+    _, payload = smoke
+    (row,) = [
+        r
+        for r in payload["rows"]
+        if r["name"].endswith("leading singular values of its maps (streaming)")
+    ]
+    assert row["section"] == "pretrained" and "T=32" in row["shape"] and row["seconds"] > 0
+    assert row["max_relative_difference"] < 1e-6
+    assert row["max_relative_difference_float32"] < 1e-4
+
+
+def test_dense_singular_values_are_those_of_the_causal_softmax_map():
+    """The float64 reference of the real-map row, from its equations: one head's causal softmax map of
+    random q, k (two query heads on one key head) has the singular values NumPy gives for it."""
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(6, 2, 4)), rng.normal(size=(6, 1, 4))
+    values = bench_real_maps.dense_singular_values(q, k, scale=0.5)
+    for h in range(2):
+        logits = np.where(np.tril(np.ones((6, 6), bool)), q[:, h] @ k[:, 0].T * 0.5, -np.inf)
+        weights = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(values[h], np.linalg.svd(weights)[1][:2], rtol=1e-12)
 
 
 def test_smoke_train_step_compares_attnjax_with_flax_in_the_same_run(smoke):
