@@ -73,10 +73,11 @@ LAYER_SITES = (
 )
 MODEL_SITES = ("embed", "final")
 SITES = LAYER_SITES + MODEL_SITES
-# Computed from other sites for capture; editing them would not change what the layer computes.
-CAPTURE_ONLY = ("logits", "weights")
 # The sites of size T x S per head, which the statistics mode (memory linear in T) does not capture.
 DENSE_SITES = ("logits", "weights")
+# Computed from other sites for capture; editing them would not change what the layer computes.
+# They are the dense sites.
+CAPTURE_ONLY = DENSE_SITES
 
 
 def _pytree(data: tuple[str, ...]):
