@@ -251,9 +251,10 @@ def _streaming():
             kv_heads=3,
             head_dim=64,
             repeats=3,
-            chunk_size=256,
-            query_chunk_size=128,
-            target=2.0,
+            # attention_statistics' defaults (chosen by this row: blocks of 64 queries over 512 keys).
+            chunk_size=512,
+            query_chunk_size=64,
+            target=1.3,
             sink_positions=(0,),
             window=128,
             # Compiled temp memory of the statistics program over T (H=8): growth per doubling.
