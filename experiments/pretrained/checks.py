@@ -38,6 +38,7 @@ from experiments.pretrained.constants import (
     BOTTOM_LAYERS,
     BOUND_TOLERANCE,
     CHECK_LABELS,
+    CLARK_SETTING,
     COLLAPSE_FACTOR,
     CONTENT_LABELS,
     COUNTERACT_FACTOR,
@@ -57,6 +58,7 @@ from experiments.pretrained.constants import (
     RATE_QUANTILES,
     RESIDUAL_FLOOR,
     SINK_SHARE,
+    SUN_SETTING,
 )
 
 # --------------------------------------------------------------------------
@@ -114,11 +116,6 @@ def at_most_check(value, bound: float) -> bool:
 def majority_check(fraction) -> bool:
     """The fraction of values above a threshold (`readings.fraction_above`) is more than one half."""
     return bool(float(fraction) > 0.5)
-
-
-def middle_share_check(mass, share: float = SINK_SHARE) -> bool:
-    """The mean mass over the middle layers (`readings.middle_mean`) > share."""
-    return bool(float(mass) > share)
 
 
 def finite_check(layer) -> bool:
@@ -426,17 +423,37 @@ def _sink_checks(summary: dict) -> list[dict]:
             f"[SEP] attention > {SINK_SHARE:g} (mean over heads and the layers at depth "
             f"{MIDDLE_LAYERS[0]:.2f}-{MIDDLE_LAYERS[1]:.2f}, BERT-base's 6-10 of 12)",
             value,
-            middle_share_check(value),
-            f"layers {', '.join(str(a) for a in sinks['middle'])} (from 0); [CLS] there: "
-            f"{fmt(middle['[CLS]']['middle'])}, punctuation: "
+            None,
+            f"{CLARK_SETTING} Read here: layers {', '.join(str(a) for a in sinks['middle'])} "
+            f"(from 0); [CLS] there: {fmt(middle['[CLS]']['middle'])}, punctuation: "
             f"{fmt(middle['punctuation']['middle'])}; [SEP]'s "
             f"uniform share {fmt(float(full['uniform_sink']['[SEP]']))}",
+            kind="not applicable",
         )
     ]
 
 
-def _massive_checks(massive: dict) -> list[dict]:
-    """Sun et al. 2024's four claims on the full model's hidden states (`summary.massive`)."""
+def _massive_checks(massive: dict, norm: str) -> list[dict]:
+    """Sun et al. 2024's four claims on the full model's hidden states (`summary.massive`): predictions
+    for a pre-norm model; for a post-norm one (`norm` 'post') not applicable, the readings kept."""
+    checks = _massive_predictions(massive)
+    if norm != "post":
+        return checks
+    return [
+        prediction(
+            c["name"],
+            c["source"],
+            c["prediction"],
+            c["measured"],
+            None,
+            SUN_SETTING + (f" Read here: {c['note']}" if c["measured"] is not None else ""),
+            kind="not applicable",
+        )
+        for c in checks
+    ]
+
+
+def _massive_predictions(massive: dict) -> list[dict]:
     source, layers = "Sun et al. 2024", massive["layers"]
     named = ", ".join(str(a) for a in layers) or "none"
     checks = [
@@ -500,5 +517,6 @@ def predictions(summary: dict) -> list[dict]:
     checks = _collapse_checks(summary) + _dong_checks(summary) + _keeps_check(summary, sinks)
     checks += _path_checks(summary)
     if "full" in summary["variants"]:
-        checks += _sink_checks(summary) + _massive_checks(summary["massive"])
+        checks += _sink_checks(summary)
+        checks += _massive_checks(summary["massive"], summary["model"]["norm"])
     return checks + [_bound_check(summary)] + _finite_checks(summary["collapse"])

@@ -32,6 +32,14 @@ SINK_SHARE = 0.5
 BOTTOM_LAYERS = 2
 # Clark et al. 2019: layers 6-10 of BERT-base's 12, as fractions of the depth.
 MIDDLE_LAYERS = (6 / 12, 10 / 12)
+# Why Clark et al.'s [SEP] finding is not tested here (every bidirectional run of this study).
+CLARK_SETTING = (
+    "Setting differs: Clark et al. read BERT-base (12 layers) on 1000 Wikipedia segments of at most 128 "
+    "tokens, two consecutive paragraphs each ([CLS] p1 [SEP] p2 [SEP]), where over half of the attention in "
+    "layers 6-10 goes to [SEP] (and [SEP] itself attends to the [SEP]s); this study gives single sentences with "
+    "one [SEP] to the checkpoint (all-MiniLM-L6-v2 by default: 6 layers, distilled and fine-tuned for "
+    "sentence embeddings). The [SEP] share is a reading, not a test of their finding."
+)
 # Wu et al. 2024: the rows of P_L are within this total-variation distance of e_1.
 FIRST_TOLERANCE = 1e-3
 # |lambda_2| <= tau up to float32 rounding of both.
@@ -44,6 +52,13 @@ MASSIVE_VALUE, MASSIVE_FACTOR = 100.0, 1000.0
 MASSIVE_SHARE = 0.9
 FEW_DIMS = 3
 MASSIVE_SPREAD = 0.25
+# Why Sun et al.'s criterion is not tested on a post-norm model.
+SUN_SETTING = (
+    "Setting differs: Sun et al. read the residual stream (each layer's output) of pre-LayerNorm LLMs and "
+    "ViTs, not post-LayerNorm encoders; in a post-LayerNorm model the hidden states read here are "
+    "LayerNorm outputs, whose entries are at most sqrt(D - 1) max|gamma| + max|beta|, so the reading is not "
+    "a test of their finding (the residual sum before each LayerNorm is not measured)."
+)
 # A variant whose relative residual falls below this fraction of r_0 is discussed in the text.
 RELATIVE_FALL = 0.5
 # A first-token norm this many times the median token's is a massive activation (Sun et al. 2024).

@@ -359,9 +359,9 @@ def _path_rows(summary) -> list | None:
 # Contexts
 
 
-def only_predictions(summary) -> list:
-    """The records of kind 'prediction' (the sanity checks are listed apart)."""
-    return [p for p in summary["predictions"] if p["kind"] == "prediction"]
+def of_kind(summary, kind: str) -> list:
+    """The summary's records of one kind (`experiments.lab.study.KINDS`), in order."""
+    return [p for p in summary["predictions"] if p["kind"] == kind]
 
 
 def verdicts(summary) -> dict:
@@ -379,9 +379,10 @@ def report(summary: dict) -> dict:
         "mask": mask(summary),
         "groups": list(zip(summary["corpus"]["counts"], summary["corpus"]["lengths"])),
         "sink_label": sink_label(summary),
-        "predictions": only_predictions(summary),
+        "predictions": of_kind(summary, "prediction"),
         "verdicts": verdicts(summary),
-        "sanity": [p for p in summary["predictions"] if p["kind"] == "sanity"],
+        "sanity": of_kind(summary, "sanity"),
+        "not_applicable": of_kind(summary, "not applicable"),
         **THRESHOLDS,
         "collapse": _collapse(summary),
         "surgery_findings": _surgery(summary),
@@ -416,8 +417,9 @@ def headline(summary: dict) -> dict:
         "title": model_label(summary),
         "mask": mask(summary),
         "model": model,
-        "predictions": only_predictions(summary),
-        "sanity": [p for p in summary["predictions"] if p["kind"] == "sanity"],
+        "predictions": of_kind(summary, "prediction"),
+        "sanity": of_kind(summary, "sanity"),
+        "not_applicable": of_kind(summary, "not applicable"),
         "verdicts": verdicts(summary),
         "sentences": summary["sentences"],
         "collapse": _collapse(summary),
