@@ -1,4 +1,4 @@
-"""Real pretrained attention across depth: all-MiniLM-L6-v2 (default) or SmolLM2-135M-Instruct, Q4_1 (`causal`).
+"""Real pretrained attention across depth: all-MiniLM-L6-v2 (default) or SmolLM2-135M-Instruct Q4_1 (`causal`).
 
     python -m experiments.pretrained --config configs/pretrained.py --workdir runs/pt
     python -m experiments.pretrained --config configs/pretrained.py:causal --workdir runs/pt_causal

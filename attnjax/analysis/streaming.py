@@ -36,8 +36,8 @@ is summed only over the chunks within `window` of some query of the block,
 and visible keys are counted before broadcasting over heads. The statistics
 themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward
 pass recomputes each step, `jax.checkpoint`). Positions: query i and key j
-are indices (top-left aligned, as jax.nn's `is_causal`). Masks: causal, sliding window
-(`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
+are indices (top-left aligned, as jax.nn's `is_causal`). Masks: causal,
+sliding window (`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
 from positions; a full `mask` or `bias` broadcastable to `[..., H, T, S]` is
 accepted but is itself a T x S array, which defeats the purpose at long
 context (give `[..., 1, 1, S]`-shaped ones, or the keywords).

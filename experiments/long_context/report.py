@@ -13,13 +13,18 @@ def ci(x: dict) -> str:
     return interval_text(x, DIGITS)
 
 
+def _model_label(model: dict) -> str:
+    """The checkpoint as the report names it: its path, else the bundled one's exact name."""
+    return model["path"] or CHECKPOINT_LABELS.get(model["name"], model["name"])
+
+
 def context(summary: dict) -> dict:
     """The template's context: the summary, its predictions and sanity checks apart, and `ci`."""
     records = summary["predictions"]
     return {
         **summary,
         "ci": ci,
-        "model_label": CHECKPOINT_LABELS.get(summary["config"]["model"]["name"]),
+        "model_label": _model_label(summary["config"]["model"]),
         "predictions": [p for p in records if p.get("kind") != "sanity"],
         "sanity": [p for p in records if p.get("kind") == "sanity"],
     }

@@ -1,4 +1,4 @@
-"""Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional) and SmolLM2-135M-Instruct, Q4_1 (causal).
+"""Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional) and SmolLM2-135M-Instruct Q4_1 (causal).
 
 `study.py` declares and measures the runs (`paths.py`: the single-head paths);
 `summary.py` turns their rows into one dict of every number (`readings.py` and

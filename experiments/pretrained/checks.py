@@ -446,7 +446,7 @@ def _massive_checks(massive: dict, norm: str) -> list[dict]:
             c["prediction"],
             c["measured"],
             None,
-            SUN_SETTING + (f" Read here: {c['note']}" if c["measured"] is not None else ""),
+            SUN_SETTING + ("" if c["verdict"] == "not measured" else f" Read here: {c['note']}"),
             kind="not applicable",
         )
         for c in checks

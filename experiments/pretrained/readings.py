@@ -160,12 +160,6 @@ def middle_layers(num_layers: int, span=MIDDLE_LAYERS) -> list[int]:
     ]
 
 
-def middle_mean(mass) -> float:
-    """Mean over the middle layers (`middle_layers`) of a per-layer mass `[L]`."""
-    m = array(mass)
-    return float(np.mean(m[middle_layers(len(m))]))
-
-
 def map_rates(variant: dict) -> tuple[float, float]:
     """Geometric means of the head-averaged |lambda_2| and tau of a variant's maps over its resolved layers
     (those whose geometric-mean residual r_l >= RESIDUAL_FLOOR, l >= 1)."""

@@ -908,7 +908,7 @@ def test_each_check_passes_where_its_claim_holds(results, edit, name):
 
 
 def test_every_prediction_has_a_failing_case():
-    names = {n for r in COMMITTED_VERDICTS for n, v in COMMITTED_VERDICTS[r].items()}
+    names = {n for r in COMMITTED_VERDICTS for n in COMMITTED_VERDICTS[r]}
     applicable = {
         n
         for r in COMMITTED_VERDICTS
