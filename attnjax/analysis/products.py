@@ -16,10 +16,16 @@ for a batch of M vectors at once. Queries go in blocks of `query_chunk_size`
 re-normalised. Query head h reads key head h // (H / K) (grouped-query
 attention). These products are what Krylov methods need to reach a map's
 leading singular values without forming it.
+
+The inputs are checked before any compute; the products then run as one
+compiled program per shapes and options, so that a sweep over layers or heads
+outside `jax.jit` compiles once (a `lax.scan` run eagerly is compiled anew at
+every call).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional, Union
 
 import jax
@@ -106,22 +112,36 @@ def _weights_fn(key, key_padding, *, is_causal, local_window, scale, temperature
     return weights
 
 
-def _prepare(
+def _checked(
     query, key, lse, *, is_causal, local_window, key_padding, scale, temperature, query_chunk_size
 ):
-    """The checked inputs as (weights of a query block, query blocks, lse blocks, block starts, block)."""
+    """The checked inputs and options as `(query, key, lse, arrays, static)`: `arrays` the keyword arrays of
+    the compiled products (key padding; scale and temperature in the compute dtype), `static` their static
+    options (`local_window` as `(left, right)` or None)."""
     query, key, lse, key_padding = _check(query, key, lse, key_padding, query_chunk_size)
     checks.boolean("is_causal", is_causal)
     local_window = checks.window(local_window)
     checks.scale(scale)
     checks.temperature(temperature)
+    dtype = jnp.promote_types(query.dtype, jnp.float32)
     scale = attention_lib.default_scale(query.shape[-1]) if scale is None else scale
-    block = min(query_chunk_size, query.shape[-3])
+    arrays = dict(
+        key_padding=key_padding,
+        scale=jnp.asarray(scale, dtype),
+        temperature=jnp.asarray(temperature, dtype),
+    )
+    static = dict(is_causal=is_causal, local_window=local_window, query_chunk_size=query_chunk_size)
+    return query, key, lse, arrays, static
+
+
+def _query_blocks(query, key, lse, *, key_padding, scale, temperature, **static):
+    """(weights of a query block, query blocks, lse blocks, block starts, block) of checked inputs."""
+    block = min(static["query_chunk_size"], query.shape[-3])
     weights = _weights_fn(
         key,
         key_padding,
-        is_causal=is_causal,
-        local_window=local_window,
+        is_causal=static["is_causal"],
+        local_window=static["local_window"],
         scale=scale,
         temperature=temperature,
         num_queries=query.shape[-3],
@@ -130,6 +150,13 @@ def _prepare(
     lse_blocks = _blocks(lse, block, lse.ndim - 1, 0)
     starts = jnp.arange(q_blocks.shape[0]) * block
     return weights, q_blocks, lse_blocks, starts, block
+
+
+# One compiled program per shapes and static options: called outside `jax.jit`, the products reuse it
+# (a `lax.scan` run eagerly is compiled anew at every call).
+_jit_products = functools.partial(
+    jax.jit, static_argnames=("is_causal", "local_window", "query_chunk_size")
+)
 
 
 def _check_vectors(vectors, expected: tuple, length: str) -> Array:
@@ -171,7 +198,7 @@ def attention_matvec(
       temperature: positive scalar dividing the scaled logits.
       query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
     """
-    weights, q_blocks, lse_blocks, starts, block = _prepare(
+    query, key, lse, arrays, static = _checked(
         query,
         key,
         lse,
@@ -182,7 +209,14 @@ def attention_matvec(
         temperature=temperature,
         query_chunk_size=query_chunk_size,
     )
-    vectors = _check_vectors(vectors, (*jnp.shape(lse)[:-1], jnp.shape(key)[-3]), "S")
+    vectors = _check_vectors(vectors, (*lse.shape[:-1], key.shape[-3]), "S")
+    return _matvec(query, key, lse, vectors, **arrays, **static)
+
+
+@_jit_products
+def _matvec(query, key, lse, vectors, **options) -> Array:
+    """`attention_matvec` of checked inputs (`_checked`)."""
+    weights, q_blocks, lse_blocks, starts, _ = _query_blocks(query, key, lse, **options)
 
     def step(carry, inputs):
         q, block_lse, start = inputs
@@ -210,7 +244,7 @@ def attention_rmatvec(
 ) -> Array:
     """A^T u for each head's map: `vectors` `[..., H, T, M]` -> `[..., H, S, M]`,
     (A^T u)_j = sum_i p_ij u_i. Arguments as `attention_matvec`."""
-    weights, q_blocks, lse_blocks, starts, block = _prepare(
+    query, key, lse, arrays, static = _checked(
         query,
         key,
         lse,
@@ -221,7 +255,14 @@ def attention_rmatvec(
         temperature=temperature,
         query_chunk_size=query_chunk_size,
     )
-    vectors = _check_vectors(vectors, jnp.shape(lse), "T")
+    vectors = _check_vectors(vectors, lse.shape, "T")
+    return _rmatvec(query, key, lse, vectors, **arrays, **static)
+
+
+@_jit_products
+def _rmatvec(query, key, lse, vectors, **options) -> Array:
+    """`attention_rmatvec` of checked inputs (`_checked`)."""
+    weights, q_blocks, lse_blocks, starts, block = _query_blocks(query, key, lse, **options)
     u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]
     dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
     total = jnp.zeros((*lse.shape[:-1], key.shape[-3], vectors.shape[-1]), dtype)
@@ -311,7 +352,7 @@ def leading_singular_values(
         The default reaches 1e-6 relative where the spectrum is flat: on SmolLM2's last layer at
         T = 2048 (sigma_3 / sigma_2 up to 0.99) sigma_2 was off by 7e-4 after 20 rounds and by 3e-8
         after 60 (sigma_1 at 6e-16 after either); a band map needs about as many.
-      seed: of the starting vectors.
+      seed: int >= 0, of the starting vectors.
 
     Returns:
       `LeadingSingularValues` (values, bounds), `[..., H, n]` each.
@@ -319,6 +360,7 @@ def leading_singular_values(
     checks.positive_int("num_values", num_values)
     checks.integer("oversampling", oversampling, 0)
     checks.integer("iterations", iterations, 0)
+    checks.integer("seed", seed, 0)
     num_queries, num_keys = jnp.shape(query)[-3], jnp.shape(key)[-3]
     width = num_values + oversampling
     if width > min(num_queries, num_keys):
@@ -326,7 +368,10 @@ def leading_singular_values(
             f"num_values + oversampling = {width} must not exceed min(T, S) = "
             f"{min(num_queries, num_keys)}"
         )
-    options = dict(
+    query, key, lse, arrays, static = _checked(
+        query,
+        key,
+        lse,
         is_causal=is_causal,
         local_window=local_window,
         key_padding=key_padding,
@@ -334,18 +379,47 @@ def leading_singular_values(
         temperature=temperature,
         query_chunk_size=query_chunk_size,
     )
+    return _leading_singular_values(
+        query,
+        key,
+        lse,
+        **arrays,
+        **static,
+        num_values=num_values,
+        width=width,
+        iterations=iterations,
+        seed=seed,
+    )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "is_causal",
+        "local_window",
+        "query_chunk_size",
+        "num_values",
+        "width",
+        "iterations",
+        "seed",
+    ),
+)
+def _leading_singular_values(
+    query, key, lse, *, num_values, width, iterations, seed, **options
+) -> LeadingSingularValues:
+    """`leading_singular_values` of checked inputs (`_checked`), with p = `width` starting vectors."""
 
     def times(x):  # A x: [..., H, S, p] -> [..., H, T, p]
-        return attention_matvec(query, key, lse, x, **options)
+        return _matvec(query, key, lse, x, **options)
 
     def times_transpose(y):  # A^T y: [..., H, T, p] -> [..., H, S, p]
-        return attention_rmatvec(query, key, lse, y, **options)
+        return _rmatvec(query, key, lse, y, **options)
 
     def orth(x):
         return jnp.linalg.qr(x)[0]
 
-    dtype = jnp.promote_types(jnp.asarray(query).dtype, jnp.float32)
-    shape = (*jnp.shape(lse)[:-1], num_keys, width)
+    dtype = jnp.promote_types(query.dtype, jnp.float32)
+    shape = (*lse.shape[:-1], key.shape[-3], width)
     q = orth(times(jax.random.normal(jax.random.key(seed), shape, dtype)))
 
     def round_trip(_, q):
