@@ -35,8 +35,8 @@
   are compiled once) and the studies' test runs, each run once per run.
 * Tiers: `-m "not slow"` is the quick tier (see `SLOW_FILES` below and the
   tests marked `slow`); the full suite runs everything.
-* `-n auto` starts one worker more than there are cores, and the slowest
-  files are dealt first (`SLOWEST_FIRST`).
+* `-n auto` starts one worker per core, and the slowest files are dealt
+  first (`SLOWEST_FIRST`).
 """
 
 import os
@@ -196,10 +196,11 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker more than there are cores. A worker spends most of its time
-    compiling on one thread, with gaps (subprocesses, a study's lock, file I/O) that another
-    worker fills: on 2 cores, 3 workers ran the suite in 460 s against 481 s for 2."""
-    return (os.cpu_count() or 1) + 1
+    """`-n auto`: one worker per core. The suite is CPU-bound (compiling, on one thread per
+    worker); a third worker on 2 cores fills the gaps (subprocesses, a study's lock) but costs
+    more CPU than it saves wall time: measured back to back on the same tree, 2 workers took
+    475.7 s (921 CPU-seconds) and 3 workers 485.2 s (958 CPU-seconds)."""
+    return os.cpu_count() or 1
 
 
 # `tests/attnjax/multi_device/` needs eight devices: `tests/attnjax/test_multi_device.py` runs it
