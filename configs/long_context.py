@@ -1,4 +1,4 @@
-"""Attention sinks at long context on SmolLM2-135M-Instruct (8k context): statistics, streaming perplexity, ablations.
+"""Attention sinks at long context on SmolLM2-135M-Instruct Q4_1 (8k context): statistics, StreamingLLM, ablations.
 
     python -m experiments.long_context --config configs/long_context.py --workdir runs/lc
     python -m experiments.long_context --config configs/long_context.py:smoke --workdir runs/lc_smoke

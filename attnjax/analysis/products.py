@@ -134,14 +134,16 @@ def _checked(
     return query, key, lse, arrays, static
 
 
-def _query_blocks(query, key, lse, *, key_padding, scale, temperature, **static):
+def _query_blocks(
+    query, key, lse, *, key_padding, scale, temperature, is_causal, local_window, query_chunk_size
+):
     """(weights of a query block, query blocks, lse blocks, block starts, block) of checked inputs."""
-    block = min(static["query_chunk_size"], query.shape[-3])
+    block = min(query_chunk_size, query.shape[-3])
     weights = _weights_fn(
         key,
         key_padding,
-        is_causal=static["is_causal"],
-        local_window=static["local_window"],
+        is_causal=is_causal,
+        local_window=local_window,
         scale=scale,
         temperature=temperature,
         num_queries=query.shape[-3],
@@ -154,9 +156,8 @@ def _query_blocks(query, key, lse, *, key_padding, scale, temperature, **static)
 
 # One compiled program per shapes and static options: called outside `jax.jit`, the products reuse it
 # (a `lax.scan` run eagerly is compiled anew at every call).
-_jit_products = functools.partial(
-    jax.jit, static_argnames=("is_causal", "local_window", "query_chunk_size")
-)
+_STATIC_OPTIONS = ("is_causal", "local_window", "query_chunk_size")
+_jit_products = functools.partial(jax.jit, static_argnames=_STATIC_OPTIONS)
 
 
 def _check_vectors(vectors, expected: tuple, length: str) -> Array:
@@ -393,16 +394,7 @@ def leading_singular_values(
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=(
-        "is_causal",
-        "local_window",
-        "query_chunk_size",
-        "num_values",
-        "width",
-        "iterations",
-        "seed",
-    ),
+    jax.jit, static_argnames=_STATIC_OPTIONS + ("num_values", "width", "iterations", "seed")
 )
 def _leading_singular_values(
     query, key, lse, *, num_values, width, iterations, seed, **options

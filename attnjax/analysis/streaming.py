@@ -38,9 +38,9 @@ themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward
 pass recomputes each step, `jax.checkpoint`). The inputs are checked before
 any compute, then the pass runs as one compiled program per shapes and options
 (called again outside `jax.jit`, at T = 512: 10 ms instead of the 0.6 s of
-compiling its scans anew). Positions: query i and key j
-are indices (top-left aligned, as jax.nn's `is_causal`). Masks: causal,
-sliding window (`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
+compiling its scans anew). Positions: query i and key j are indices (top-left
+aligned, as jax.nn's `is_causal`). Masks: causal, sliding window
+(`local_window`) and key padding (`key_padding [..., S]`) are built per chunk
 from positions; a full `mask` or `bias` broadcastable to `[..., H, T, S]` is
 accepted but is itself a T x S array, which defeats the purpose at long
 context (give `[..., 1, 1, S]`-shaped ones, or the keywords).

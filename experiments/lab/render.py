@@ -143,6 +143,12 @@ def table(rows, header, **options) -> str:
 # (all-MiniLM-L6-v2; SmolLM2-135M-Instruct quantised to Q4_1, GGUF).
 CHECKPOINT_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M-Instruct Q4_1"}
 
+
+def checkpoint_label(name: str) -> str:
+    """A model's display name: the bundled checkpoint's exact name, else its config name."""
+    return CHECKPOINT_LABELS.get(name, name)
+
+
 # One numbering in every report (the API's): templates read it as `numbering`.
 NUMBERING = (
     "Numbering: layers count from 0, as in the API (layer i is `model.blocks[i]`, the figures' titles "

@@ -1,4 +1,4 @@
-"""Attention sinks at long context on SmolLM2-135M-Instruct: statistics up to 8k tokens, StreamingLLM's comparison,
+"""Attention sinks at long context on SmolLM2-135M-Instruct Q4_1: statistics up to 8k tokens, StreamingLLM's comparison,
 and the causal role of the first token.
 
 `text.py` assembles the text; `study.py` declares and measures the runs;

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.lab.render import CHECKPOINT_LABELS, interval_text, render
+from experiments.lab.render import checkpoint_label, interval_text, render
 from experiments.long_context.checks import DIGITS
 
 README_RESULTS = "experiments/long_context/results"
@@ -15,7 +15,7 @@ def ci(x: dict) -> str:
 
 def _model_label(model: dict) -> str:
     """The checkpoint as the report names it: its path, else the bundled one's exact name."""
-    return model["path"] or CHECKPOINT_LABELS.get(model["name"], model["name"])
+    return model["path"] or checkpoint_label(model["name"])
 
 
 def context(summary: dict) -> dict:

@@ -10,7 +10,7 @@ verdict (`verdicts[name]`) or a named boolean of the summary.
 
 from __future__ import annotations
 
-from experiments.lab.render import CHECKPOINT_LABELS, fmt
+from experiments.lab.render import checkpoint_label, fmt
 from experiments.pretrained import checks
 from experiments.pretrained.constants import (
     ATTENTION_ONLY,
@@ -57,8 +57,7 @@ def sequence(values) -> dict:
 
 def model_label(summary: dict) -> str:
     """The model's display name (its config name when it has none)."""
-    name = summary["model"]["name"]
-    return CHECKPOINT_LABELS.get(name, name)
+    return checkpoint_label(summary["model"]["name"])
 
 
 def mask(summary: dict) -> str:
