@@ -73,19 +73,26 @@ def local_window_mask(
     return mask
 
 
-def with_window(
-    mask: Optional[Array], window: Optional[int], q_len: int, kv_len: int, is_causal: bool
-):
+def with_window(mask: Optional[Array], window, q_len: int, kv_len: int, is_causal: bool):
     """`mask` (broadcastable to `[..., T, S]`, or None) and a sliding window of W keys, `[..., T, S]`.
 
     Query t keeps keys t - W < s (and s < t + W unless `is_causal`, where the
     causal mask bounds the right side); `window=None` returns `mask` as given.
+    `window` may be an int32 array (a `Transformer`'s per-layer window, traced
+    in its scan), where 0 means no window.
     """
     if window is None:
         return mask
-    band = local_window_mask(
-        q_len, kv_len, left=window - 1, right=None if is_causal else window - 1
-    )
+    if isinstance(window, (int, np.integer)):
+        band = local_window_mask(
+            q_len, kv_len, left=window - 1, right=None if is_causal else window - 1
+        )
+    else:
+        t, s = _positions(q_len, kv_len)
+        band = s > t - window
+        if not is_causal:
+            band = band & (s < t + window)
+        band = band | (window == 0)
     return band if mask is None else combine_masks(jnp.asarray(mask) != 0, band)
 
 

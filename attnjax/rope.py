@@ -42,10 +42,15 @@ SCALINGS = {
 
 
 def check_rope(layout, base, scaling=None) -> None:
-    """`layout` in LAYOUTS (or None: no rotary embedding), a positive `base`, `scaling` None or as `SCALINGS`."""
+    """`layout` in LAYOUTS (or None: no rotary embedding), a positive `base`, `scaling` None or as `SCALINGS`.
+
+    A `base` given as an array (a `Transformer`'s per-layer base, traced in its scan) was
+    checked where it was set (`TransformerConfig.layer_rope_bases`).
+    """
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"rope must be one of {LAYOUTS} or None, got {layout!r}")
-    checks.positive_number("rope_base", base)
+    if not isinstance(base, jax.Array):
+        checks.positive_number("rope_base", base)
     if scaling is None:
         return
     if not isinstance(scaling, tuple) or not scaling or scaling[0] not in SCALINGS:

@@ -9,7 +9,7 @@
   PyTorch forward, as float64 NumPy arrays.
 * `exact_float64(model)`: Hugging Face computes some parts in float32 even in
   a double model (the softmax of llama / mistral / qwen2's eager attention,
-  their RMSNorm, and every rotary table). Within this context those parts run
+  their RMSNorm, every rotary table, Gemma's embedding scale sqrt(D)). Within this context those parts run
   in the model's dtype, so a `.double()` model is a float64 reference. The
   float64 rotary rates are recomputed here from the config (the same formula
   for 'default', 'linear' and 'llama3') and checked against Hugging Face's
@@ -37,15 +37,28 @@ LAYERS, HIDDEN, HEADS, KV_HEADS, VOCAB, MAX_LEN = 2, 64, 4, 2, 96, 64
 # Weights of std 0.2 (Hugging Face's default is 0.02): every layer then moves the logits and the
 # attention is far from uniform, so a mis-mapped tensor changes the greedy tokens too.
 INIT_STD = 0.2
-FAMILIES = ("bert", "llama", "mistral", "qwen2", "gpt2")
-CAUSAL = ("llama", "mistral", "qwen2", "gpt2")
+FAMILIES = ("bert", "llama", "mistral", "qwen2", "gpt2", "gemma3_text")
+CAUSAL = ("llama", "mistral", "qwen2", "gpt2", "gemma3_text")
+# gemma3_text: a local layer (window 4, rotary base 100) then a global one (base 1000); heads of
+# width 24, not 64 / 4; logits scaled by 32^(-1/2), not 24^(-1/2).
+GEMMA3 = dict(
+    head_dim=24,
+    query_pre_attn_scalar=32,
+    sliding_window=4,
+    layer_types=["sliding_attention", "full_attention"],
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+    },
+)
 WORDS = [f"w{i}" for i in range(VOCAB - 4)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 
 
 def hf_config(family: str, **overrides):
     """A tiny `transformers` config of `family` (llama: llama3 rope scaling, untied head; mistral: sliding
-    window 4 and linear rope scaling; qwen2: q/k/v biases, tied head; gpt2: tied head)."""
+    window 4 and linear rope scaling; qwen2: q/k/v biases, tied head; gpt2: tied head; gemma3_text:
+    `GEMMA3`, tied head)."""
     import transformers
 
     common = dict(
@@ -84,6 +97,8 @@ def hf_config(family: str, **overrides):
                 "original_max_position_embeddings": 16,
             }
             config = transformers.LlamaConfig(**kw)
+        elif family == "gemma3_text":
+            config = transformers.Gemma3TextConfig(**kw, **GEMMA3)
         elif family == "mistral":
             kw["rope_parameters"] = {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0}
             config = transformers.MistralConfig(**kw, sliding_window=4)
@@ -139,9 +154,8 @@ def write_checkpoint(
     return saved.to(torch.float32)
 
 
-def _float64_rates(config, dim: int) -> np.ndarray:
+def _float64_rates(rope: dict, dim: int) -> np.ndarray:
     """The rotary rates `[dim / 2]` in float64, as Hugging Face's `rope_parameters` define them."""
-    rope = config.rope_parameters
     inv = rope["rope_theta"] ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
     kind = rope.get("rope_type", "default")
     if kind == "linear":
@@ -159,26 +173,51 @@ def _float64_rates(config, dim: int) -> np.ndarray:
 
 
 def _rotary_forward(module, rates):
+    """`rates`: the rotary rates, or a dict of them by Gemma 3's layer type."""
     import torch
 
-    def forward(self, x, position_ids):
-        freqs = position_ids[..., None].to(torch.float64) * rates
+    def forward(self, x, position_ids, layer_type=None):
+        rate = rates if layer_type is None else rates[layer_type]
+        scaling = getattr(
+            self, "attention_scaling" if layer_type is None else f"{layer_type}_attention_scaling"
+        )
+        freqs = position_ids[..., None].to(torch.float64) * rate
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(x.dtype), (
-            emb.sin() * self.attention_scaling
-        ).to(x.dtype)
+        return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
 
     return types.MethodType(forward, module)
 
 
 def _rms_forward(module):
+    """Llama's RMSNorm (w x / rms) or Gemma 3's ((1 + w) x / rms, epsilon `eps`) in x's dtype."""
     import torch
+
+    gemma = type(module).__name__.startswith("Gemma")
 
     def forward(self, x):
         variance = x.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+        normed = x * torch.rsqrt(variance + (self.eps if gemma else self.variance_epsilon))
+        return (1.0 + self.weight) * normed if gemma else self.weight * normed
 
     return types.MethodType(forward, module)
+
+
+def _rotary_rates(module, config):
+    """The float64 rates of a rotary module: one array, or Gemma 3's by layer type, each checked
+    against Hugging Face's float32 rates."""
+    import torch
+
+    kinds = getattr(module, "layer_types", None)
+    if kinds is None:
+        pairs = {None: (config.rope_parameters, module.inv_freq)}
+    else:
+        pairs = {k: (config.rope_parameters[k], getattr(module, f"{k}_inv_freq")) for k in kinds}
+    rates = {}
+    for kind, (rope, theirs) in pairs.items():
+        rates[kind] = _float64_rates(rope, theirs.shape[0] * 2)
+        np.testing.assert_allclose(rates[kind], theirs.double().numpy(), rtol=1e-6)
+        rates[kind] = torch.as_tensor(rates[kind])
+    return rates[None] if kinds is None else rates
 
 
 @contextlib.contextmanager
@@ -195,14 +234,13 @@ def exact_float64(model):
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RotaryEmbedding"):
-            dim = module.inv_freq.shape[0] * 2
-            rates = _float64_rates(model.config, dim)
-            np.testing.assert_allclose(rates, module.inv_freq.double().numpy(), rtol=1e-6)
             patched.append(module)
-            module.forward = _rotary_forward(module, torch.as_tensor(rates))
+            module.forward = _rotary_forward(module, _rotary_rates(module, model.config))
         elif name.endswith("RMSNorm"):
             patched.append(module)
             module.forward = _rms_forward(module)
+        elif hasattr(module, "scalar_embed_scale"):  # Gemma's sqrt(D), else rounded to float32
+            module.embed_scale = torch.tensor(module.scalar_embed_scale, dtype=torch.float64)
     torch.nn.functional.softmax = softmax64
     try:
         yield model

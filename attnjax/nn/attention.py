@@ -48,6 +48,12 @@ class RandomProjection(nnx.Variable):
     """Non-trainable random feature projection `[M, Dh]` of linear attention."""
 
 
+class LayerSetting(nnx.Variable):
+    """A non-trainable per-layer constant of a `Transformer`'s attention (stacked `[L]` like the
+    parameters, so each layer of the scan reads its own): `layer_window` (int32, 0: no window)
+    and `layer_rope_base` (float32), from `TransformerConfig.layer_windows` / `layer_rope_bases`."""
+
+
 def as_key(rngs) -> Optional[Array]:
     """Per-call randomness (`nnx.Rngs`, `nnx.RngStream`, a PRNG key or None) -> a key or None."""
     checks.rngs(rngs)
@@ -75,11 +81,13 @@ def _visible_keys(
     Query i of the chunk sits at absolute position index + i and sees cache
     slots s <= index + i: earlier positions and the chunk up to itself, never
     the unfilled slots s >= index + C; with a sliding `window` W only
-    s > index + i - W.
+    s > index + i - W (W an int, or a traced int, 0: no window).
     """
     rows = index + jnp.arange(chunk, dtype=index.dtype)[:, None]
     cols = jnp.arange(max_len, dtype=index.dtype)[None, :]
-    visible = cols <= rows if window is None else (cols <= rows) & (cols > rows - window)
+    visible = cols <= rows
+    if window is not None:
+        visible = visible & ((cols > rows - window) | (window == 0))
     return jnp.reshape(visible, (1,) * (rank - 2) + (chunk, max_len))
 
 
@@ -211,7 +219,8 @@ class MultiHeadAttention(nnx.Module):
         **options,
     ):
         config = _attention_config(config, options)
-        qkv_features = in_features if qkv_features is None else qkv_features
+        if qkv_features is None:
+            qkv_features = in_features if config.head_dim is None else num_heads * config.head_dim
         out_features = in_features if out_features is None else out_features
         for name, value in (
             ("in_features", in_features),
@@ -221,6 +230,11 @@ class MultiHeadAttention(nnx.Module):
         ):
             checks.positive_int(name, value)
         checks.divisible("qkv_features", qkv_features, "num_heads", num_heads)
+        if config.head_dim is not None and qkv_features != num_heads * config.head_dim:
+            raise ValueError(
+                f"qkv_features={qkv_features} must be num_heads * head_dim = "
+                f"{num_heads} * {config.head_dim} when head_dim is given"
+            )
         config.check_heads(num_heads, qkv_features // num_heads)
         checks.boolean("deterministic", deterministic)
         self.config = config
@@ -255,11 +269,18 @@ class MultiHeadAttention(nnx.Module):
             self.query = linear(in_features, q_width, bias=qkv_bias)
             self.key = linear(in_features, kv_width, bias=qkv_bias)
             self.value = linear(in_features, kv_width, bias=qkv_bias)
-        if config.normalize_qk == "layernorm":
+        if config.normalize_qk in ("layernorm", "rmsnorm"):
+            kind = nnx.LayerNorm if config.normalize_qk == "layernorm" else nnx.RMSNorm
+            bias = dict(use_bias=False) if config.normalize_qk == "layernorm" else {}
 
             def norm():
-                return nnx.LayerNorm(
-                    self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+                return kind(
+                    self.head_dim,
+                    epsilon=config.qk_norm_eps,
+                    dtype=dtype,
+                    param_dtype=param_dtype,
+                    rngs=rngs,
+                    **bias,
                 )
 
             self.query_ln, self.key_ln = norm(), norm()
@@ -306,7 +327,8 @@ class MultiHeadAttention(nnx.Module):
         heads and K = `num_kv_heads` key/value heads of Dh (grouped-query attention when K < H:
         `attend` lets each group of H / K query heads read one key/value head), then the QK-norm
         of `config.normalize_qk` on q and k: 'layernorm' (a LayerNorm over Dh without bias, one
-        for q and one for k) or 'cosine' (`cosine_normalize`: norm sqrt(Dh)). No positions yet
+        for q and one for k), 'rmsnorm' (an RMSNorm over Dh, likewise) or 'cosine'
+        (`cosine_normalize`: norm sqrt(Dh)). No positions yet
         (`position`). A `fused_qkv` layer takes self-attention only.
 
         Self-attention computes q, k and v as one product with the three
@@ -344,7 +366,7 @@ class MultiHeadAttention(nnx.Module):
                 heads(self.key, context, self.num_kv_heads),
                 heads(self.value, context, self.num_kv_heads),
             )
-        if self.config.normalize_qk == "layernorm":
+        if self.config.normalize_qk in ("layernorm", "rmsnorm"):
             q, k = self.query_ln(q), self.key_ln(k)
         elif self.config.normalize_qk == "cosine":
             q, k = cosine_normalize(q), cosine_normalize(k)
@@ -357,15 +379,17 @@ class MultiHeadAttention(nnx.Module):
         The rotary embedding of `config.rope` (Su et al. 2021, `attnjax.rope.rotary_embedding`
         with the layer's `rope_base`, layout and `rope_scaling`): coordinate pair i of the
         vector at position p is rotated by the angle p theta_i, so q_t . k_s depends on
-        t - s only. The identity when `config.rope` is None.
+        t - s only. The identity when `config.rope` is None. In a `Transformer` with
+        `layer_rope_bases` the base is this layer's (`layer_rope_base`).
         """
         if self.config.rope is None:
             return x
         positions = jnp.arange(x.shape[-3]) if positions is None else positions
+        base = getattr(self, "layer_rope_base", None)
         return rope_lib.rotary_embedding(
             x,
             positions,
-            base=self.config.rope_base,
+            base=self.config.rope_base if base is None else base[...],
             layout=self.config.rope,
             scaling=self.config.rope_scaling,
         )
@@ -423,6 +447,12 @@ class MultiHeadAttention(nnx.Module):
                 q, k, feature_map=phi, is_causal=is_causal, mask=mask
             )
         return out, weights
+
+    def window(self):
+        """The layer's sliding window W: `config.window` (an int or None), or in a `Transformer`
+        with `layer_windows` this layer's entry, an int32 array (0: none)."""
+        window = getattr(self, "layer_window", None)
+        return self.config.window if window is None else window[...]
 
     def merge(self, heads: Array) -> Array:
         """Stage 4, the output projection: heads `[..., T, H, Dh]` -> `[..., T, out_features]`,
@@ -549,7 +579,7 @@ class MultiHeadAttention(nnx.Module):
                 self.cached_value[...], v.astype(self.cached_value.dtype), start
             )
             self.cached_key[...], self.cached_value[...] = keys, values
-            visible = _visible_keys(index, chunk, max_len, q.ndim, self.config.window)
+            visible = _visible_keys(index, chunk, max_len, q.ndim, self.window())
             mask = (
                 visible
                 if mask is None
@@ -627,9 +657,7 @@ class MultiHeadAttention(nnx.Module):
         stage = dict(need_weights=need_weights, dropout_rng=self._dropout_rng(deterministic, rngs))
         q, k, v = self.project(x, context)
         if not decode:  # the sliding window as a [T, S] band in the mask (decoding: in `decode`)
-            mask = masks_lib.with_window(
-                mask, self.config.window, q.shape[-3], k.shape[-3], is_causal
-            )
+            mask = masks_lib.with_window(mask, self.window(), q.shape[-3], k.shape[-3], is_causal)
         if sites is not None and not decode:
             heads, weights = _attend_at_sites(
                 self, sites, q, k, v, mask=mask, is_causal=is_causal, core=core, **stage

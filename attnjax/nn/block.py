@@ -14,7 +14,7 @@ from flax import nnx
 
 from attnjax import checks
 from attnjax.nn.attention import MultiHeadAttention, as_key
-from attnjax.nn.configs import MLP_ACTIVATIONS, BlockConfig
+from attnjax.nn.configs import GATED_ACTIVATIONS, MLP_ACTIVATIONS, BlockConfig
 
 Array = jax.Array
 _NORMS = {"layernorm": nnx.LayerNorm, "rmsnorm": nnx.RMSNorm}
@@ -41,8 +41,9 @@ class Mlp(nnx.Module):
 
     activation 'gelu_tanh' (default), 'gelu' (exact) or 'relu':
         W_2 act(W_1 x + b_1) + b_2                       (params fc1, fc2)
-    activation 'swiglu' (Shazeer 2020, "GLU variants improve transformer"):
-        W_down (silu(W_gate x) * W_up x)                 (params gate, up, down)
+    activation 'swiglu' or 'geglu' (Shazeer 2020, "GLU variants improve transformer"):
+        W_down (act(W_gate x) * W_up x)                  (params gate, up, down)
+    with act = silu (SwiGLU, llama's) or the tanh GELU (GeGLU, Gemma's).
     `use_bias=False` drops every bias.
     """
 
@@ -72,7 +73,7 @@ class Mlp(nnx.Module):
                 rngs=rngs,
             )
 
-        if activation == "swiglu":
+        if activation in GATED_ACTIVATIONS:
             self.gate, self.up = (
                 linear(features, hidden_features),
                 linear(features, hidden_features),
@@ -87,14 +88,14 @@ class Mlp(nnx.Module):
     def __call__(self, x: Array, sites: Optional[Callable] = None) -> Array:
         """x `[..., D]` -> `[..., D]`; `sites` (an `attnjax.nn.sites.Sites`) sees the hidden activation
         `[..., F]` as 'mlp_hidden'."""
-        act = MLP_ACTIVATIONS[self.activation]
-        if self.activation == "swiglu":
+        act, gated = MLP_ACTIVATIONS[self.activation], self.activation in GATED_ACTIVATIONS
+        if gated:
             hidden = act(self.gate(x)) * self.up(x)
         else:
             hidden = act(self.fc1(x))
         if sites is not None:
             hidden = sites("mlp_hidden", hidden)
-        return self.down(hidden) if self.activation == "swiglu" else self.fc2(hidden)
+        return self.down(hidden) if gated else self.fc2(hidden)
 
 
 class Block(nnx.Module):
@@ -103,6 +104,9 @@ class Block(nnx.Module):
     For each sub-layer f (attention, then the MLP if `mlp`), with d = dropout:
       norm='pre':  x <- x + a d(f(LN(x)))   (skip)   or  d(f(LN(x)))   (no skip)
       norm='post': x <- LN(x + a d(f(x)))   (skip)   or  LN(d(f(x)))   (no skip)
+      norm='sandwich': x <- x + a d(LN'(f(LN(x))))   (skip)   or  d(LN'(f(LN(x))))
+                   (a second norm LN' on the sub-layer's output: Gemma 2 and 3's
+                   post_attention_layernorm and post_feedforward_layernorm)
       norm=None:   x <- x + a d(f(x))       (skip)   or  d(f(x))       (no skip)
     with a = `config.residual_scale` (e.g. 1/sqrt(L), Noci et al. 2022, "Signal
     propagation in transformers"). Attention only without skip (`skip=False,
@@ -137,6 +141,8 @@ class Block(nnx.Module):
         )
         if config.norm is not None:
             self.attention_norm = layer_norm()
+        if config.norm == "sandwich":
+            self.attention_post_norm = layer_norm()
         if config.mlp:
             self.mlp = Mlp(
                 config.features,
@@ -147,23 +153,26 @@ class Block(nnx.Module):
             )
             if config.norm is not None:
                 self.mlp_norm = layer_norm()
+            if config.norm == "sandwich":
+                self.mlp_post_norm = layer_norm()
         rate = config.residual_dropout_rate
         self.dropout = (
             nnx.Dropout(rate, deterministic=config.deterministic, rngs=rngs) if rate > 0 else None
         )
 
     def _sublayer(
-        self, x: Array, branch: Callable[[Array], Array], layer_norm, deterministic, key
+        self, x: Array, branch: Callable[[Array], Array], layer_norm, deterministic, key, post=None
     ) -> Array:
         def dropped(h):
             y = branch(h)
+            y = y if post is None else post(y)
             return (
                 y
                 if self.dropout is None
                 else self.dropout(y, deterministic=deterministic, rngs=key)
             )
 
-        if self.config.norm == "pre":
+        if self.config.norm in ("pre", "sandwich"):
             y = dropped(layer_norm(x))
             return x + self.residual_scale * y if self.config.skip else y
         y = dropped(x)
@@ -217,7 +226,14 @@ class Block(nnx.Module):
                 weights.append(w)
             return out
 
-        x = self._sublayer(x, attend, getattr(self, "attention_norm", None), deterministic, keys[1])
+        x = self._sublayer(
+            x,
+            attend,
+            getattr(self, "attention_norm", None),
+            deterministic,
+            keys[1],
+            getattr(self, "attention_post_norm", None),
+        )
         if self.config.mlp:
             mlp = self.mlp
             if sites is not None:
@@ -226,5 +242,12 @@ class Block(nnx.Module):
                 def mlp(h):
                     return sites("mlp_out", self.mlp(h, sites))
 
-            x = self._sublayer(x, mlp, getattr(self, "mlp_norm", None), deterministic, keys[2])
+            x = self._sublayer(
+                x,
+                mlp,
+                getattr(self, "mlp_norm", None),
+                deterministic,
+                keys[2],
+                getattr(self, "mlp_post_norm", None),
+            )
         return x, (weights[0] if return_weights else None)

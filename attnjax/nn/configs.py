@@ -29,8 +29,8 @@ from attnjax.attention import dot_product_attention
 from attnjax.nn.attention_fn import require_keywords
 from attnjax.nn.initializers import DEFAULT_BIAS_INIT, DEFAULT_KERNEL_INIT, DEFAULT_POSITION_INIT
 
-NORM_CHOICES = ("pre", "post", None)
-QK_NORM_CHOICES = (None, "layernorm", "cosine")
+NORM_CHOICES = ("pre", "post", "sandwich", None)
+QK_NORM_CHOICES = (None, "layernorm", "rmsnorm", "cosine")
 POSITION_CHOICES = ("learned", "sinusoidal", None)
 NORM_KINDS = ("layernorm", "rmsnorm")
 HEAD_CHOICES = ("linear", "tied", None)
@@ -39,7 +39,9 @@ MLP_ACTIVATIONS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),  # exact x Phi(x); BERT's
     "relu": jax.nn.relu,
     "swiglu": jax.nn.silu,  # gated: W_down (silu(W_gate x) * W_up x), Shazeer 2020; llama's
+    "geglu": functools.partial(jax.nn.gelu, approximate=True),  # gated, tanh GELU; Gemma's
 }
+GATED_ACTIVATIONS = ("swiglu", "geglu")  # act(W_gate x) * W_up x, then W_down
 ATTENTION_KINDS = ("softmax", "linear")
 FIXED_FEATURE_MAPS = {"elu_plus_one": features_lib.elu_plus_one, "relu": features_lib.relu}
 RANDOM_FEATURE_MAPS = {
@@ -97,9 +99,14 @@ class AttentionConfig:
         `attention_fn`. For linear attention it divides the queries before
         the feature map, which for FAVOR+ is exactly the softmax temperature.
       normalize_qk: None, 'layernorm' (QK-norm, as `flax.nnx.MultiHeadAttention`
-        with `normalize_qk=True`) or 'cosine' (q and k rescaled to norm
-        sqrt(Dh), so logits are sqrt(Dh) cos(q, k)); True is stored as
-        'layernorm', False as None.
+        with `normalize_qk=True`), 'rmsnorm' (an RMSNorm over Dh with a learned
+        scale, one for q and one for k, before RoPE: Gemma 3's q_norm and
+        k_norm) or 'cosine' (q and k rescaled to norm sqrt(Dh), so logits are
+        sqrt(Dh) cos(q, k)); True is stored as 'layernorm', False as None.
+      qk_norm_eps: the epsilon (> 0) of the 'layernorm' and 'rmsnorm' QK-norms.
+      head_dim: Dh, the width of each head; None: D / H. A layer may be
+        wider or narrower than D / H (Gemma 3 270M: D 640, H 4, Dh 256): the
+        projections are `[D, H Dh]`, `[D, K Dh]` and W_o `[H Dh, D]`.
       attention_kind: 'softmax' (exact, through `attention_fn`) or 'linear'
         (`attnjax.linear_attention`; weights from `linear_attention_weights`).
       attention_fn: see above; default `attnjax.dot_product_attention`. Used
@@ -136,6 +143,8 @@ class AttentionConfig:
     fused_qkv: bool = False
     temperature: float = 1.0
     normalize_qk: Union[bool, str, None] = None
+    qk_norm_eps: float = 1e-6
+    head_dim: Optional[int] = None
     attention_kind: str = "softmax"
     attention_fn: Callable[..., Any] = dot_product_attention
     feature_map: str = "favor_plus"
@@ -156,6 +165,10 @@ class AttentionConfig:
         checks.boolean("fused_qkv", self.fused_qkv)
         checks.positive_number("temperature", self.temperature)
         object.__setattr__(self, "normalize_qk", _normalize_qk_mode(self.normalize_qk))
+        checks.positive_number("qk_norm_eps", self.qk_norm_eps)
+        checks.finite("qk_norm_eps", self.qk_norm_eps)
+        if self.head_dim is not None:
+            checks.positive_int("head_dim", self.head_dim)
         checks.choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
         checks.choice(
             "feature_map", self.feature_map, tuple(FIXED_FEATURE_MAPS) + tuple(RANDOM_FEATURE_MAPS)
@@ -213,20 +226,22 @@ class BlockConfig:
     """One transformer layer (`Block(config)`); validated on construction.
 
     Attributes:
-      features: D, the hidden width, divisible by `num_heads`.
-      num_heads: H attention heads (head dim D / H).
+      features: D, the hidden width, divisible by `num_heads` unless
+        `attention.head_dim` sets the head width.
+      num_heads: H attention heads (head dim D / H, or `attention.head_dim`).
       attention: the options of the attention sub-layer (`AttentionConfig`:
         key/value heads, temperature, attention kind and function, RoPE,
         dropout on the attention weights, ...); its `num_kv_heads` divides
         H, and `rope` needs an even D / H.
       skip: residual connections around both sub-layers.
       mlp: an MLP sub-layer after the attention.
-      norm: 'pre', 'post' or None (see `Block`).
+      norm: 'pre', 'post', 'sandwich' (a norm before and after each
+        sub-layer, Gemma 3's) or None (see `Block`).
       residual_scale: a > 0 (finite), the scale of each residual branch (e.g. 1/sqrt(L),
         Noci et al. 2022); the string 'inv_sqrt_depth' is 1/sqrt(L), which
         `TransformerConfig.layer` resolves with its depth L.
       mlp_features: hidden width of the MLP (None: 4 D).
-      mlp_activation: see `Mlp` ('gelu_tanh', 'gelu', 'relu', 'swiglu').
+      mlp_activation: see `Mlp` ('gelu_tanh', 'gelu', 'relu', 'swiglu', 'geglu').
       norm_kind: 'layernorm' or 'rmsnorm', for every norm of the model
         (blocks, and a `Transformer`'s embedding and final norms); norm_eps
         its epsilon (> 0, finite).
@@ -267,9 +282,10 @@ class BlockConfig:
     def __post_init__(self):
         checks.positive_int("features", self.features)
         checks.positive_int("num_heads", self.num_heads)
-        checks.divisible("features", self.features, "num_heads", self.num_heads)
         _check_type("attention", self.attention, AttentionConfig)
-        self.attention.check_heads(self.num_heads, self.features // self.num_heads)
+        if self.attention.head_dim is None:
+            checks.divisible("features", self.features, "num_heads", self.num_heads)
+        self.attention.check_heads(self.num_heads, self.head_dim)
         for name in ("skip", "mlp", "use_bias", "deterministic"):
             checks.boolean(name, getattr(self, name))
         checks.choice("norm", self.norm, NORM_CHOICES)
@@ -306,8 +322,8 @@ class BlockConfig:
 
     @property
     def head_dim(self) -> int:
-        """Dh = D / H."""
-        return self.features // self.num_heads
+        """Dh: `attention.head_dim`, else D / H."""
+        return self.attention.head_dim or self.features // self.num_heads
 
     def branch_scale(self, num_layers: Optional[int] = None) -> float:
         """The numeric residual scale a (1/sqrt(num_layers) for 'inv_sqrt_depth')."""
@@ -349,6 +365,17 @@ class TransformerConfig:
         (or of the input projection kernel `[input_features, D]`); None: the
         layer's default (`nnx.Embed`'s, or `nnx.Linear`'s).
       position_init: initialiser of the learned position table `[max_len, D]`.
+      embedding_scale: None, or c > 0: the token embedding is multiplied by c
+        (Gemma's sqrt(D)); a tied head reads the unscaled embedding.
+      layer_windows: None, or one entry per layer: a sliding window W >= 1 or
+        None (full attention) for that layer (Gemma 3: five local layers of
+        W = 512, then one global). Needs softmax attention and no
+        `attention.window`. Held by each layer's attention as a
+        `LayerSetting` (`MultiHeadAttention.layer_window`).
+      layer_rope_bases: None, or one rotary base > 0 per layer (Gemma 3: 10^4
+        on local layers, 10^6 on global ones), in place of `attention.rope_base`;
+        needs `attention.rope` and no `rope_scaling`. Held as a `LayerSetting`
+        (`MultiHeadAttention.layer_rope_base`).
     """
 
     num_layers: int = 2
@@ -366,6 +393,9 @@ class TransformerConfig:
     causal: bool = False
     embedding_init: Optional[Callable] = None
     position_init: Callable = DEFAULT_POSITION_INIT
+    embedding_scale: Optional[float] = None
+    layer_windows: Optional[tuple] = None
+    layer_rope_bases: Optional[tuple] = None
 
     def __post_init__(self):
         checks.positive_int("num_layers", self.num_layers)
@@ -385,6 +415,45 @@ class TransformerConfig:
         self._check_embedding_and_head()
         checks.function("embedding_init", self.embedding_init, optional=True)
         checks.function("position_init", self.position_init)
+        if self.embedding_scale is not None:
+            checks.positive_number("embedding_scale", self.embedding_scale)
+            checks.finite("embedding_scale", self.embedding_scale)
+        self._check_layer_settings()
+
+    def _per_layer(self, name: str) -> Optional[tuple]:
+        """The field `name` as a tuple of one entry per layer (stored so), or None."""
+        values = getattr(self, name)
+        if values is None:
+            return None
+        if not isinstance(values, (tuple, list)) or len(values) != self.num_layers:
+            raise ValueError(
+                f"{name} must hold one entry per layer (num_layers={self.num_layers}), got {values!r}"
+            )
+        object.__setattr__(self, name, tuple(values))
+        return tuple(values)
+
+    def _check_layer_settings(self) -> None:
+        attention = self.block.attention
+        windows = self._per_layer("layer_windows")
+        if windows is not None:
+            for i, window in enumerate(windows):
+                if window is not None:
+                    checks.positive_int(f"layer_windows[{i}]", window)
+            if attention.window is not None or attention.attention_kind != "softmax":
+                raise ValueError(
+                    "layer_windows needs softmax attention and no attention.window, got "
+                    f"attention_kind={attention.attention_kind!r}, window={attention.window}"
+                )
+        bases = self._per_layer("layer_rope_bases")
+        if bases is not None:
+            for i, base in enumerate(bases):
+                checks.positive_number(f"layer_rope_bases[{i}]", base)
+                checks.finite(f"layer_rope_bases[{i}]", base)
+            if attention.rope is None or attention.rope_scaling is not None:
+                raise ValueError(
+                    "layer_rope_bases needs a rotary embedding without rope_scaling, got "
+                    f"rope={attention.rope!r}, rope_scaling={attention.rope_scaling!r}"
+                )
 
     def _check_embedding_and_head(self) -> None:
         if self.type_vocab_size is not None:

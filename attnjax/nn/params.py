@@ -13,6 +13,7 @@ train state, or a loader's nested dict), e.g. ('blocks', 'attention', 'query',
       attention/{query, key, value | qkv, out}/{kernel, bias}
       attention/{query_ln, key_ln}/scale (QK-norm)
       attention_norm, mlp_norm           the block's norms
+      attention_post_norm, mlp_post_norm the sub-layers' output norms (norm='sandwich')
       mlp/{fc1, fc2 | gate, up, down}    the MLP
 
 The builders (`linear`, `norm`, `embedding`, `attention`, `fused_attention`, `mlp`,
@@ -54,9 +55,21 @@ def norm(scale, bias=None) -> dict:
     return {"scale": scale} if bias is None else {"scale": scale, "bias": bias}
 
 
-def attention(query: dict, key: dict, value: dict, out: dict) -> dict:
-    """A `MultiHeadAttention` with separate projections, each a `linear(...)` dict."""
-    return {"query": query, "key": key, "value": value, OUT: out}
+def attention(
+    query: dict,
+    key: dict,
+    value: dict,
+    out: dict,
+    *,
+    query_norm: Optional[dict] = None,
+    key_norm: Optional[dict] = None,
+) -> dict:
+    """A `MultiHeadAttention` with separate projections, each a `linear(...)` dict, and the QK-norms
+    (`norm(...)` over Dh, `normalize_qk`) when given."""
+    tree = {"query": query, "key": key, "value": value, OUT: out}
+    if query_norm is not None or key_norm is not None:
+        tree.update(query_ln=query_norm, key_ln=key_norm)
+    return tree
 
 
 def fused_attention(qkv: dict, out: dict) -> dict:
@@ -66,7 +79,8 @@ def fused_attention(qkv: dict, out: dict) -> dict:
 
 
 def mlp(**layers: dict) -> dict:
-    """An `Mlp`'s tree: `fc1`, `fc2` (GELU / ReLU) or `gate`, `up`, `down` (SwiGLU), each a `linear(...)`."""
+    """An `Mlp`'s tree: `fc1`, `fc2` (GELU / ReLU) or `gate`, `up`, `down` (SwiGLU, GeGLU), each a
+    `linear(...)`."""
     for names_ in (("fc1", "fc2"), ("gate", "up", "down")):
         if set(layers) == set(names_):
             return dict(layers)
@@ -79,9 +93,19 @@ def block(
     mlp: Optional[dict] = None,
     attention_norm: Optional[dict] = None,
     mlp_norm: Optional[dict] = None,
+    attention_post_norm: Optional[dict] = None,
+    mlp_post_norm: Optional[dict] = None,
 ) -> dict:
-    """A `Block`'s tree: `attention(...)`, `mlp(...)` and the norms (`norm(...)`); None leaves a part out."""
-    tree = {ATTENTION: attention, MLP: mlp, "attention_norm": attention_norm, "mlp_norm": mlp_norm}
+    """A `Block`'s tree: `attention(...)`, `mlp(...)` and the norms (`norm(...)`: before each
+    sub-layer, and after it with norm='sandwich'); None leaves a part out."""
+    tree = {
+        ATTENTION: attention,
+        MLP: mlp,
+        "attention_norm": attention_norm,
+        "mlp_norm": mlp_norm,
+        "attention_post_norm": attention_post_norm,
+        "mlp_post_norm": mlp_post_norm,
+    }
     return {k: v for k, v in tree.items() if v is not None}
 
 

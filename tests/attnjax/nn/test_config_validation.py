@@ -26,7 +26,12 @@ BLOCK_BAD = [
     ("attention", {}, TypeError, r"attention must be an AttentionConfig, got dict"),
     ("skip", 1, TypeError, r"skip must be a bool, got 1"),
     ("mlp", "yes", TypeError, r"mlp must be a bool, got 'yes'"),
-    ("norm", "mid", ValueError, r"norm must be one of \('pre', 'post', None\), got 'mid'"),
+    (
+        "norm",
+        "mid",
+        ValueError,
+        r"norm must be one of \('pre', 'post', 'sandwich', None\), got 'mid'",
+    ),
     ("residual_scale", 0.0, ValueError, r"residual_scale must be a positive number, got 0.0"),
     ("residual_scale", INF, ValueError, r"residual_scale must be a finite number, got inf"),
     ("residual_scale", "sqrt", ValueError, r"residual_scale must be a number or 'inv_sqrt_depth'"),
@@ -137,6 +142,42 @@ MODEL_BAD = [
     ("causal", dict(causal="False"), TypeError, r"causal must be a bool, got 'False'"),
     ("embedding_init", dict(embedding_init=0.02), TypeError, r"embedding_init must be callable"),
     ("position_init", dict(position_init=None), TypeError, r"position_init must be callable"),
+    (
+        "embedding_scale",
+        dict(embedding_scale=0.0),
+        ValueError,
+        r"embedding_scale must be a positive number, got 0.0",
+    ),
+    (
+        "embedding_scale",
+        dict(embedding_scale=INF),
+        ValueError,
+        r"embedding_scale must be a finite number, got inf",
+    ),
+    (
+        "layer_windows",
+        dict(layer_windows=(4,)),
+        ValueError,
+        r"layer_windows must hold one entry per layer \(num_layers=2\), got \(4,\)",
+    ),
+    (
+        "layer_windows",
+        dict(layer_windows=(4, 0)),
+        ValueError,
+        r"layer_windows\[1\] must be a positive int, got 0",
+    ),
+    (
+        "layer_rope_bases",
+        dict(layer_rope_bases=[1e4, 1e6]),
+        ValueError,
+        r"layer_rope_bases needs a rotary embedding without rope_scaling, got rope=None",
+    ),
+    (
+        "layer_rope_bases",
+        dict(layer_rope_bases=(1e4, -1.0)),
+        ValueError,
+        r"layer_rope_bases\[1\] must be a positive number, got -1.0",
+    ),
 ]
 
 # A valid config that `dataclasses.replace` turns into each bad one.

@@ -41,8 +41,12 @@ BAD_FIELDS = [
         "normalize_qk",
         "l2",
         ValueError,
-        r"normalize_qk must be one of \(None, 'layernorm', 'cosine'\) or a bool",
+        r"normalize_qk must be one of \(None, 'layernorm', 'rmsnorm', 'cosine'\) or a bool",
     ),
+    ("qk_norm_eps", 0.0, ValueError, r"qk_norm_eps must be a positive number, got 0.0"),
+    ("qk_norm_eps", float("inf"), ValueError, r"qk_norm_eps must be a finite number, got inf"),
+    ("head_dim", 0, ValueError, r"head_dim must be a positive int, got 0"),
+    ("head_dim", 8.0, ValueError, r"head_dim must be a positive int, got 8.0"),
     (
         "attention_kind",
         "sparse",

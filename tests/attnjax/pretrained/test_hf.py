@@ -129,12 +129,23 @@ def test_config_switches_and_tokenizer(family):
         "mistral": ("linear", 4, "linear", None),
         "qwen2": ("tied", None, None, True),
         "gpt2": ("tied", None, None, None),
+        "gemma3_text": ("tied", None, None, None),
     }[name]
     scaling = None if attention.rope_scaling is None else attention.rope_scaling[0]
     assert (config.head, attention.window, scaling, attention.qkv_bias) == expected
     assert attention.kv_heads(config.block.num_heads) == (
-        hf_oracle.KV_HEADS if name in ("llama", "mistral", "qwen2") else hf_oracle.HEADS
+        hf_oracle.KV_HEADS
+        if name in ("llama", "mistral", "qwen2", "gemma3_text")
+        else hf_oracle.HEADS
     )
+    if name == "gemma3_text":  # the switches hf_oracle.GEMMA3 sets, as the config maps them
+        assert (config.layer_windows, config.layer_rope_bases) == ((4, None), (100.0, 1000.0))
+        assert (config.block.head_dim, config.block.norm, attention.normalize_qk) == (
+            24,
+            "sandwich",
+            "rmsnorm",
+        )
+        assert attention.temperature == np.sqrt(32 / 24) and config.embedding_scale == 8.0
     words = tokenizer.encode("w0 w1")
     assert words == ([2, 4, 5, 3] if name == "bert" else [4, 5])
 
@@ -303,22 +314,27 @@ def _hf_config_class(name: str, **options):
     import transformers
 
     classes = {"bert": "BertConfig", "llama": "LlamaConfig", "mistral": "MistralConfig"}
-    classes.update({"qwen2": "Qwen2Config", "gpt2": "GPT2Config"})
+    classes.update(
+        {"qwen2": "Qwen2Config", "gpt2": "GPT2Config", "gemma3_text": "Gemma3TextConfig"}
+    )
     return getattr(transformers, classes[name])(**options)
 
 
 @pytest.mark.parametrize("name", hf_oracle.FAMILIES)
 def test_each_familys_defaults_are_its_hugging_face_config_classs(name):
     """The value a family gives an option config.json leaves out is transformers' own default."""
-    from attnjax.pretrained import bert, decoder, gpt2
+    from attnjax.pretrained import bert, decoder, gemma3, gpt2
 
-    defaults = {"bert": bert.DEFAULTS, "gpt2": gpt2.DEFAULTS}.get(name) or decoder.DEFAULTS[name]
+    defaults = {"bert": bert.DEFAULTS, "gpt2": gpt2.DEFAULTS, "gemma3_text": gemma3.DEFAULTS}
+    defaults = defaults.get(name) or decoder.DEFAULTS[name]
     theirs = _hf_config_class(name)
     for field, value in defaults.items():
-        if field == "num_key_value_heads" and value is None:  # None: one per query head
+        if name == "gemma3_text" and field in ("layer_types", "rope_parameters", "rope_scaling"):
+            assert value is None  # derived (below); rope_scaling is folded into rope_parameters
+        elif field == "num_key_value_heads" and value is None:  # None: one per query head
             derived = _hf_config_class(name, hidden_size=48, num_attention_heads=6)
             assert derived.num_key_value_heads == 6
-        elif field == "head_dim":  # None: hidden_size / num_attention_heads
+        elif field == "head_dim" and value is None:  # hidden_size / num_attention_heads
             derived = _hf_config_class(name, hidden_size=48, num_attention_heads=6)
             assert value is None and getattr(derived, "head_dim", 8) == 8
         elif field == "layer_types":  # None: derived from max_window_layers (below)
@@ -329,6 +345,12 @@ def test_each_familys_defaults_are_its_hugging_face_config_classs(name):
             assert getattr(theirs, field) == value, field
     if name in decoder.MODEL_TYPES:
         assert theirs.rope_parameters["rope_theta"] == decoder.ROPE_THETA
+    if name == "gemma3_text":
+        bases = {kind: rope["rope_theta"] for kind, rope in theirs.rope_parameters.items()}
+        assert bases == gemma3.ROPE_THETA
+        for layers in (1, 6, 18, 26):
+            derived = _hf_config_class(name, num_hidden_layers=layers).layer_types
+            assert gemma3.default_layer_types(layers) == derived
 
 
 @pytest.mark.parametrize("max_window_layers", [0, 1, 3])

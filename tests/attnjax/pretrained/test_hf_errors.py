@@ -92,7 +92,7 @@ def test_an_unsupported_model_type(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"config.json: unsupported architecture, model_type 't5' .*"
-        r"supported model_type: \('bert', 'llama', 'mistral', 'qwen2', 'gpt2'\)",
+        r"supported model_type: \('bert', 'llama', 'mistral', 'qwen2', 'gpt2', 'gemma3_text'\)",
     ):
         pretrained.from_pretrained(str(tmp_path))
 
