@@ -120,6 +120,7 @@ def pytest_unconfigure(config):
 TESTS = Path(__file__).resolve().parent
 SLOWEST_FIRST = (
     "experiments/lab/test_studies.py",
+    "attnjax/pretrained/test_gemma3_gguf.py",
     "experiments/benchmark/test_benchmark.py",
     "attnjax/test_distributed.py",
     "experiments/lab/test_launch.py",
@@ -127,6 +128,7 @@ SLOWEST_FIRST = (
     "attnjax/test_training.py",
     "attnjax/nn/test_decoding.py",
     "experiments/test_pretrained.py",
+    "experiments/test_colab.py",
     "attnjax/nn/test_edits.py",
     "attnjax/nn/test_sink_cache.py",
     "attnjax/test_kernels.py",
@@ -162,6 +164,7 @@ SLOW_FILES = frozenset(
         "experiments/test_colab.py",
         "attnjax/pretrained/test_bert.py",
         "attnjax/pretrained/test_llama.py",
+        "attnjax/pretrained/test_gemma3_gguf.py",
         "experiments/test_rank_collapse.py",
         "experiments/test_softmax_scaling.py",
         "experiments/test_power_iteration.py",

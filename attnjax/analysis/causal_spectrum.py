@@ -34,6 +34,7 @@ def causal_eigenvalues(
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
     bias_diagonal: Optional[Array] = None,
+    key_padding: Optional[Array] = None,
 ) -> Array:
     """The eigenvalues a_ii of causal self-attention maps, `[..., H, T]` (query i's weight on itself).
 
@@ -48,6 +49,8 @@ def causal_eigenvalues(
       temperature: positive scalar dividing the scaled, biased logits.
       bias_diagonal: `[..., H, T]` (broadcastable), the additive bias b_ii of the diagonal, if the
         logits had one.
+      key_padding: `[..., T]` bool, True for real keys, as given to `attention_statistics`: a
+        padded key i is masked in its own row, so a_ii = 0 there.
 
     Returns:
       `[..., H, T]` in `promote_types(query.dtype, float32)`: exp(x_ii - lse_i), each in [0, 1].
@@ -83,7 +86,15 @@ def causal_eigenvalues(
     if bias_diagonal is not None:
         x = x + jnp.asarray(bias_diagonal, dtype)
     x = clip_logits(x / jnp.asarray(temperature, dtype))
-    return jnp.exp(x - lse.astype(dtype))
+    eigenvalues = jnp.exp(x - lse.astype(dtype))
+    if key_padding is None:
+        return eigenvalues
+    key_padding = jnp.asarray(key_padding)
+    if key_padding.shape != (*batch, t):
+        raise ValueError(
+            f"key_padding must be [..., T] = {(*batch, t)}, got shape {tuple(key_padding.shape)}"
+        )
+    return jnp.where(key_padding[..., None, :], eigenvalues, 0)
 
 
 def causal_slem(eigenvalues: Array) -> Array:

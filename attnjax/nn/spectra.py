@@ -12,8 +12,8 @@ forward pass, in memory linear in T.
     |lambda_2|   for causal models, exactly: the second-largest diagonal entry a_ii
 
 with the layer's logits q_i . k_j / (sqrt(Dh) tau), its causality, its
-sliding window and the call's key padding: the weights are those of the
-model's forward pass (`capture=("weights",)` gives them densely, at T x T cost).
+sliding window (per layer with `TransformerConfig.layer_windows`) and the call's key
+padding: the weights are those of the model's forward pass (`capture=("weights",)` gives them densely, at T x T cost).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnjax.analysis.causal_spectrum import causal_eigenvalues, causal_slem
 from attnjax.analysis.products import leading_singular_values, received_mass
@@ -48,14 +49,21 @@ class AttentionSpectra(NamedTuple):
     __repr__ = compact_repr
 
 
-def _map_options(model) -> dict:
-    """The masks, scale and temperature of the model's attention maps (softmax layers only)."""
+def _layer_windows(model) -> tuple:
+    """Each layer's sliding window W (None: none): `layer_windows`, else the attention's `window`."""
+    config = model.config
+    return config.layer_windows or (config.block.attention.window,) * config.num_layers
+
+
+def _map_options(model, window) -> dict:
+    """The masks, scale and temperature of the model's attention maps in layers of sliding
+    window `window` (softmax layers only)."""
     config, attention = model.config, model.config.block.attention
     if attention.attention_kind != "softmax":
         raise ValueError(
             f"attention spectra need softmax attention, got attention_kind={attention.attention_kind!r}"
         )
-    window = None if attention.window is None else (attention.window - 1, attention.window - 1)
+    window = None if window is None else (window - 1, window - 1)
     return dict(
         is_causal=config.causal,
         local_window=window,
@@ -89,7 +97,12 @@ def _layer_spectra(q, k, key_padding, *, options, num_values, top_k, chunks):
         slem = None
         if options["is_causal"]:
             eigenvalues = causal_eigenvalues(
-                q, k, lse, scale=options["scale"], temperature=options["temperature"]
+                q,
+                k,
+                lse,
+                scale=options["scale"],
+                temperature=options["temperature"],
+                key_padding=key_padding,
             )
             slem = causal_slem(eigenvalues)
         return leading.values, leading.bounds, mass.mass, mass.top_keys, mass.top_mass, slem
@@ -124,15 +137,28 @@ def attention_spectra(
     Returns:
       `AttentionSpectra` with a leading layer axis `[L, ...]` (layers from 0).
     """
-    options = _map_options(model)
+    windows = _layer_windows(model)
+    _map_options(model, None)  # softmax attention, before the forward pass
     mask = None if key_padding is None else jnp.asarray(key_padding)[:, None, None, :]
     _, captured = model(tokens, mask=mask, capture=("q", "k"))
-    return _layer_spectra(
-        captured["q"],
-        captured["k"],
-        None if key_padding is None else jnp.asarray(key_padding),
-        options=tuple(sorted(options.items())),
-        num_values=num_values,
-        top_k=top_k,
-        chunks=(iterations, oversampling, query_chunk_size),
+    parts, order = [], []
+    for window in dict.fromkeys(windows):  # the layers of each window, one compiled program each
+        layers = [i for i, w in enumerate(windows) if w == window]
+        parts.append(
+            _layer_spectra(
+                captured["q"][jnp.asarray(layers)],
+                captured["k"][jnp.asarray(layers)],
+                None if key_padding is None else jnp.asarray(key_padding),
+                options=tuple(sorted(_map_options(model, window).items())),
+                num_values=num_values,
+                top_k=top_k,
+                chunks=(iterations, oversampling, query_chunk_size),
+            )
+        )
+        order += layers
+    if len(parts) == 1:
+        return parts[0]
+    back = jnp.asarray(np.argsort(order))
+    return AttentionSpectra(
+        *(None if f[0] is None else jnp.concatenate(f)[back] for f in zip(*parts))
     )

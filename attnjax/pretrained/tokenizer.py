@@ -16,7 +16,7 @@ pads a list of texts to the longest and returns the validity mask.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -129,3 +129,76 @@ def gguf_bpe_tokenizer(
     special = [tokens[i] for i, kind in enumerate(token_types) if kind == CONTROL_TOKEN]
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     return TextTokenizer(backend, pad_id, add_special_tokens=False)
+
+
+USER_DEFINED_TOKEN = 4  # GGUF token_type of user-defined tokens (Gemma's "\n", "\n\n", ...)
+SENTENCEPIECE_SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
+
+
+def sentencepiece_merges(tokens: Sequence[str]) -> list[tuple[str, str]]:
+    """BPE merges recovered from a SentencePiece vocabulary listed best-first (Gemma's GGUF files
+    carry no merges, and their scores do not follow the merge order; the position does).
+
+    Every split of a token into two vocabulary entries is a merge, ranked by the token's position,
+    then by the longer left part first.
+    """
+    vocab = set(tokens)
+    return [
+        (token[:cut], token[cut:])
+        for token in tokens
+        for cut in range(len(token) - 1, 0, -1)
+        if token[:cut] in vocab and token[cut:] in vocab
+    ]
+
+
+def gguf_sentencepiece_tokenizer(
+    tokens: Sequence[str], token_types: Sequence[int], *, bos_id: Optional[int], pad_id: int
+) -> TextTokenizer:
+    """A SentencePiece BPE vocabulary from GGUF metadata (`tokenizer.ggml.model` 'llama'; Gemma's):
+    spaces read as '▁', no pre-split, byte fallback (`<0x..>` tokens), merges from the vocabulary's
+    order (`sentencepiece_merges`); control tokens special, user-defined ones ("\\n", ...) whole;
+    `bos_id` (None: none) prepended by `encode`. A token of spaces only is stored with spaces
+    and read as '▁'s."""
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
+
+    tokens = [SENTENCEPIECE_SPACE * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    unknown = "<unk>" if "<unk>" in vocab else None
+    backend = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=sentencepiece_merges(tokens),
+            fuse_unk=True,
+            unk_token=unknown,
+            byte_fallback=True,
+        )
+    )
+    backend.normalizer = normalizers.Replace(" ", SENTENCEPIECE_SPACE)
+    backend.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace(SENTENCEPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+
+    def added(kind: int, special: bool) -> list:
+        return [
+            AddedToken(token, special=special, normalized=False)
+            for token, token_type in zip(tokens, token_types)
+            if token_type == kind
+        ]
+
+    backend.add_special_tokens(added(CONTROL_TOKEN, True))
+    backend.add_tokens(added(USER_DEFINED_TOKEN, False))
+    if bos_id is not None:
+        bos = tokens[bos_id]
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
+    return TextTokenizer(backend, pad_id, add_special_tokens=bos_id is not None)

@@ -47,6 +47,29 @@ def test_the_eigenvalues_are_the_dense_diagonal(dtype, tol):
     )
 
 
+def test_padded_keys_have_no_weight_on_their_own_row():
+    """With key padding (and a window, so a padded row can be fully masked), a_ii is the dense
+    diagonal: 0 for padded keys; without the padding the formula gives them weight."""
+    q, k = _inputs(jnp.float64, t=32)
+    padding = jnp.arange(32)[None, :] < jnp.asarray([[32], [25]])
+    window = (3, 3)
+    options = dict(OPTIONS, is_causal=True, key_padding=padding, local_window=window)
+    lse = analysis.attention_statistics(q, k, chunk_size=8, **options).lse
+    mask = (
+        attnjax.key_padding_mask(valid=padding)
+        & attnjax.local_window_mask(32, left=3, right=3)[None, None]
+    )
+    _, weights = attnjax.dot_product_attention(
+        q, k, k, mask=mask, is_causal=True, return_weights=True, **OPTIONS
+    )
+    diagonal = np.diagonal(np.asarray(weights), axis1=-2, axis2=-1)
+    got = analysis.causal_eigenvalues(q, k, lse, key_padding=padding, **OPTIONS)
+    np.testing.assert_allclose(np.asarray(got), diagonal, rtol=1e-12, atol=1e-12)
+    assert np.all(np.asarray(got)[1, :, 25:] == 0)
+    unpadded = np.asarray(analysis.causal_eigenvalues(q, k, lse, **OPTIONS))
+    assert not np.all(np.isfinite(unpadded[1, :, 25:]) & (unpadded[1, :, 25:] == 0))
+
+
 def test_lambda_2_is_numpys_second_largest_eigenvalue_modulus():
     q, k = _inputs(jnp.float64, batch=1, t=48, seed=1)
     slem = np.asarray(

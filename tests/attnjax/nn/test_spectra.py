@@ -1,6 +1,7 @@
 """`nn.attention_spectra` against the dense maps the same model gives (`capture=("weights",)`): singular
 values against NumPy's SVD, received mass against column sums, |lambda_2| against the diagonal, for a
-causal grouped-query model, a bidirectional one with a sliding window, and a padded batch."""
+causal grouped-query model, a bidirectional one with a sliding window, a causal one with a window on
+one layer only, and a padded batch."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +16,17 @@ TOKENS = np.random.default_rng(0).integers(0, 13, size=(B, T)).astype(np.int32)
 MODELS = {
     "causal-gqa-rope": dict(causal=True, num_kv_heads=2, rope="half", positions=None),
     "bidirectional-window": dict(causal=False, window=5, temperature=0.7),
+    # Gemma 3's switches: a local layer (window 5), a global one, two rotary bases, heads of 6 != 16 / 4.
+    "causal-per-layer-windows": dict(
+        causal=True,
+        rope="half",
+        positions=None,
+        head_dim=6,
+        normalize_qk="rmsnorm",
+        norm="sandwich",
+        layer_windows=(5, None),
+        layer_rope_bases=(100.0, 1e4),
+    ),
 }
 
 
