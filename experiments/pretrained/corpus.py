@@ -17,9 +17,11 @@ from flax import nnx
 
 from attnjax.sentences import docstring_sentences, split_sentences
 
-# Model name -> family ('bert': load_bert, 'llama': load_llama); a checkpoint directory in
-# `model.path` is read by `from_pretrained`, its family from its config.json.
-MODELS = {"minilm": "bert", "smollm2": "llama"}
+# Model name -> family ('bert': an encoder; 'llama': a causal LM, whose first token is the sink) and
+# its loader in `attnjax.pretrained`; a checkpoint directory in `model.path` is read by
+# `from_pretrained`, its family from its config.json.
+MODELS = {"minilm": "bert", "smollm2": "llama", "gemma3": "llama"}
+LOADERS = {"minilm": "load_bert", "smollm2": "load_llama", "gemma3": "load_gemma3"}
 # Sink categories per family; the first is the union, the headline number.
 SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)}
 # The sink tokens left out of the sink-excluded residual and cosine, as (first, last) token counts dropped
@@ -64,8 +66,7 @@ def _load(name: str, path: str):
 
     if os.path.isdir(path):
         return pretrained.from_pretrained(path)
-    loader = pretrained.load_bert if MODELS[name] == "bert" else pretrained.load_llama
-    return loader(path or None)
+    return getattr(pretrained, LOADERS[name])(path or None)
 
 
 def load(config):

@@ -174,7 +174,7 @@ jax.monitoring.register_event_duration_secs_listener(
 BAD_CONFIGS = [
     (
         lambda c: setattr(c.model, "name", "bert"),
-        r"model.name must be one of \('minilm', 'smollm2'\)",
+        r"model.name must be one of \('minilm', 'smollm2', 'gemma3'\)",
     ),
     (lambda c: setattr(c, "text_file", "no/such/file.txt"), r"text_file: no such file"),
     (
@@ -211,6 +211,9 @@ def test_config_variants():
     assert all(len(specs) == 6 for specs in runs.values())
     assert pretrained_config.get_config("causal").model.name == "smollm2"
     assert pretrained_config.get_config().model.name == "minilm"
+    for variant in ("gemma3", "gemma3_smoke"):  # paths no longer than Gemma 3 270M's 18 layers
+        config = pretrained_config.get_config(variant)
+        assert config.model.name == "gemma3" and max(config.paths.lengths) == 18
     with pytest.raises(ValueError, match="unknown config variant"):
         pretrained_config.get_config("big")
 

@@ -2,8 +2,8 @@
 PyTorch Gemma 3 loaded from the same file (the oracle).
 
 On a 520-token text (past the local layers' window of 512, so the layer
-pattern, the two rotary bases and the window all show): logits, every layer's
-hidden states and attention weights; cached greedy generation; the config
+pattern, the two rotary bases and the window all show): every layer's hidden
+states and attention weights, and the logits of the last 16 positions; cached greedy generation; the config
 against the one transformers derives; token ids against transformers'
 tokenizer on a few hundred texts; the package absent gives an error naming it.
 
@@ -14,8 +14,9 @@ tests skip without them.
 
 transformers reads the file with `gguf.GGUFReader`, which slices the memory-
 mapped file once per metadata element (23 s per read here, twice per load);
-the oracle fixture has it read once through `attnjax.pretrained.gguf.plain_array_reader`'s
-plain-array view of the same file (the same parser, same values, 5x faster).
+the fixtures parse the file once, with `attnjax.pretrained.gguf.gguf_reader` (the same
+parser on a plain-array view of the same file: same values, 5x faster), and hand that
+reader to `load_gemma3` and to transformers' three reads (config, weights, tokenizer).
 """
 
 import contextlib
@@ -26,6 +27,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from tests import hf_oracle
 
@@ -38,27 +40,28 @@ pytestmark = pytest.mark.skipif(
 
 from attnjax import pretrained  # noqa: E402
 from attnjax.pretrained import gemma3, gguf_gemma3  # noqa: E402
+from attnjax.pretrained.gguf import gguf_reader  # noqa: E402
 
-LENGTH, NEW_TOKENS = 520, 8
+LENGTH, NEW_TOKENS, LOGITS = 520, 8, 16
 TOLERANCE = 1e-4  # float32, relative to the largest entry (as for the tiny checkpoints)
+
+
+READERS = {}  # the file parsed once for the module: load_gemma3, then transformers' three reads
+
+
+def _reader(path, *args, **kwargs):
+    if path not in READERS:
+        READERS[path] = gguf_reader(path)
+    return READERS[path]
 
 
 @contextlib.contextmanager
 def _plain_array_reader():
-    """transformers' GGUF reads go through one `plain_array_reader()` of the file (see the
-    docstring): it reads the file three times (config, weights, tokenizer), here parsed once."""
+    """transformers' GGUF reads go through `_reader` (see the docstring)."""
     import gguf
 
-    from attnjax.pretrained.gguf import plain_array_reader
-
-    original, readers = gguf.GGUFReader, {}
-
-    def reader(path, *args, **kwargs):
-        if path not in readers:
-            readers[path] = plain_array_reader()(path, *args, **kwargs)
-        return readers[path]
-
-    gguf.GGUFReader = reader
+    original = gguf.GGUFReader
+    gguf.GGUFReader = _reader
     try:
         yield
     finally:
@@ -67,7 +70,9 @@ def _plain_array_reader():
 
 @pytest.fixture(scope="module")
 def gemma():
-    return pretrained.load_gemma3()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf_gemma3, "gguf_reader", _reader)
+        return pretrained.load_gemma3()
 
 
 @pytest.fixture(scope="module")
@@ -115,18 +120,30 @@ def test_config_equals_the_one_transformers_derives(gemma, oracle):
     assert (config.num_layers, config.block.features, config.vocab_size) == (18, 640, 262144)
 
 
+@nnx.jit
+def _intermediates(model, tokens):
+    """Hidden states and weights, and the logits of the last `LOGITS` positions: the head over
+    262,144 tokens is most of the forward's work, and is the same matrix at every position."""
+    _, inter = model(tokens, return_intermediates=True)
+    final = model.final_norm(inter["hidden"][-1])
+    return inter, final, model.embed.attend(final[:, -LOGITS:])
+
+
 def test_logits_hidden_states_and_attention_match_transformers(gemma, oracle):
     import torch
 
     model, tokenizer = gemma
     ids = _text_ids(tokenizer)
-    logits, inter = model(jnp.asarray([ids]), return_intermediates=True)
+    inter, final, logits = _intermediates(model, jnp.asarray([ids]))
     with torch.no_grad():
         theirs = oracle[0](
-            torch.as_tensor([ids]), output_hidden_states=True, output_attentions=True
+            torch.as_tensor([ids]),
+            output_hidden_states=True,
+            output_attentions=True,
+            logits_to_keep=LOGITS,
         )
     hidden = np.array(inter["hidden"])
-    hidden[-1] = np.asarray(model.final_norm(inter["hidden"][-1]))  # theirs: after the norm
+    hidden[-1] = np.asarray(final)  # theirs: after the final norm
     errors = {"logits": hf_oracle.relative_error(logits, theirs.logits.numpy())}
     for layer in range(19):
         errors[f"hidden {layer}"] = hf_oracle.relative_error(
