@@ -21,7 +21,8 @@ from attnjax import nn
 
 
 def _check(config: nn.TransformerConfig) -> None:
-    """A llama-family model: causal, pre-RMSNorm, SwiGLU, RoPE, no biases, no window, a tied or bias-free head."""
+    """A llama-family model: causal, pre-RMSNorm, SwiGLU, RoPE, no biases, no window, no QK-norm, an
+    unscaled embedding, a tied or bias-free head."""
     block, attention = config.block, config.block.attention
     needed = {
         "causal": True,
@@ -33,6 +34,10 @@ def _check(config: nn.TransformerConfig) -> None:
         "qkv_bias": None,
         "window": None,
         "fused_qkv": False,
+        "normalize_qk": None,
+        "embedding_scale": None,
+        "layer_windows": None,
+        "layer_rope_bases": None,
     }
     found = {
         "causal": config.causal,
@@ -44,6 +49,10 @@ def _check(config: nn.TransformerConfig) -> None:
         "qkv_bias": attention.qkv_bias,
         "window": attention.window,
         "fused_qkv": attention.fused_qkv,
+        "normalize_qk": attention.normalize_qk,
+        "embedding_scale": config.embedding_scale,
+        "layer_windows": config.layer_windows,
+        "layer_rope_bases": config.layer_rope_bases,
     }
     wrong = {k: found[k] for k in needed if found[k] != needed[k]}
     if attention.rope is None:

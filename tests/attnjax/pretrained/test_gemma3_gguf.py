@@ -14,9 +14,11 @@ tests skip without them.
 
 transformers reads the file with `gguf.GGUFReader`, which slices the memory-
 mapped file once per metadata element (23 s per read here, twice per load);
-the fixtures parse the file once, with `attnjax.pretrained.gguf.gguf_reader` (the same
+the fixtures parse the file once, with `attnjax.pretrained.gguf.plain_array_reader()` (the same
 parser on a plain-array view of the same file: same values, 5x faster), and hand that
-reader to `load_gemma3` and to transformers' three reads (config, weights, tokenizer).
+reader to `load_gemma3` and to transformers' three reads (config, weights, tokenizer);
+each tensor is dequantized once by `gguf` for both. What each side builds from the
+tensors (names, layouts, norm offsets, the model) stays its own.
 """
 
 import contextlib
@@ -40,38 +42,53 @@ pytestmark = pytest.mark.skipif(
 
 from attnjax import pretrained  # noqa: E402
 from attnjax.pretrained import gemma3, gguf_gemma3  # noqa: E402
-from attnjax.pretrained.gguf import gguf_reader  # noqa: E402
+from attnjax.pretrained.gguf import plain_array_reader  # noqa: E402
+
+# Taken before any patching: the reader class subclasses gguf.GGUFReader.
+PLAIN_ARRAY_READER, ORIGINAL_DEQUANTIZE = (
+    plain_array_reader(),
+    importlib.import_module("gguf").quants.dequantize,
+)
 
 LENGTH, NEW_TOKENS, LOGITS = 520, 8, 16
 TOLERANCE = 1e-4  # float32, relative to the largest entry (as for the tiny checkpoints)
 
 
-READERS = {}  # the file parsed once for the module: load_gemma3, then transformers' three reads
+READERS, DEQUANTIZED = {}, {}  # the file parsed and each tensor dequantized once for the module
 
 
 def _reader(path, *args, **kwargs):
     if path not in READERS:
-        READERS[path] = gguf_reader(path)
+        READERS[path] = PLAIN_ARRAY_READER(path)
     return READERS[path]
 
 
+def _dequantize(data, kind):
+    """`gguf`'s dequantization, once per tensor of the shared reader (a pure function of the
+    bytes; load_gemma3 copies the result, transformers converts it)."""
+    key = (data.ctypes.data, data.shape, kind)
+    if key not in DEQUANTIZED:
+        DEQUANTIZED[key] = ORIGINAL_DEQUANTIZE(data, kind)
+    return DEQUANTIZED[key]
+
+
 @contextlib.contextmanager
-def _plain_array_reader():
-    """transformers' GGUF reads go through `_reader` (see the docstring)."""
+def _shared_gguf():
+    """Every GGUF read and dequantization of the module goes through `_reader` and `_dequantize`
+    (see the docstring)."""
     import gguf
 
-    original = gguf.GGUFReader
-    gguf.GGUFReader = _reader
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", _reader)
+        patch.setattr(gguf, "dequantize", _dequantize)
+        patch.setattr(gguf.quants, "dequantize", _dequantize)
+        patch.setattr(gguf_gemma3, "gguf_reader", _reader)
         yield
-    finally:
-        gguf.GGUFReader = original
 
 
 @pytest.fixture(scope="module")
 def gemma():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gguf_gemma3, "gguf_reader", _reader)
+    with _shared_gguf():
         return pretrained.load_gemma3()
 
 
@@ -85,7 +102,7 @@ def oracle():
     where = dict(
         pretrained_model_name_or_path=os.path.dirname(path), gguf_file=os.path.basename(path)
     )
-    with _plain_array_reader():
+    with _shared_gguf():
         model = transformers.AutoModelForCausalLM.from_pretrained(
             **where, dtype=torch.float32, attn_implementation="eager"
         ).eval()

@@ -271,6 +271,24 @@ def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
                 rngs=nnx.Rngs(0),
             )
         )
+    # Gemma 3's switches are not llama's: QK-norm and per-layer windows are named, not dropped.
+    gemma_like = nn.TransformerConfig.create(
+        vocab_size=8,
+        rope="half",
+        causal=True,
+        positions=None,
+        norm_kind="rmsnorm",
+        mlp_activation="swiglu",
+        head="tied",
+        use_bias=False,
+        normalize_qk="rmsnorm",
+        layer_windows=(4, None),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"this one has \{'normalize_qk': 'rmsnorm', 'layer_windows': \(4, None\)\}",
+    ):
+        export.llama_state_dict(nn.Transformer(gemma_like, rngs=nnx.Rngs(0)))
 
 
 # ------------------------------------------------- Hugging Face's defaults, applied as it applies them
