@@ -52,10 +52,11 @@ def sinusoidal_positions(
     return jnp.pad(table, ((0, 0), (0, features - 2 * half)))
 
 
-def _layer_core(plan, statistics, sink_positions, sink):
-    """The attention core of one layer (None: the plain path); see `MultiHeadAttention.__call__`."""
+def _layer_core(plan, statistics, sink_positions, sink, windows):
+    """The attention core of one layer (None: the plain path); see `MultiHeadAttention.__call__`.
+    `windows`: the model's distinct per-layer windows (`layer_windows`), or None."""
     if statistics:
-        return statistics_lib.core(sink_positions)
+        return statistics_lib.core(sink_positions, windows=windows)
     if sink is not None:
         attend = None if plan is None else (lambda module: edits_lib.attend_fn(module, plan))
         return sink_lib.core(*sink, attend)
@@ -440,10 +441,12 @@ class Transformer(nnx.Module):
         causal = self.config.causal
 
         unroll = self.config.num_layers <= UNROLL_MAX_LAYERS
+        windows = self.config.layer_windows
+        windows = None if windows is None else tuple(dict.fromkeys(windows))
 
         @nnx.scan(in_axes=(0, nnx.Carry, None, 0, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll)
         def run_blocks(block, h, mask, key, plan, arrays):
-            core = _layer_core(plan, statistics, tuple(sink_positions), sink)
+            core = _layer_core(plan, statistics, tuple(sink_positions), sink, windows)
             sites = sites_lib.Sites(layer_capture, site_kinds, arrays) if at_sites else None
             h, weights = block(
                 h,
