@@ -131,6 +131,15 @@ def multi_head_attention(
     return result
 
 
+def _windowed(mask, t: int, window, causal: bool):
+    """`mask` `[T, T]` (or None) and a sliding window W: t - W < s (and s < t + W unless causal)."""
+    if window is None:
+        return mask
+    rows, cols = np.arange(t)[:, None], np.arange(t)[None, :]
+    band = (cols > rows - window) & (causal | (cols < rows + window))
+    return band if mask is None else mask & band
+
+
 def param_tree(flat):
     """{(a, b, c): array} -> nested dicts of float64 arrays."""
     tree = {}
@@ -160,6 +169,8 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
         x = x + sinusoidal(t, block.features)
     record("embed", None, x)
     mask = np.tril(np.ones((t, t), bool)) if config.causal else None
+    windows = config.layer_windows or (att.window,) * config.num_layers
+    bases = config.layer_rope_bases or (att.rope_base,) * config.num_layers
     scale = block.branch_scale(config.num_layers)
 
     def n(h, q):
@@ -180,9 +191,9 @@ def transformer(flat_params, config, ids, edits=None, attention=softmax_attentio
                 num_kv_heads=att.kv_heads(block.num_heads),
                 temperature=att.temperature,
                 rope=att.rope,
-                rope_base=att.rope_base,
+                rope_base=bases[i],
                 normalize_qk=att.normalize_qk,
-                mask=mask,
+                mask=_windowed(mask, t, windows[i], config.causal),
                 weights_edit=w_edit,
                 heads_edit=o_edit,
                 attention=attention,

@@ -637,7 +637,9 @@ class MultiHeadAttention(nnx.Module):
           core: replaces the stages between `project` and `merge` (`position` and
             `attend`, or `decode`): called as `core(module, q, k, v, *, mask, is_causal,
             decode, need_weights, dropout_rng)` with `project`'s q `[..., T, H, Dh]`, k, v
-            `[..., S, K, Dh]` and the mask with the window added (full passes), it returns
+            `[..., S, K, Dh]` and the mask with the window added (full passes; a core whose
+            attribute `handles_window` is True gets the mask as given and applies the
+            layer's `window()` itself, as the sink cache does over cache positions), it returns
             (heads `[..., T, H, Dh]`, extra); `extra` is returned and sown in place of the
             weights (e.g. statistics), unchecked. Built from the public stages:
             `attnjax.nn.edits.core`, `attnjax.nn.statistics.core`, `attnjax.nn.sink_cache.core`.
@@ -656,7 +658,8 @@ class MultiHeadAttention(nnx.Module):
         )
         stage = dict(need_weights=need_weights, dropout_rng=self._dropout_rng(deterministic, rngs))
         q, k, v = self.project(x, context)
-        if not decode:  # the sliding window as a [T, S] band in the mask (decoding: in `decode`)
+        if not (decode or getattr(core, "handles_window", False)):
+            # the sliding window as a [T, S] band in the mask (decoding: in `decode`)
             mask = masks_lib.with_window(mask, self.window(), q.shape[-3], k.shape[-3], is_causal)
         if sites is not None and not decode:
             heads, weights = _attend_at_sites(

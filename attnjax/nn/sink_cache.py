@@ -22,6 +22,11 @@ key's position drops by one at each step once the cache is full, so it
 would rotate all W keys every step anyway and accumulate rounding; rotating
 un-rotated keys at read is exact (StreamingLLM's implementation does the same).
 
+A layer with a sliding window of its own (`AttentionConfig.window`, or its entry of
+`TransformerConfig.layer_windows`, as Gemma 3's local layers) applies it over the cache
+positions: the query at position q sees the slots at positions k > q - W_layer. The
+cache then equals running the model on the tokens it keeps, at positions 0, 1, ....
+
 A chunk of C > 1 positions must fit without eviction (index + C <= n_sink + W,
 e.g. the prefill); after that one token at a time. Checked when the index is
 concrete; under a trace a chunk that does not fit gives NaN outputs.
@@ -88,6 +93,9 @@ def core(n_sink: int, window: int, attend=None):
             )
         index, chunk = module.cache_index[...], q.shape[-3]
         slots, q_pos, k_pos, visible = cache_positions(index, chunk, n_sink, window)
+        own = module.window()  # the layer's sliding window, over cache positions
+        if own is not None:
+            visible = visible & ((k_pos[None, :] > q_pos[:, None] - own) | (own == 0))
         keys = module.cached_key[...].at[:, slots].set(k.astype(module.cached_key.dtype))
         values = module.cached_value[...].at[:, slots].set(v.astype(module.cached_value.dtype))
         module.cached_key[...], module.cached_value[...] = keys, values
@@ -107,4 +115,5 @@ def core(n_sink: int, window: int, attend=None):
         fits = (chunk == 1) | (index + chunk <= n_sink + window)
         return jnp.where(fits, out, jnp.nan), weights
 
+    run.handles_window = True  # the layer's window applies over cache positions (above)
     return run

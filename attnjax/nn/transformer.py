@@ -244,13 +244,6 @@ class Transformer(nnx.Module):
     def _check_sink_decode(self, inputs: Array, decode: bool, sink_cache) -> tuple[int, int]:
         """Validates a call with the sink cache (`attnjax.nn.sink_cache`); returns (n_sink, window)."""
         n_sink, window = sink_lib.check_sink_cache(sink_cache)
-        windows = (self.config.block.attention.window, self.config.layer_windows)
-        if windows != (None, None):
-            raise ValueError(
-                f"sink_cache does not combine with a sliding-window model "
-                f"(window={windows[0]}, layer_windows={windows[1]}): the window already bounds "
-                "the cache"
-            )
         if not decode or not self.config.causal or self.config.positions is not None:
             raise ValueError(
                 "sink_cache needs decode=True, a causal model and no absolute position embedding "

@@ -4,14 +4,15 @@ Each layer of the scanned stack reads its own window and base (`LayerSetting`s
 `[L]`): a model with per-layer settings equals, layer by layer, models whose
 every layer has that layer's static `window` / `rope_base` (the same weights);
 the statistics pass and the cached decode see the same windows as the full
-forward; a model built by `nnx.eval_shape` gets its settings back from
-`checkpoint.build`. (Against Hugging Face's Gemma 3: tests/attnjax/pretrained/test_hf.py.)
+forward (the sink cache applies them over cache positions:
+tests/attnjax/nn/test_sink_cache.py); a model built by `nnx.eval_shape` gets its
+settings back from `checkpoint.build`. (Against Hugging Face's Gemma 3:
+tests/attnjax/pretrained/test_hf.py.)
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from flax import nnx
 
 from attnjax import nn
@@ -118,12 +119,3 @@ def test_settings_are_per_layer_state_and_survive_a_shape_only_build():
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     built = checkpoint.build(model.config, params, jnp.float32)
     np.testing.assert_array_equal(built(_tokens()), model(_tokens()))
-
-
-def test_sink_cache_refuses_per_layer_windows():
-    model = _model()
-    model.init_cache(1, 6)
-    with pytest.raises(
-        ValueError, match=r"sink_cache does not combine with a sliding-window model"
-    ):
-        model(jnp.zeros((1, 1), jnp.int32), decode=True, sink_cache=(2, 4))

@@ -119,11 +119,16 @@ def _stream(model, tokens, n_sink, window, prefill):
     return jnp.concatenate([first, rest], axis=1)
 
 
-def test_small_cache_attention_equals_the_reference_on_the_kept_tokens():
+@pytest.mark.parametrize("layer_window", [None, 5])
+def test_small_cache_attention_equals_the_reference_on_the_kept_tokens(layer_window):
     """One layer: its keys and values depend on each token alone, so the logits at position p are those of the
-    float64 NumPy reference on the tokens the cache keeps, [x_0, x_1, x_{p-3}, ..., x_p], at positions 0..5."""
+    float64 NumPy reference on the tokens the cache keeps, [x_0, x_1, x_{p-3}, ..., x_p], at positions 0..5;
+    a layer with a window of its own (as Gemma 3's local layers, and a rotary base of its own) applies it
+    over those positions."""
     n_sink, window = 2, 4
-    model = _model(num_layers=1, dtype=jnp.float64)
+    # A layer window of 5 over the cache's positions 0..5: the newest query sees sink 1, not sink 0.
+    options = {} if layer_window is None else dict(layer_windows=(5,), layer_rope_bases=(100.0,))
+    model = _model(num_layers=1, dtype=jnp.float64, **options)
     params = randomize(model, 0)
     tokens = np.asarray(jax.random.randint(jax.random.key(2), (2, 14), 0, 40))
     got = np.asarray(_stream(model, jnp.asarray(tokens), n_sink, window, prefill=3))
@@ -179,6 +184,3 @@ def test_bad_sink_cache_arguments_raise():
     learned = _model(positions="learned")
     with pytest.raises(ValueError, match="absolute positions"):
         learned.generate(tokens, 4, sink_cache=(4, 8))
-    windowed = _model(window=4)
-    with pytest.raises(ValueError, match="sliding-window model"):
-        windowed.generate(tokens, 4, sink_cache=(4, 8))
