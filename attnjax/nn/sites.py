@@ -12,10 +12,11 @@ width F):
     logits       [B, H, T, S]       q . k / (sqrt(Dh) tau), before the mask (softmax layers; capture only)
     weights      [B, H, T, S]       the attention weights, rows summing to 1 (capture only)
     head_out     [B, T, H, Dh]      each head's output o^h = P^h V^h, before W_o (after head edits)
-    attn_out     [B, T, D]          the attention block's output, concat_h(o^h) W_o + b_o
+    attn_out     [B, T, D]          the attention block's output, concat_h(o^h) W_o + b_o (before the output
+                                    norm of norm='sandwich')
     resid_mid    [B, T, D]          the residual stream between the attention and MLP sublayers (blocks with an MLP)
-    mlp_hidden   [B, T, F]          the MLP's hidden activation, act(W_1 x + b_1) (swiglu: silu(W_g x) * W_u x)
-    mlp_out      [B, T, D]          the MLP's output
+    mlp_hidden   [B, T, F]          the MLP's hidden activation, act(W_1 x + b_1) (gated: act(W_g x) * W_u x)
+    mlp_out      [B, T, D]          the MLP's output (before the output norm of norm='sandwich')
     resid_post   [B, T, D]          the block's output (after residual edits): resid_pre of layer l + 1
 
 and two of the model:
