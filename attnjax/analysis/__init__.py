@@ -15,7 +15,7 @@
 * `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
   mean distance, redundancy between heads, pattern classes).
 * `sinks`: attention sinks (normalised entropy over the visible keys, sink
-  mass and its uniform baseline, distance to e_1).
+  mass and its uniform baseline, distance to e_1, Gu et al.'s sink rate).
 * `collapse`: Dong et al. 2021's theory quantitatively (the layer bound from
   the weights, fits of the per-layer growth of log(1/r) and of geometric
   rates, logit variance, single-head paths).
@@ -98,6 +98,7 @@ from attnjax.analysis.sinks import (
     mean_normalized_entropy,
     normalized_entropy,
     sink_mass,
+    sink_rate,
     uniform_sink_mass,
 )
 from attnjax.analysis.stochastic import check_stochastic, is_row_stochastic
@@ -157,6 +158,7 @@ __all__ = [
     "sample_paths",
     "shared_norm",
     "sink_mass",
+    "sink_rate",
     "slem",
     "spectral_entropy",
     "spectral_gap",

@@ -15,6 +15,8 @@ the trailing axes, broadcast over leading ones and work under `jax.jit` and
   uniform attention over the visible keys would give it.
 * `distance_to_first`: how far each row of a stochastic matrix is from e_1,
   the limit of products of causal attention.
+* `sink_rate`: Gu et al. 2024's metric, the share of heads whose mean
+  attention on the first token exceeds epsilon (0.3 in the paper).
 
 Read beside them: `attnjax.analysis.markov.triangular_slem` (|lambda_2| of a
 triangular stochastic matrix, read off its diagonal), and
@@ -127,3 +129,43 @@ def distance_to_first(p) -> jax.Array:
     """
     p = as_matrix(p, "p")
     return 1 - p[..., 0]
+
+
+GU_EPSILON = 0.3  # Gu et al. 2024's threshold on a head's mean attention to the first token
+
+
+def sink_rate(first_token_mass, epsilon: float = GU_EPSILON, *, valid=None) -> jax.Array:
+    """The sink rate of Gu et al. 2024 ("When attention sink emerges in language models"):
+
+        alpha^(l,h) = (1 / T) sum_i a^(l,h)_(i,1),      rate = (1 / (L H)) sum_(l,h) [alpha^(l,h) > epsilon]
+
+    the mean attention each head puts on the first token over its query rows, and the share
+    of the L x H heads whose mean exceeds `epsilon` (the paper: 0.3, on 64-token inputs).
+
+    Args:
+      first_token_mass: `[..., L, H, T]`, each row's weight on the first key: `weights[..., 0]`
+        of maps `[..., L, H, T, S]`, or the `sink_mass` of `attention_statistics` with
+        `sink_positions=(0,)`, layers stacked first.
+      epsilon: the threshold, in (0, 1).
+      valid: `[..., T]` bool, the query rows to average over (padding left out); None: all.
+
+    Returns:
+      `[...]`: the share of heads, in [0, 1], in `first_token_mass`'s dtype (at least float32).
+    """
+    mass = jnp.asarray(first_token_mass)
+    if mass.ndim < 3:
+        raise ValueError(
+            f"first_token_mass must be [..., L, H, T] (layers, heads, rows); got shape {mass.shape}"
+        )
+    if not (isinstance(epsilon, (int, float)) and 0 < epsilon < 1):
+        raise ValueError(f"epsilon must be a number in (0, 1), got {epsilon!r}")
+    rows = jnp.ones(mass.shape[-1], bool) if valid is None else jnp.asarray(valid, bool)
+    if rows.shape[-1] != mass.shape[-1] or rows.ndim > mass.ndim - 2:
+        raise ValueError(
+            f"valid must be [..., T] = [..., {mass.shape[-1]}] with the leading axes of "
+            f"first_token_mass {mass.shape[:-3]}; got shape {rows.shape}"
+        )
+    rows = jnp.broadcast_to(rows.reshape(rows.shape[:-1] + (1, 1, rows.shape[-1])), mass.shape)
+    alpha = jnp.sum(jnp.where(rows, mass, 0), axis=-1) / jnp.maximum(jnp.sum(rows, axis=-1), 1)
+    dtype = jnp.promote_types(alpha.dtype, jnp.float32)
+    return jnp.mean((alpha > epsilon).astype(dtype), axis=(-2, -1))

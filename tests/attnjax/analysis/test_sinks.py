@@ -111,3 +111,37 @@ def test_mean_normalized_entropy_averages_the_queries_with_a_choice():
     h = -np.sum(np.where(a > 0, a * np.log(np.where(a > 0, a, 1)), 0), -1)[:, 1:]
     expected = np.mean(h / np.log(np.arange(2, t + 1)), -1)
     np.testing.assert_allclose(analysis.mean_normalized_entropy(a, causal), expected, rtol=1e-12)
+
+
+def test_sink_rate_counts_the_heads_whose_mean_first_token_mass_exceeds_epsilon():
+    """Gu et al.'s rate from the definition: per head the mean over rows of a_(i,1), then the share of
+    heads above 0.3; a uniform causal map at T = 64 has mean (1/64) sum_i 1/i = 0.074: no sink."""
+    t = 64
+    uniform = np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
+    sink = np.tile(np.eye(t)[:1], (t, 1))  # every row on the first key: alpha = 1
+    half = 0.5 * sink + 0.5 * uniform  # alpha = 0.5 + 0.5 * 0.074 = 0.537
+    # L = 2 layers x H = 3 heads: sinks in 3 of the 6.
+    maps = np.stack([np.stack([uniform, sink, half]), np.stack([uniform, uniform, sink])])
+    rate = analysis.sink_rate(maps[..., 0])
+    assert float(rate) == 3 / 6
+    np.testing.assert_allclose(np.mean(uniform[:, 0]), np.sum(1 / np.arange(1, t + 1)) / t)
+    assert float(analysis.sink_rate(maps[..., 0], epsilon=0.6)) == 2 / 6  # half (0.537) drops out
+    # A batch axis in front; `valid` leaves padded rows out of the mean.
+    batch = np.stack([maps[..., 0], np.zeros_like(maps[..., 0])])
+    np.testing.assert_array_equal(analysis.sink_rate(batch), [0.5, 0.0])
+    padded = np.concatenate([uniform[:8, 0], np.ones(t - 8)])  # rows 8.. are padding, all on key 0
+    valid = np.arange(t) < 8
+    assert float(analysis.sink_rate(padded[None, None], valid=valid)) == 1.0  # mean 0.34 > 0.3
+    assert float(analysis.sink_rate(padded[None, None], valid=np.ones(t, bool))) == 1.0
+    no_pad = np.concatenate([uniform[:8, 0], np.zeros(t - 8)])
+    assert float(analysis.sink_rate(no_pad[None, None])) == 0.0  # mean over all 64 rows: 0.043
+    assert float(analysis.sink_rate(no_pad[None, None], valid=valid)) == 1.0
+
+
+def test_sink_rate_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"first_token_mass must be \[..., L, H, T\]"):
+        analysis.sink_rate(np.zeros((3, 8)))
+    with pytest.raises(ValueError, match=r"epsilon must be a number in \(0, 1\), got 1.5"):
+        analysis.sink_rate(np.zeros((1, 3, 8)), epsilon=1.5)
+    with pytest.raises(ValueError, match=r"valid must be \[..., T\]"):
+        analysis.sink_rate(np.zeros((1, 3, 8)), valid=np.ones(7, bool))
