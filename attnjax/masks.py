@@ -7,7 +7,9 @@ Every mask here broadcasts against attention logits of shape `[..., H, T, S]`
 * `key_padding_mask(...)` is `[..., 1, 1, S]` (one row per example, shared by
   every head and query);
 * `combine_masks(*masks)` takes their logical AND, aligning ranks explicitly
-  so it also works under `jax_numpy_rank_promotion='raise'`.
+  so it also works under `jax_numpy_rank_promotion='raise'`;
+* `with_window(mask, W, ...)` adds a sliding window of W keys to a mask, and
+  `window_bounds(W)` gives it as the `(left, right)` of `local_window` arguments.
 
 Query position t and key position s are aligned at the top-left, as in
 `jax.nn.dot_product_attention`: with T != S, query t sees keys s <= t.
@@ -71,6 +73,12 @@ def local_window_mask(
     if right is not None:
         mask = mask & (s <= t + right)
     return mask
+
+
+def window_bounds(window: Optional[int]) -> Optional[tuple[int, int]]:
+    """A sliding window of W keys (t - W < s < t + W) as `(left, right)` = (W - 1, W - 1), the
+    `local_window` of `dot_product_attention` and the streaming passes; None stays None."""
+    return None if window is None else (window - 1, window - 1)
 
 
 def with_window(mask: Optional[Array], window, q_len: int, kv_len: int, is_causal: bool):

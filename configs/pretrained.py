@@ -21,6 +21,12 @@ from ml_collections import config_dict
 from attnjax import sentences
 
 VARIANTS = ("", "smoke", "causal", "causal_smoke", "gemma3", "gemma3_smoke")
+# Path lengths k per model, up to its depth (MiniLM 6 layers, SmolLM2 30, Gemma 3 270M 18).
+PATH_LENGTHS = {
+    "minilm": (1, 2, 3, 4, 5, 6),
+    "smollm2": (1, 2, 4, 8, 16, 30),
+    "gemma3": (1, 2, 4, 8, 12, 18),
+}
 
 
 def get_config(arg: str | None = None):
@@ -64,11 +70,7 @@ def get_config(arg: str | None = None):
     # each evaluated on the first `num_sentences` sentences of every length group.
     config.paths = config_dict.ConfigDict(
         dict(
-            lengths=(1, 2, 3, 4, 5, 6)
-            if not causal
-            else (1, 2, 4, 8, 12, 18)
-            if gemma3
-            else (1, 2, 4, 8, 16, 30),
+            lengths=PATH_LENGTHS[name],
             num_paths=512 if not causal else 384,
             num_sentences=16 if not causal else 12,
         )

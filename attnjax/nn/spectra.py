@@ -29,6 +29,7 @@ from attnjax.analysis.causal_spectrum import causal_eigenvalues, causal_slem
 from attnjax.analysis.products import leading_singular_values, received_mass
 from attnjax.analysis.streaming import attention_statistics
 from attnjax.attention import default_scale
+from attnjax.masks import window_bounds
 from attnjax.result_repr import compact_repr
 
 Array = jax.Array
@@ -63,10 +64,9 @@ def _map_options(model, window) -> dict:
         raise ValueError(
             f"attention spectra need softmax attention, got attention_kind={attention.attention_kind!r}"
         )
-    window = None if window is None else (window - 1, window - 1)
     return dict(
         is_causal=config.causal,
-        local_window=window,
+        local_window=window_bounds(window),
         scale=default_scale(config.block.head_dim),
         temperature=attention.temperature,
     )

