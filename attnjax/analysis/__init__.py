@@ -14,6 +14,7 @@
   and `check_stochastic`, which raises with the offending rows.
 * `heads`: per-head statistics of weights `[..., H, T, S]` (entropy,
   mean distance, redundancy between heads, pattern classes).
+* `massive`: Sun et al.'s massive activations of hidden states (`massive_activations`).
 * `sinks`: attention sinks (normalised entropy over the visible keys, sink
   mass and its uniform baseline, distance to e_1, Gu et al.'s sink rate).
 * `collapse`: Dong et al. 2021's theory quantitatively (the layer bound from
@@ -66,6 +67,7 @@ from attnjax.analysis.markov import (
     stationary_residual,
     triangular_slem,
 )
+from attnjax.analysis.massive import massive_activations
 from attnjax.analysis.power import PowerIteration, power_iteration
 from attnjax.analysis.products import (
     LeadingSingularValues,
@@ -141,6 +143,7 @@ __all__ = [
     "leading_singular_values",
     "logit_variance",
     "markov_report",
+    "massive_activations",
     "mean_attention_distance",
     "mean_normalized_entropy",
     "normalized_entropy",

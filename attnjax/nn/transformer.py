@@ -212,9 +212,18 @@ class Transformer(nnx.Module):
         h = self.final_norm(h) if self.config.final_norm else h
         if sites is not None:
             h = sites("final", h)
+        return self.project(h)
+
+    def project(self, final: Array) -> Array:
+        """The output head alone: the final norm's output (the 'final' site) `[..., D]` -> `[...,
+        out_features]` (tied: `final @ E^T`; linear: `final W + b`; no head: `final` itself).
+
+        With `capture=("final",)` under `jit`, `model.project(captured["final"][:, -1])` gives the
+        last position's logits without the head over every position (the unused logits are not computed).
+        """
         if self.config.head == "tied":
-            return self.embed.attend(h)
-        return self.head(h) if self.config.head == "linear" else h
+            return self.embed.attend(final)
+        return self.head(final) if self.config.head == "linear" else final
 
     # ------------------------------------------------------------- decoding
 

@@ -16,6 +16,7 @@ pads a list of texts to the longest and returns the validity mask.
 from __future__ import annotations
 
 import dataclasses
+import string
 from typing import Optional, Sequence
 
 import numpy as np
@@ -202,3 +203,18 @@ def gguf_sentencepiece_tokenizer(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
         )
     return TextTokenizer(backend, pad_id, add_special_tokens=bos_id is not None)
+
+
+# Space markers of byte-level and SentencePiece tokens, stripped before a token is classed.
+SPACE_MARKERS = "\u0120\u2581 "
+
+
+def is_punctuation(token: str) -> bool:
+    """A token made of punctuation characters only (BERT's '.', ',', ';', ...)."""
+    return bool(token) and all(ch in string.punctuation for ch in token)
+
+
+def is_delimiter(token: str) -> bool:
+    """A delimiter token (Sun et al. 2024): punctuation, a newline or [SEP], space markers stripped."""
+    bare = token.lstrip(SPACE_MARKERS)
+    return token == "[SEP]" or bare in ("\n", "\u010a") or is_punctuation(bare)

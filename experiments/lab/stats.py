@@ -37,6 +37,14 @@ def interval(values, confidence: float = 0.95) -> dict:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
+def log_interval(values, confidence: float = 0.95) -> dict:
+    """A positive quantity's interval on the log scale: `interval` of the logs of `values` `[n]`, its three
+    numbers exponentiated (a geometric mean and its interval, never below 0); NaN ends when a value is 0."""
+    with np.errstate(divide="ignore"):
+        x = interval(np.log(np.asarray(values, np.float64)), confidence)
+    return {**{k: float(np.exp(x[k])) for k in ("mean", "low", "high")}, "n": x["n"]}
+
+
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 

@@ -1,10 +1,12 @@
-"""Attention sinks at long context on SmolLM2-135M-Instruct Q4_1: statistics up to 8k tokens, StreamingLLM's comparison,
-and the causal role of the first token.
+"""Attention sinks at long context on a causal LM (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M):
+statistics up to 8k tokens, StreamingLLM's caches against their baselines, and the sink's interventions.
 
-`text.py` assembles the text; `study.py` declares and measures the runs;
-`summary.py` turns their rows into one dict of numbers with intervals over
-text segments, `checks.py` gives each prediction its verdict, `figures.py`
-draws the plots and `report.py` renders `templates/report.md.j2`.
+`text.py` assembles the text and `model.py` the checkpoint and its segments;
+`study.py` declares and measures the runs (`streaming.py`: the caches and
+baselines; `interventions.py`: the edits); `summary.py` turns their rows into
+one dict of numbers with intervals over text segments, `checks.py` gives each
+row its kind and verdict, `figures.py` draws the plots and `report.py`
+renders the templates.
 """
 
 from experiments.lab.study import Study

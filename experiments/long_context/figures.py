@@ -8,11 +8,20 @@ import numpy as np
 from attnjax import plotting
 
 
+def _errors(intervals) -> np.ndarray:
+    """`[2, n]` distances from each mean to its interval's ends (0 where an end is not finite)."""
+    mean = np.asarray([float(x["mean"]) for x in intervals])
+    low = np.asarray([float(x["low"]) for x in intervals])
+    high = np.asarray([float(x["high"]) for x in intervals])
+    return np.nan_to_num(np.stack([mean - low, high - mean]))
+
+
 def _sink_figure(st):
     fig = plotting.figure(6.0, 4.0)
     ax = fig.add_subplot()
     per_layer = st["per_layer"]["sink_mass"]  # [T][L] intervals
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 1, st["num_layers"]))
+    step = max(1, st["num_layers"] // 6)
     for layer in range(st["num_layers"]):
         ax.plot(
             st["lengths"],
@@ -20,13 +29,13 @@ def _sink_figure(st):
             color=colours[layer],
             linewidth=1,
             marker=".",
-            label=f"layer {layer}" if layer % 5 == 0 else None,
+            label=f"layer {layer}" if layer % step == 0 else None,
         )
     mean = st["model_mean"]["sink_mass"]
     ax.errorbar(
         st["lengths"],
         [m["mean"] for m in mean],
-        yerr=[[m["mean"] - m["low"] for m in mean], [m["high"] - m["mean"] for m in mean]],
+        yerr=_errors(mean),
         color="black",
         linewidth=2,
         label="model mean (95% interval)",
@@ -35,58 +44,62 @@ def _sink_figure(st):
     ax.set_xlabel("input length T")
     ax.set_ylabel("mean attention mass on token 0")
     ax.legend(fontsize=7)
-    ax.set_title("Sink mass vs context length, per layer (mean over heads and segments)")
+    ax.set_title("Mass on token 0 vs input length, per layer (mean over heads and segments)")
     return fig
 
 
 def _stream_figure(sm):
-    fig = plotting.figure(7.0, 4.0)
-    ax = fig.add_subplot()
-    x = np.asarray(sm["bin_starts"])
-    for v in sm["variants"]:
-        ax.plot(x, [b["mean"] for b in sm["ppl_bins"][v]], marker=".", linewidth=1, label=v)
-    for w, win in sm["windows"].items():
-        ppl = win["sampled_ppl"][f"recompute_{w}"]
-        ax.scatter(
-            sm["positions"],
-            [ppl["mean"]] * len(sm["positions"]),
-            marker="x",
-            s=12,
-            label=f"recompute_{w} (sampled positions, mean)",
+    caches = sm["caches"]
+    fig = plotting.figure(4.0 * len(caches), 3.8)
+    for i, (c, cache) in enumerate(caches.items()):
+        ax = fig.add_subplot(1, len(caches), i + 1)
+        names = list(cache["ppl"])
+        ax.bar(
+            np.arange(len(names)),
+            [float(cache["ppl"][v]["mean"]) for v in names],
+            yerr=_errors([cache["ppl"][v] for v in names]),
+            color=["C7" if v == "full" else "C3" if v == "window" else "C0" for v in names],
         )
-    ax.set_yscale("log")
-    ax.set_xlabel("query position p (bin start)")
-    ax.set_ylabel("perplexity")
-    ax.legend(fontsize=7)
-    ax.set_title("Perplexity vs position per attention variant (mean over segments)")
+        ax.set_xticks(np.arange(len(names)), names, fontsize=7, rotation=30)
+        ax.set_yscale("log")
+        ax.set_ylabel("perplexity past the cache")
+        ax.set_title(f"cache C = {c}", fontsize=9)
+    fig.suptitle(
+        "StreamingLLM: window (0 + C), n sinks + (C - n), full, re-computation (95% intervals)"
+    )
     return fig
 
 
-def _ablation_figure(ab):
-    fig = plotting.figure(7.0, 3.6)
-    ax = fig.add_subplot()
-    ratios = ab["layer_ratio"] + [ab["all_ratio"]]
-    labels = [str(i) for i in ab["layers"]] + ["all"]
-    mean = np.asarray([r["mean"] for r in ratios])
-    err = np.nan_to_num(
-        np.asarray(
-            [[r["mean"] - r["low"] for r in ratios], [r["high"] - r["mean"] for r in ratios]]
-        )
-    )
-    ax.bar(np.arange(len(ratios)), mean, yerr=err, color=["C0"] * (len(ratios) - 1) + ["C3"])
+def _edits_figure(ed):
+    fig = plotting.figure(10.0, 4.0)
+    ax = fig.add_subplot(1, 2, 1)
+    layers = np.arange(len(ed["key0_mass"]))
+    ax.plot(layers, [float(x["mean"]) for x in ed["key0_mass"]], color="black", label="unedited")
+    for name in ("remove_formation", "remove_all", "first_newline", "first_random"):
+        if name not in ed["edits"]:
+            continue
+        masses = ed["edits"][name]["key0_mass"]
+        ax.plot(layers, [float(x["mean"]) for x in masses], marker=".", linewidth=1, label=name)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mass on key 0 (mean over heads, rows)")
+    ax.legend(fontsize=7)
+    ax.set_title("Where the sink is, per edit", fontsize=9)
+    ax = fig.add_subplot(1, 2, 2)
+    names = [n for n, e in ed["edits"].items() if e["ppl_ratio"] is not None]
+    ratios = [ed["edits"][n]["ppl_ratio"] for n in names]
+    ax.bar(np.arange(len(names)), [float(r["mean"]) for r in ratios], yerr=_errors(ratios))
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_xticks(np.arange(len(ratios)), labels, fontsize=6)
-    ax.set_xlabel("layer whose attention to token 0 is removed")
-    ax.set_ylabel("ppl / unedited ppl")
+    ax.set_xticks(np.arange(len(names)), names, fontsize=7, rotation=30)
     ax.set_yscale("log")
-    ax.set_title("Removing the sink: perplexity ratio per layer (95% interval over segments)")
+    ax.set_ylabel("ppl / unedited ppl")
+    ax.set_title("Effect on the loss (95% interval over segments)", fontsize=9)
     return fig
 
 
 def figures(summary: dict) -> dict:
-    """`{name: Figure}`: sink mass vs T per layer, perplexity vs position per variant, the ablation bars."""
+    """`{name: Figure}`: sink mass vs T per layer, perplexity per cache variant, the edits."""
     return {
         "sink_mass": _sink_figure(summary["statistics"]),
-        "stream_ppl": _stream_figure(summary["stream"]),
-        "ablation": _ablation_figure(summary["ablation"]),
+        "stream": _stream_figure(summary["stream"]),
+        "edits": _edits_figure(summary["edits"]),
     }

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import os
-import string
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnjax.pretrained.tokenizer import is_delimiter, is_punctuation
 from attnjax.sentences import docstring_sentences, split_sentences
 
 # Model name -> family ('bert': an encoder; 'llama': a causal LM, whose first token is the sink) and
@@ -27,8 +27,6 @@ SINKS = {"bert": ("sinks", "[CLS]", "[SEP]", "punctuation"), "llama": ("sinks",)
 # The sink tokens left out of the sink-excluded residual and cosine, as (first, last) token counts dropped
 # from each sentence: the first token (causal LM), [CLS] and [SEP] (BERT, whose sentences are [CLS] ... [SEP]).
 CONTENT_SPAN = {"bert": (1, 1), "llama": (1, 0)}
-# Space markers of byte-level and SentencePiece tokens, stripped before a token is classed.
-SPACE_MARKERS = "\u0120\u2581 "
 
 
 def checkpoint_config(config):
@@ -117,17 +115,6 @@ def length_groups(tokenizer, sentences, lengths, per_length: int) -> list[Group]
             f"counts present: {sorted(by_length)[:40]}"
         )
     return groups
-
-
-def is_punctuation(token: str) -> bool:
-    """A token made of punctuation characters only (BERT's '.', ',', ';', ...)."""
-    return bool(token) and all(ch in string.punctuation for ch in token)
-
-
-def is_delimiter(token: str) -> bool:
-    """A delimiter token (Sun et al. 2024): punctuation, a newline or [SEP], space markers stripped."""
-    bare = token.lstrip(SPACE_MARKERS)
-    return token == "[SEP]" or bare in ("\n", "\u010a") or is_punctuation(bare)
 
 
 def delimiter_masks(tokens: list) -> np.ndarray:

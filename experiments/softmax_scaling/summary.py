@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from attnjax.serialization import json_form
-from experiments.lab.stats import interval
+from experiments.lab.stats import interval, log_interval
 from experiments.lab.study import distinct, select
 from experiments.softmax_scaling.constants import MIN_UNITS, SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
@@ -337,14 +337,6 @@ def aggregate(rows: list[dict], config) -> dict:
         "rate": rate,
         "checks": checks,
     }
-
-
-def log_interval(values) -> dict:
-    """A positive quantity's interval over seeds on the log scale (`interval` of the logs, the three
-    numbers exponentiated: a geometric mean and its interval); NaN ends when a value is 0."""
-    with np.errstate(divide="ignore"):
-        x = interval(np.log(np.asarray(values, np.float64)))
-    return {**{k: float(np.exp(x[k])) for k in ("mean", "low", "high")}, "n": x["n"]}
 
 
 def derive(summary: dict) -> dict:

@@ -1,7 +1,6 @@
 """The softmax-scaling study: its measurements and their pieces (the contract: test_studies.py)."""
 
 import json
-import math
 
 import jax
 import jax.numpy as jnp
@@ -431,12 +430,6 @@ def test_tau_is_the_scaled_gaussian_median_at_the_largest_d_k_and_shares_count_a
     assert stats == {"mean": [[9.0], [2.0]], "median": [[9.0], [2.0]], "above": [[1.0], [1 / 3]]}
     pooled = summary_lib.pooled_statistics(samples, tau)["low_rank"]["scaled"]["grad_key"]
     assert pooled["above"] == [1.0, 1 / 3]
-
-
-def test_log_interval_is_a_geometric_mean_and_its_interval():
-    x = summary_lib.log_interval([1.0, 100.0] * 5)
-    assert x["mean"] == pytest.approx(10.0) and x["low"] < 10.0 < x["high"] and x["n"] == 10
-    assert math.isnan(summary_lib.log_interval([0.0, 1.0])["low"])  # an underflowed median
 
 
 def test_a_failing_outcome_reaches_the_report_as_fail(run):

@@ -38,3 +38,9 @@ def test_numbers_reads_non_finite_strings_through_nested_parts_and_keeps_labels(
     assert math.isnan(read["a"][0]) and read["a"][1] == 1.5
     assert read["a"][2]["b"] == -math.inf and read["c"] == math.inf
     assert read["label"] == "causal"
+
+
+def test_log_interval_is_a_geometric_mean_and_its_interval():
+    x = stats.log_interval([1.0, 100.0] * 5)
+    assert x["mean"] == pytest.approx(10.0) and x["low"] < 10.0 < x["high"] and x["n"] == 10
+    assert math.isnan(stats.log_interval([0.0, 1.0])["low"])  # an underflowed median

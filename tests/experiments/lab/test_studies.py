@@ -111,9 +111,9 @@ def long_context_test_config():
     config = long_context_config.get_config("smoke")
     config.model.path = str(path)
     config.text.update(num_segments=3, segment_stride=32)
-    config.statistics.lengths = (16, 32)
-    config.stream.update(length=32, windows=(4, 8), sinks=(4,), recompute_positions=2, bin=8)
-    config.ablation.update(length=16, layers=(1, 3))
+    config.statistics.update(lengths=(16, 32), num_segments=2)
+    config.stream.update(caches=(6, 8), sinks=(1, 4), positions=5, recompute=(6,))
+    config.edits.update(length=16, rate_length=8)
     return config
 
 
@@ -424,8 +424,8 @@ BAD_CONFIGS = [
     ),
     (
         "long_context",
-        lambda c: setattr(c.stream, "windows", (4, 31)),
-        r"stream.windows \(\(4, 31\)\) must be <",
+        lambda c: setattr(c.stream, "caches", (8, 6)),
+        r"stream.caches must be distinct and increasing",
     ),
     (
         "long_context",
