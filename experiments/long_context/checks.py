@@ -169,46 +169,46 @@ def _stream_rows(summary: dict) -> list[dict]:
     return out
 
 
-def _edit_rows(summary: dict) -> list[dict]:
-    ed, edits = summary["edits"], summary["edits"]["edits"]
-    valid = did_not_move(edits["remove_formation"]["relocation"])
-    bos = ed["bos"]
+def _first_token_rows(edits: dict, bos: bool) -> list[dict]:
+    """The first token replaced by a newline or a random text token: does the sink stay at position 0?
+    (Not applicable for a random token without a BOS: every segment already opens with one.)"""
     out = []
     for name in ("first_newline", "first_random"):
         what = "a newline" if name == "first_newline" else "a random text token"
         margin = edits[name]["first_margin"] if name in edits else None
-        claim = "d = m(0) - max_(1 <= j <= T/2) m(j) in the sink layers > 0 (lower end)"
-        title = f"the sink stays at position 0 when the first token is replaced by {what}"
-        if name == "first_random" and not bos:
-            out.append(
-                prediction(
-                    title,
-                    f"this codebase, after {XIAO}",
-                    claim,
-                    _text(margin),
-                    None,
-                    "no BOS: every segment already opens with an arbitrary text token",
-                    kind="not applicable",
-                )
-            )
-            continue
-        out.append(
-            prediction(
-                title,
-                f"this codebase, after {XIAO}",
-                claim,
-                _text(margin),
-                above(margin, 0.0),
+        applies = bos or name == "first_newline"
+        note = (
+            (
                 (
                     "the first token is <bos>: this tests whether the sink follows <bos>; "
                     if bos
                     else ""
                 )
                 + "attention mass in a full forward; the paper's own test is the perplexity row"
-                + ("" if name in edits else "; the tokenizer has no such single token"),
-                kind="hypothesis",
+                + ("" if name in edits else "; the tokenizer has no such single token")
+            )
+            if applies
+            else "no BOS: every segment already opens with an arbitrary text token"
+        )
+        out.append(
+            prediction(
+                f"the sink stays at position 0 when the first token is replaced by {what}",
+                f"this codebase, after {XIAO}",
+                "d = m(0) - max_(1 <= j <= T/2) m(j) in the sink layers > 0 (lower end)",
+                _text(margin),
+                above(margin, 0.0) if applies else None,
+                note,
+                kind="hypothesis" if applies else "not applicable",
             )
         )
+    return out
+
+
+def _edit_rows(summary: dict) -> list[dict]:
+    ed, edits = summary["edits"], summary["edits"]["edits"]
+    valid = did_not_move(edits["remove_formation"]["relocation"])
+    bos = ed["bos"]
+    out = _first_token_rows(edits, bos)
     ratio = edits["remove_formation"]["ppl_ratio"]
     out.append(
         prediction(
@@ -268,8 +268,8 @@ def _spread_rows(ed: dict, valid) -> list[dict]:
     spread = ed["spread_ratio"]
     claim = "spread({}) / spread(intact) > 1 (lower end)"
     note = (
-        "one token replaced at T/2; mean relative change of later tokens' last hidden states; "
-        "renormalisation alone raises the other weights by 1/(1 - m(0)): no matched control run"
+        "one token replaced at T/2, the same in both arms; mean relative change of later tokens' "
+        "last hidden states; no control drops or removes a token that is not a sink"
     )
     rows = [
         prediction(
@@ -282,30 +282,20 @@ def _spread_rows(ed: dict, valid) -> list[dict]:
             kind="hypothesis",
         )
     ]
-    title = "without its first token (<bos>) a perturbation spreads further"
-    if ed["bos"]:
-        rows.append(
-            prediction(
-                title,
-                BARBERO,
-                claim.format("input without <bos>"),
-                _text(spread["remove_all"]),
-                above(spread["remove_all"], 1.0),
-                note,
-            )
+    bos = ed["bos"]
+    rows.append(
+        prediction(
+            "without its first token (<bos>) a perturbation spreads further",
+            BARBERO,
+            claim.format("input without <bos>"),
+            _text(spread["remove_all"]),
+            above(spread["remove_all"], 1.0) if bos else None,
+            note
+            if bos
+            else "the model reads plain text without a BOS token: there is none to drop",
+            kind="prediction" if bos else "not applicable",
         )
-    else:
-        rows.append(
-            prediction(
-                title,
-                BARBERO,
-                claim.format("input without <bos>"),
-                _text(spread["remove_all"]),
-                None,
-                "the model reads plain text without a BOS token: there is none to drop",
-                kind="not applicable",
-            )
-        )
+    )
     return rows
 
 
