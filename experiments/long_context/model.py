@@ -15,7 +15,6 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.lab.render import checkpoint_label
 from experiments.long_context.text import long_text, segment
 
 # The bundled causal LMs and their loaders in `attnjax.pretrained`; `model.path` may instead name a
@@ -48,11 +47,6 @@ def _load(name: str, path: str):
 def load(config):
     """`(model, tokenizer)` of `config.model`, loaded once per process (float32)."""
     return _load(config.model.name, config.model.path)
-
-
-def label(model_config) -> str:
-    """The checkpoint as reports name it: its path, else the bundled one's exact name."""
-    return model_config["path"] or checkpoint_label(model_config["name"])
 
 
 @functools.lru_cache(maxsize=4)

@@ -3,9 +3,8 @@ side by side (`templates/readme.md.j2`)."""
 
 from __future__ import annotations
 
-from experiments.lab.render import interval_text, render, rows_by_kind
+from experiments.lab.render import checkpoint_label, interval_text, render, rows_by_kind
 from experiments.long_context.checks import DIGITS
-from experiments.long_context.model import label
 
 # The committed default runs, one per model: the results section reads both.
 README_RESULTS = "experiments/long_context/results"
@@ -15,6 +14,11 @@ RESULTS = {"smollm2": README_RESULTS, "gemma3": "experiments/long_context/result
 def ci(x) -> str:
     """An interval as the report prints it: 'mean [low, high]' (`interval_text`, `DIGITS`)."""
     return "-" if x is None else interval_text(x, DIGITS)
+
+
+def label(model_config) -> str:
+    """The checkpoint as reports name it: its path, else the bundled one's exact name."""
+    return model_config["path"] or checkpoint_label(model_config["name"])
 
 
 def context(summary: dict) -> dict:
