@@ -100,13 +100,6 @@ def token_id_or_none(config, text: str):
         return None
 
 
-def first_tokens(config, count: int = 4) -> list[str]:
-    """Per segment, its first `count` tokens decoded (the report records what each segment opens with)."""
-    _, tokenizer = load(config)
-    tokens = np.asarray(segments(config, max(count, len(prefix(config)) + 1)))
-    return [tokenizer.decode(row[:count].tolist()) for row in tokens]
-
-
 def text_vocabulary(config) -> np.ndarray:
     """The distinct ids of the study's text, ascending: the pool random replacement tokens are drawn from
     (real tokens of the text, not the vocabulary's unused entries)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import long_context as long_context_config
-from experiments.long_context import checks, summary
+from experiments.long_context import checks, interventions, summary
 from experiments.long_context.study import STATISTICS
 from tests.intervals import assert_interval, t_interval
 
@@ -18,8 +18,7 @@ SEGMENTS, LAYERS, HEADS = 3, 4, 6
 LENGTHS = (8, 16)
 CACHE, POSITIONS = 6, 5  # nll at positions C-1..C+K-1: K + 1 values, the first before eviction
 SINKS = (1, 4)
-EDITS = ("none", "remove_formation", "remove_all", "value_zero", "massive_zero")
-EDITS += ("massive_mean", "massive_swap", "first_newline", "first_random")
+EDITS = interventions.EDITS
 FORMATION = (1, 2, 1)  # l* per segment
 
 
