@@ -64,8 +64,20 @@ def get_config(arg: str | None = None):
         )
     )
     # Dong et al. 2021 surgery: the same weights without skips, without MLPs, both (block norms kept),
-    # and both without the block norms ('no_norm': Dong's pure attention network).
-    config.variants = ("full", "no_skip", "no_mlp", "attention_only", "no_norm")
+    # and both without the block norms ('no_norm': Dong's pure attention network); the two attention-only
+    # networks again with every layer's mask narrowed to a sliding window of 2 and 4 tokens (Wu et al.
+    # 2024: local masks slow the collapse).
+    config.variants = (
+        "full",
+        "no_skip",
+        "no_mlp",
+        "attention_only",
+        "no_norm",
+        "attention_only_band2",
+        "attention_only_band4",
+        "no_norm_band2",
+        "no_norm_band4",
+    )
     # Single-head paths of k layers (Dong et al. 2021, Fig. 2), sampled with `seed`,
     # each evaluated on the first `num_sentences` sentences of every length group.
     config.paths = config_dict.ConfigDict(

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REF = ("tests/attnjax/nn/test_transformer.py", "tests/attnjax/nn/test_reference_transformer.py")
 PRETRAINED = (
     "tests/experiments/test_pretrained.py::test_collapse_and_doubly_exponential_checks",
-    "tests/experiments/test_pretrained.py::test_comparison_checks",
+    "tests/experiments/test_pretrained.py::test_paired_comparisons_at_the_deepest_resolved_depth",
+    "tests/experiments/test_pretrained.py::test_hit_readings_and_the_massive_checks",
 )
 PI = "tests/experiments/test_power_iteration.py::"
 POWER_RATE = tuple(
@@ -239,9 +240,9 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return bool(float(fraction) <= factor)",
-        "return bool(float(fraction) > factor)",
-        "collapse_check verdict flipped",
+        "return None if resolved is None else not resolved",
+        "return resolved",
+        "collapsed_check verdict flipped",
         PRETRAINED,
     ),
     Mutant(
@@ -253,16 +254,30 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return bool(float(ratio) >= factor)",
-        "return bool(float(ratio) < factor)",
-        "counteract_check verdict flipped",
+        "return side(iv, 1.0)",
+        "return side(iv, 0.0)",
+        "slower_check against 0 instead of 1 (any ratio passes)",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/pretrained/readings.py",
+        "return log_interval(np.exp(a[:, depth] - b[:, depth]))",
+        "return log_interval(np.exp(a[:, -1] - b[:, -1]))",
+        "paired ratio read at the last depth, not the resolved one",
+        PRETRAINED,
+    ),
+    Mutant(
+        "experiments/pretrained/activations.py",
+        "top = _top_dims(dims[0::2], few)",
+        "top = _top_dims(dims, few)",
+        "massive dimensions chosen on the sentences they are tested on",
         PRETRAINED,
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return bool(float(fraction) >= factor)",
-        "return bool(float(fraction) < factor)",
-        "keeps_check verdict flipped",
+        "return None if iv is None else side(iv, MAJORITY)",
+        "return None if iv is None else side(iv, 0.0)",
+        "most_check against 0 instead of one half",
         PRETRAINED,
     ),
     # Every verdict of the power-iteration rows (and the numbers they read) flipped or broken.

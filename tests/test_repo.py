@@ -35,7 +35,11 @@ def test_ci_runs_the_readme_test_command():
     assert strip_quiet(ci_command) == strip_quiet(tests)
 
 
-PRETRAINED_RESULTS = ("experiments/pretrained/results", "experiments/pretrained/results_causal")
+PRETRAINED_RESULTS = (
+    "experiments/pretrained/results",
+    "experiments/pretrained/results_causal",
+    "experiments/pretrained/results_gemma3",
+)
 
 
 @pytest.mark.parametrize("results", PRETRAINED_RESULTS)

@@ -45,6 +45,16 @@ def log_interval(values, confidence: float = 0.95) -> dict:
     return {**{k: float(np.exp(x[k])) for k in ("mean", "low", "high")}, "n": x["n"]}
 
 
+def side(iv: dict, value: float) -> bool | None:
+    """Which side of `value` an interval (`interval`, `log_interval`) lies on: True when its low end is
+    above it, False when its high end is below it, None (not resolved) when it straddles or touches it or
+    an end is NaN."""
+    low, high = number(iv["low"]), number(iv["high"])
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    return True if low > value else False if high < value else None
+
+
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 

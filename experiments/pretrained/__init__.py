@@ -1,9 +1,10 @@
-"""Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional) and SmolLM2-135M-Instruct Q4_1 (causal).
+"""Real pretrained attention across depth: all-MiniLM-L6-v2 (bidirectional), SmolLM2-135M-Instruct Q4_1 and
+Gemma 3 270M Q4_K_M (causal).
 
 `study.py` declares and measures the runs (`paths.py`: the single-head paths);
 `summary.py` turns their rows into one dict of every number (`readings.py` and
 `activations.py`: the numbers of the papers' claims), `checks.py` gives each
-prediction its verdict, `figures.py` draws the plots, and `report.py` renders
+row its kind and verdict, `figures.py` draws the plots, and `report.py` renders
 `templates/` (the report and the README section) over `context.py`, which
 formats the summary's numbers; `constants.py` holds the thresholds and labels.
 """

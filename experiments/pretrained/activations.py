@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.lab.stats import interval
 from experiments.pretrained.constants import FEW_DIMS, MASSIVE_FACTOR, MASSIVE_VALUE
 from experiments.pretrained.readings import array
 
@@ -48,36 +49,11 @@ def massive_layers(
     return [layer for layer in range(1, len(r)) if r[layer] >= factor and v[layer] >= minimum]
 
 
-def location_share(first, delimiter, layers) -> float | None:
-    """Over the massive `layers`, the mean share of sentences whose largest |a| is on the first token or a
-    delimiter; None without massive layers."""
-    if not layers:
-        return None
-    return float(np.mean((array(first) + array(delimiter))[layers]))
-
-
-def pooled_dims(dims, layers, few: int = FEW_DIMS) -> tuple[float | None, list]:
-    """Pooled over the massive `layers`, the share of sentences' largest |a| in the `few` most frequent
-    dimensions, and those dimensions; `dims[l]`: `[dimension, sentences]` pairs. (None, []) without layers."""
-    if not layers:
-        return None, []
-    counts = {}
-    for layer in layers:
-        for dim, n in dims[layer]:
-            counts[int(dim)] = counts.get(int(dim), 0) + n
-    top = sorted(counts, key=lambda d: -counts[d])[:few]
-    return float(sum(counts[d] for d in top) / sum(counts.values())), top
-
-
 def median_spread(spread, layers) -> float | None:
     """The median over the massive `layers` of std / mean of the largest |a| over sentences; None without."""
     if not layers:
         return None
     return float(np.median(array(spread)[layers]))
-
-
-def _mean_over(values, layers) -> float | None:
-    return float(np.mean(values[layers])) if layers else None
 
 
 def _dim_shares(pairs: list) -> list:
@@ -86,19 +62,62 @@ def _dim_shares(pairs: list) -> list:
     return [[d, n / total] for d, n in pairs[:3]]
 
 
+def _top_dims(per_sentence: list, few: int) -> list[int]:
+    """The `few` dimensions with the most hits over sentences' `[dimension, hits]` pairs."""
+    pooled = {}
+    for pairs in per_sentence:
+        for dim, n in pairs:
+            pooled[int(dim)] = pooled.get(int(dim), 0) + n
+    return sorted(pooled, key=lambda d: -pooled[d])[:few]
+
+
+def hit_readings(variant: dict, few: int = FEW_DIMS) -> dict | None:
+    """Every criterion hit of Sun et al.'s criterion in the full model's hidden states, per sentence.
+
+    `sentence_hits` `[S, 3]` (hits on the first token, on delimiters, all),
+    `sentence_hit_dims` (per sentence, `[dimension, hits]` pairs). Over the
+    sentences with a hit: `first`, `delimiter`, `other` (pooled shares of
+    the hits in each class), `location` (each sentence's share of its hits on
+    the first token or a delimiter: mean and interval over sentences,
+    `lab.stats.interval`), `dims` (the `few` dimensions with the most hits
+    in every other sentence with a hit, 0, 2, ...), `dims_share` (the other
+    sentences' share of their hits in them: mean and interval; None with a
+    single sentence), `hits` and `sentences` (how many). None when no
+    sentence has a hit.
+    """
+    counts = array(variant["sentence_hits"]).reshape(-1, 3)
+    hit = counts[:, 2] > 0
+    if not hit.any():
+        return None
+    first, delimiter, total = counts[hit].T
+    dims = [pairs for pairs, h in zip(variant["sentence_hit_dims"], hit) if h]
+    # The dimensions are chosen on every other sentence and tested on the rest, so that a row of
+    # scattered dimensions can fail (chosen on the same hits, the top ones would hold them by construction).
+    top = _top_dims(dims[0::2], few)
+    tested = array([sum(n for d, n in pairs if int(d) in top) for pairs in dims[1::2]])
+    return {
+        "first": float(first.sum() / total.sum()),
+        "delimiter": float(delimiter.sum() / total.sum()),
+        "other": float(1 - (first.sum() + delimiter.sum()) / total.sum()),
+        "location": interval((first + delimiter) / total),
+        "dims": top,
+        "dims_share": interval(tested / total[1::2]) if len(dims) > 1 else None,
+        "hits": int(total.sum()),
+        "sentences": int(hit.sum()),
+    }
+
+
 def readings(variant: dict) -> dict:
     """Every number of Sun et al.'s four claims on one variant's hidden states (the full model's).
 
     `layers`: the massive hidden states (`massive_layers`); `top`: the state 1..L with the largest ratio,
     `top_ratio`, `top_value` its ratio and largest |a|; `largest_value`: the largest |a| over states 1..L;
-    `location` (`location_share`), `first`, `delimiter` (their means over the massive layers);
-    `dims_share`, `dims` (`pooled_dims`); `spread` (`median_spread`); `per_layer`: `massive`'s
-    per-state arrays, `dims` as the three most frequent `[dimension, share]` of each state.
+    `spread` (`median_spread`); `hits`: where every criterion hit sits (`hit_readings`); `per_layer`:
+    `massive`'s per-state arrays, `dims` as the three most frequent `[dimension, share]` of each state.
     """
     m = massive(variant)
     layers = massive_layers(m["ratio"], m["value"])
     top = int(np.argmax(m["ratio"][1:])) + 1
-    share, dims = pooled_dims(m["dims"], layers)
     per_layer = {k: v.tolist() for k, v in m.items() if k != "dims"}
     return {
         "layers": layers,
@@ -106,11 +125,7 @@ def readings(variant: dict) -> dict:
         "top_ratio": float(m["ratio"][top]),
         "top_value": float(m["value"][top]),
         "largest_value": float(np.max(m["value"][1:])),
-        "location": location_share(m["first"], m["delimiter"], layers),
-        "first": _mean_over(m["first"], layers),
-        "delimiter": _mean_over(m["delimiter"], layers),
-        "dims_share": share,
-        "dims": dims,
         "spread": median_spread(m["spread"], layers),
+        "hits": hit_readings(variant),
         "per_layer": {**per_layer, "dims": [_dim_shares(pairs) for pairs in m["dims"]]},
     }

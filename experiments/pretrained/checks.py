@@ -1,73 +1,83 @@
-"""The pretrained-attention study's checks: each prediction's verdict from the summary.
+"""The pretrained-attention study's checks: each row's verdict from the summary.
 
-Checks the measurements of one pretrained model against:
+Every row is one of the five kinds of `experiments.lab.study.KINDS`:
 
-* Dong, Cordonnier & Loukas 2021, "Attention is not all you need: pure
-  attention loses rank doubly exponentially with depth" (bidirectional
-  attention): without skips and MLPs the tokens collapse doubly
-  exponentially; skip connections (and, more weakly, MLPs) counteract it;
-  long single-head paths collapse, so the network's output is carried by
-  short paths;
-* Wu, Ajorlou, Wang, Jegelka & Jadbabaie 2024, "On the role of attention
-  masks and LayerNorm in transformers" (causal masks): pure masked attention
-  collapses at an exponential rate, and products of causal attention
-  matrices converge to 1 e_1^T;
-* Xiao, Tian, Chen, Han & Lewis 2023, "Efficient streaming language models
-  with attention sinks": a causal LM puts most of its attention on the first
-  token in most layers beyond the bottom two;
-* Clark, Khandelwal, Levy & Manning 2019, "What does BERT look at?": over
-  half of BERT-base's attention in layers 6-10 (of 12) falls on [SEP];
-* Sun, Chen, Kolter & Liu 2024, "Massive activations in large language
-  models" (`activations.py`);
+* predictions, each in its paper's setting: Dong, Cordonnier & Loukas 2021
+  (bidirectional pure attention collapses doubly exponentially; skip
+  connections and, more weakly, MLPs counteract it), Wu, Ajorlou, Wang,
+  Jegelka & Jadbabaie 2024 (pure masked attention collapses exponentially;
+  local masks slow the collapse), Xiao et al. 2023 (a causal LM puts most of
+  its attention on the first token in most layers past the bottom two; their
+  Fig. 2 reads 16-token sentences, as this study does), Sun, Chen, Kolter &
+  Liu 2024 (massive activations exist, sit on the first token and
+  delimiters, lie in a few fixed dimensions, are nearly constant across
+  inputs);
+* hypotheses of this codebase: Wu et al.'s local-mask result carried to the
+  attention-only network that keeps its block norms (their theorem is for
+  pure attention);
+* sanity: theorems whose hypotheses hold (|lambda_2| <= tau; the rows of a
+  product of causal maps lie within its tau of e_1) and a construction
+  (long single-head paths, products of positive maps, lose rank);
+* not applicable, with the reason: Clark et al. 2019's [SEP] finding on
+  single short sentences, Sun et al.'s criterion on a post-norm model, a
+  collapse theorem for bounded tokens on a network whose tokens overflow.
 
-and, as sanity (a theorem, not a prediction), Seneta 2006, "Non-negative
-Matrices and Markov Chains": |lambda_2| <= tau.
+The attention-only network that keeps its block norms, the full model
+without its sinks and the per-layer rates are measurements, reported in the
+findings without a verdict: Wu et al. prove that with LayerNorm collapse is
+not guaranteed, so no paper predicts their outcome.
 
-The numbers come from the summary (`summary.derive`: `collapse`, `surgery`,
-`path_readings`, `sinks`, `massive`, `causal_readings`, `bound`); each check
-(`*_check`) compares one of them with its threshold (`constants.py`) and
-returns the verdict, and `predictions` names them.
+Decision rules are derived, never chosen to look strict: a paired ratio of
+two variants of the same weights on the same sentences passes when its
+interval over sentences lies above 1 (no effect), fails when it lies below,
+and is not resolved when it straddles 1; "collapse to rank one" is r at
+float32 resolution (`RESIDUAL_FLOOR`); "most" is a majority. The numbers
+come from the summary (`summary.derive`).
 """
 
 from __future__ import annotations
 
-from experiments.lab.render import fmt
+from experiments.lab.render import fmt, interval_text
+from experiments.lab.stats import side
 from experiments.lab.study import prediction
 from experiments.pretrained.constants import (
-    ATTENTION_ONLY,
     BOTTOM_LAYERS,
     BOUND_TOLERANCE,
     CHECK_LABELS,
     CLARK_SETTING,
-    COLLAPSE_FACTOR,
-    CONTENT_LABELS,
-    COUNTERACT_FACTOR,
     DOUBLY_EXPONENTIAL_RATIO,
     FEW_DIMS,
     FIRST_RATIO_LAYER,
     FIRST_TOLERANCE,
-    KEEP_FACTOR,
-    LONG_PATH_FACTOR,
+    MAJORITY,
     MASSIVE_FACTOR,
-    MASSIVE_SHARE,
     MASSIVE_SPREAD,
     MASSIVE_VALUE,
     MIDDLE_LAYERS,
     MIN_LOG_RATIOS,
-    MIN_RATE_LAYERS,
-    RATE_QUANTILES,
     RESIDUAL_FLOOR,
     SINK_SHARE,
     SUN_SETTING,
+    VARIANT_LABELS,
 )
 
+DIGITS = ".3g"
+
 # --------------------------------------------------------------------------
-# Checks: the verdict of one number of the summary against its threshold; each can fail
+# Checks: the verdict of one number of the summary against its rule; each can fail
 
 
-def collapse_check(fraction, factor: float = COLLAPSE_FACTOR) -> bool:
-    """r_L / r_0 (`readings.end_ratio`) <= factor."""
-    return bool(float(fraction) <= factor)
+def collapsed_check(iv, floor: float = RESIDUAL_FLOOR) -> bool | None:
+    """Collapse to rank one at float32 resolution: the interval of r_L over sentences lies at or below
+    `floor` (True), above it (False), or straddles it (None, not resolved)."""
+    resolved = side(iv, floor)
+    return None if resolved is None else not resolved
+
+
+def slower_check(iv) -> bool | None:
+    """A paired ratio slower / faster over sentences (`summary.compared`) lies above 1 (True), below 1
+    (False) or straddles it (None, not resolved)."""
+    return side(iv, 1.0)
 
 
 def doubly_exponential_check(
@@ -80,34 +90,6 @@ def doubly_exponential_check(
     return bool(worst >= min_ratio)
 
 
-def exponential_check(interval) -> bool | None:
-    """The upper quantile of the per-sentence decay factors (`readings.rate_quantiles`) < 1; None when no
-    sentence could be fitted."""
-    if not interval:
-        return None
-    return bool(float(interval[1]) < 1)
-
-
-def counteract_check(ratio, factor: float = COUNTERACT_FACTOR) -> bool:
-    """kept / removed (`readings.ratio_of`) >= factor (NaN, both 0, fails)."""
-    return bool(float(ratio) >= factor)
-
-
-def slows_check(ratio) -> bool | None:
-    """slower_l / faster_l > 1 at the layer `readings.slower_at` picks; None when there is none."""
-    return None if ratio is None else bool(float(ratio) > 1)
-
-
-def keeps_check(fraction, factor: float = KEEP_FACTOR) -> bool:
-    """r_L / r_0 (`readings.end_ratio`) >= factor."""
-    return bool(float(fraction) >= factor)
-
-
-def non_increasing_check(rise) -> bool:
-    """The largest rise between consecutive values (`readings.largest_rise`) <= 0."""
-    return bool(float(rise) <= 0)
-
-
 def at_most_check(value, bound: float) -> bool:
     """value <= bound."""
     return bool(float(value) <= bound)
@@ -115,12 +97,7 @@ def at_most_check(value, bound: float) -> bool:
 
 def majority_check(fraction) -> bool:
     """The fraction of values above a threshold (`readings.fraction_above`) is more than one half."""
-    return bool(float(fraction) > 0.5)
-
-
-def finite_check(layer) -> bool:
-    """Every hidden state is finite: no overflow layer (`readings.overflow_layer` is None)."""
-    return layer is None
+    return bool(float(fraction) > MAJORITY)
 
 
 def massive_exist_check(layers) -> bool:
@@ -128,16 +105,10 @@ def massive_exist_check(layers) -> bool:
     return bool(layers)
 
 
-def massive_location_check(share, minimum: float = MASSIVE_SHARE) -> bool | None:
-    """The share on the first token or a delimiter (`activations.location_share`) >= minimum; None without
-    massive layers."""
-    return None if share is None else bool(share >= minimum)
-
-
-def massive_dims_check(share, minimum: float = MASSIVE_SHARE) -> bool | None:
-    """The share in the few most frequent dimensions (`activations.pooled_dims`) >= minimum; None without
-    massive layers."""
-    return None if share is None else bool(share >= minimum)
+def most_check(iv) -> bool | None:
+    """A share's interval over sentences (`activations.hit_readings`) lies above one half (True), below
+    (False), or straddles it (None); None without the interval."""
+    return None if iv is None else side(iv, MAJORITY)
 
 
 def massive_constant_check(spread, bound: float = MASSIVE_SPREAD) -> bool | None:
@@ -146,253 +117,242 @@ def massive_constant_check(spread, bound: float = MASSIVE_SPREAD) -> bool | None
 
 
 # --------------------------------------------------------------------------
-# Predictions
+# Rows
 
 
-def _missing(name: str, source: str, claim: str, need: str) -> dict:
-    return prediction(name, source, claim, None, None, f"not measured: the config has no {need}")
-
-
-def _ratios_note(ratios: list) -> str:
-    shown = ", ".join(f"{x:.2f}" for x in ratios[:12]) + (" ..." if len(ratios) > 12 else "")
-    return f"{len(ratios)} log-ratio(s) on resolved layers >= {FIRST_RATIO_LAYER}" + (
-        f": {shown}" if ratios else ""
+def _ratio_note(c: dict, what: str) -> str:
+    return (
+        f"{what} of {VARIANT_LABELS[c['slower']]} over {VARIANT_LABELS[c['faster']]} at depth {c['depth']} "
+        f"(the deepest where the latter is resolved, r >= {RESIDUAL_FLOOR:g}), geometric mean over "
+        f"{c['ratio']['n']} sentences: {interval_text(c['ratio'], DIGITS)} (an interval straddling 1 is not resolved)"
     )
 
 
-def _dong_rate(name: str, c: dict) -> dict:
+def _collapse_rows(summary: dict) -> list[dict]:
+    """The pure attention network (`no_norm`: no skips, MLPs or block norms): Dong et al.'s collapse and
+    doubly exponential rate (bidirectional), Wu et al.'s collapse (causal); not applicable when its tokens
+    overflow. The network that keeps its block norms is a measurement (no row)."""
+    c = summary["collapse"].get("no_norm")
+    if c is None:
+        return []
+    causal = summary["model"]["causal"]
+    source = "Wu et al. 2024" if causal else "Dong et al. 2021"
+    label = CHECK_LABELS["no_norm"]
+    claim = f"r_L over sentences at float32 resolution (<= {RESIDUAL_FLOOR:g})"
+    if c["overflow"] is not None:
+        note = (
+            f"Setting differs: the theorem is for bounded tokens; without norms these weights grow the "
+            f"token differences about {fmt(float(c['growth']))}x per layer and overflow float32 at depth "
+            f"{c['overflow']}, with the attention nearly one-hot (lowest mean normalised entropy "
+            f"{fmt(c['entropy_low'])})."
+        )
+        return [prediction(f"{label} collapses", source, claim, None, None, note, "not applicable")]
+    rows = [
+        prediction(
+            f"{label} collapses",
+            source,
+            claim,
+            c["end"]["mean"],
+            collapsed_check(c["end"]),
+            f"r_0 = {fmt(float(summary['variants']['no_norm']['residual'][0]))}; r_L per sentence: "
+            f"{interval_text(c['end'], DIGITS)} over {c['end']['n']} sentences; below {RESIDUAL_FLOOR:g} "
+            "float32 rounding dominates",
+        )
+    ]
+    if not causal:
+        rows.append(_dong_rate(label, c))
+    return rows
+
+
+def _dong_rate(label: str, c: dict) -> dict:
     ratios = c["log_ratios"]
     passed = doubly_exponential_check(c["worst"], len(ratios))
-    note = f"r: geometric mean over sentences, r >= {RESIDUAL_FLOOR:g}; {_ratios_note(ratios)}"
+    shown = ", ".join(f"{x:.2f}" for x in ratios[:12]) + (" ..." if len(ratios) > 12 else "")
+    note = (
+        f"r: geometric mean over sentences, r >= {RESIDUAL_FLOOR:g}; {len(ratios)} log-ratio(s) on "
+        f"resolved layers >= {FIRST_RATIO_LAYER}" + (f": {shown}" if ratios else "")
+    )
     if passed is None:
         note = (
-            f"not measured: {len(ratios)} log-ratio(s), fewer than the {MIN_LOG_RATIOS} that tell an exponential "
-            f"from a doubly exponential rate; {note}"
+            f"not measured: {len(ratios)} log-ratio(s), fewer than the {MIN_LOG_RATIOS} that tell an "
+            f"exponential from a doubly exponential rate (r_l = q^l gives ratios (l + 1) / l); {note}"
         )
     return prediction(
-        f"{CHECK_LABELS[name]}: doubly exponential decay",
+        f"{label}: doubly exponential decay",
         "Dong et al. 2021",
         f"log r_(l+1) / log r_l >= {DOUBLY_EXPONENTIAL_RATIO:g} for consecutive resolved layers >= "
         f"{FIRST_RATIO_LAYER} (at least {MIN_LOG_RATIOS} ratios)",
-        c["worst"],
+        None if passed is None else c["worst"],
         passed,
         note,
     )
 
 
-def _wu_rate(name: str, c: dict) -> dict:
-    passed = exponential_check(c["interval"])
-    note = (
-        f"median factor per layer over {c['sentences']} sentences, "
-        f"{RATE_QUANTILES[0]:.0%}-{RATE_QUANTILES[1]:.0%}: "
-        + " .. ".join(fmt(x) for x in c["interval"])
-        + f"; the maps' |lambda_2| {fmt(c['slem'])}, tau {fmt(c['tau'])} (geometric means over the resolved layers)"
-    )
-    if passed is None:
-        note = f"not measured: no sentence has {MIN_RATE_LAYERS} resolved layers >= 1"
-    return prediction(
-        f"{CHECK_LABELS[name]}: exponential collapse",
-        "Wu et al. 2024",
-        f"per-sentence factor per layer (least squares on log r, layers >= 1) < 1 on its "
-        f"{RATE_QUANTILES[0]:.0%}-{RATE_QUANTILES[1]:.0%} interval",
-        c["median"],
-        passed,
-        note,
-    )
-
-
-def _overflowed(name: str, c: dict, causal: bool) -> list[dict]:
-    """The collapse and rate checks of a variant whose hidden states overflow: not measured, and why."""
-    note = (
-        f"not measured: the hidden states overflow float32 at depth {c['overflow']} (their token differences "
-        f"grow about {fmt(float(c['growth']))}x per layer), outside the bounded-token setting of the theorem"
-    )
-    label = CHECK_LABELS[name]
-    source, rate, claim = (
-        ("Wu et al. 2024", "exponential collapse", "per-sentence factor per layer < 1")
+def _skip_rows(summary: dict) -> list[dict]:
+    """Dong et al.: skips counteract the collapse (on the absolute residual: a relative one also falls when
+    the shared component grows), MLPs slow it; each against attention only, the same weights and norms.
+    Predictions on a bidirectional model (their setting: BERT, ALBERT, XLNet); on a causal one this
+    codebase's hypotheses."""
+    s, rows = summary["surgery"], []
+    causal = summary["model"]["causal"]
+    source = "this codebase (after Dong et al. 2021)" if causal else "Dong et al. 2021"
+    kind = "hypothesis" if causal else "prediction"
+    setting = (
+        "; Dong et al. read bidirectional encoders, so on this causal model the row is this codebase's "
+        "hypothesis"
         if causal
-        else ("Dong et al. 2021", "doubly exponential decay", "log r_(l+1) / log r_l >= 2")
+        else ""
     )
-    return [
-        prediction(
-            f"{label} collapses", source, f"r_L / r_0 <= {COLLAPSE_FACTOR:g}", None, None, note
-        ),
-        prediction(f"{label}: {rate}", source, claim, None, None, note),
-    ]
-
-
-def _finite_checks(collapse: dict) -> list[dict]:
-    """Sanity (a regime condition): every hidden state of the attention-only variants is finite in float32."""
-    out = []
-    for name in (n for n in ATTENTION_ONLY if n in collapse):
-        layer = collapse[name]["overflow"]
-        out.append(
+    if s["counteract"] is not None:
+        c = s["counteract"]
+        own = summary["variants"]["no_mlp"]["residual_abs"]
+        rows.append(
             prediction(
-                f"{CHECK_LABELS[name]}: hidden states finite",
-                "float32 range",
-                "every hidden state's norms finite",
-                layer,
-                finite_check(layer),
-                "measured: the first layer that overflows" if layer is not None else "",
+                "skip connections counteract collapse",
+                source,
+                "||X_d - 1 x_bar^T|| with skips (no MLPs) over attention only's, per sentence: interval above 1",
+                c["ratio"]["mean"],
+                slower_check(c["ratio"]),
+                _ratio_note(c, "absolute residual ||X_d - 1 x_bar^T||_F")
+                + f"; both keep the block norms; the skips' own token differences run "
+                f"{fmt(float(own[0]))} -> {fmt(float(own[-1]))} from X_0 to X_L" + setting,
+                kind,
+            )
+        )
+    if s["slows"] is not None:
+        c = s["slows"]
+        rows.append(
+            prediction(
+                "MLPs slow the collapse",
+                source,
+                "r_d without skips (MLPs kept) over attention only's, per sentence: interval above 1",
+                c["ratio"]["mean"],
+                slower_check(c["ratio"]),
+                _ratio_note(c, "r") + setting,
+                kind,
+            )
+        )
+    return rows
+
+
+def connecting_depth(tokens: int, width: int) -> int:
+    """How many layers of sliding-window maps (window W: each key within W - 1 positions) it takes before
+    every one of `tokens` tokens can reach every other: ceil((n - 1) / (W - 1)); until then a product of
+    the maps has zero entries (Wu et al.'s contraction needs a connected graph)."""
+    return -(-(tokens - 1) // (width - 1))
+
+
+def band_name(c: dict) -> str:
+    """The row name of one band comparison (`summary.surgery["bands"]`)."""
+    return f"a local mask (window {c['width']}) slows the collapse: {CHECK_LABELS[c['faster']]}"
+
+
+def _band_rows(summary: dict) -> list[dict]:
+    """Wu et al.: a local mask slows the collapse. A prediction on the pure attention network (their
+    setting), unless its tokens overflow (not applicable); a hypothesis of this codebase on the network that
+    keeps its block norms."""
+    rows = []
+    for c in summary["surgery"]["bands"]:
+        base, width = c["faster"], c["width"]
+        pure = base == "no_norm"
+        mask = "causal" if summary["model"]["causal"] else "full"
+        name = band_name(c)
+        claim = (
+            f"r_d with window {width} over r_d with the {mask} mask, per sentence: interval above 1"
+        )
+        overflow = summary["collapse"][base]["overflow"]
+        reach = connecting_depth(max(summary["corpus"]["lengths"]), width)
+        if overflow is not None or c["depth"] < reach:
+            note = (
+                f"Setting differs: without norms the tokens overflow float32 at depth {overflow}."
+                if overflow is not None
+                else f"Setting differs: the comparison is resolved to depth {c['depth']} only, fewer than the "
+                f"{reach} layers a window of {width} needs to connect the longest sentence's "
+                f"{max(summary['corpus']['lengths'])} tokens; before that, a product of window maps has zero "
+                "entries and cannot contract, so a slower fall is a construction, not Wu et al.'s rate. Read "
+                f"here: {interval_text(c['ratio'], DIGITS)}"
+            )
+            rows.append(
+                prediction(name, "Wu et al. 2024", claim, None, None, note, "not applicable")
+            )
+            continue
+        note = _ratio_note(c, "r")
+        if not pure:
+            note += (
+                "; this codebase's hypothesis: Wu et al. prove the local-mask result for pure attention, "
+                "and with LayerNorm collapse is not guaranteed"
+            )
+        rows.append(
+            prediction(
+                name,
+                "Wu et al. 2024" if pure else "this codebase (after Wu et al. 2024)",
+                claim,
+                c["ratio"]["mean"],
+                slower_check(c["ratio"]),
+                note,
+                "prediction" if pure else "hypothesis",
+            )
+        )
+    return rows
+
+
+def _sanity_rows(summary: dict) -> list[dict]:
+    """Theorems whose hypotheses hold and a construction: they fail only on a bug."""
+    worst = summary["bound"]
+    rows = [
+        prediction(
+            "|lambda_2| <= tau for every map",
+            "Seneta 2006, §3.1",
+            f"max (|lambda_2| - tau) <= {BOUND_TOLERANCE:g}",
+            worst,
+            at_most_check(worst, BOUND_TOLERANCE),
+            "a theorem: every layer, head, sentence and variant",
+            kind="sanity",
+        )
+    ]
+    full, causal = summary["variants"].get("full"), summary["model"]["causal"]
+    if full is not None and causal:
+        excess = max(float(d) - float(t) for d, t in zip(full["path_first_max"], full["path_tau"]))
+        rows.append(
+            prediction(
+                "products of causal maps: rows within tau(P_l) of e_1",
+                "Wu et al. 2024 (a theorem for a positive first column)",
+                f"max over depths of (max_i TV(row i of P_l, e_1) - tau(P_l)) <= {BOUND_TOLERANCE:g}",
+                excess,
+                at_most_check(excess, BOUND_TOLERANCE),
+                "P_l = A_l ... A_1 of head-averaged attention (row 1 is e_1, so each row's distance to it is at "
+                f"most tau); measured: every row within {FIRST_TOLERANCE:g} of e_1 from "
+                f"{depth_or_none(summary['causal_readings']['first'])}, "
+                f"{fmt(float(full['path_first_max'][-1]))} at depth L",
                 kind="sanity",
             )
         )
-    return out
-
-
-def _collapse_checks(summary: dict) -> list[dict]:
-    variants, collapse, causal = (
-        summary["variants"],
-        summary["collapse"],
-        summary["model"]["causal"],
-    )
-    source = "Wu et al. 2024" if causal else "Dong et al. 2021"
-    present = [n for n in ATTENTION_ONLY if n in collapse]
-    if not present:
-        return [
-            _missing(
-                "attention only collapses", source, "r_L / r_0 <= 1e-3", "attention-only variant"
-            )
-        ]
-    checks = []
-    for name in present:
-        c = collapse[name]
-        if c["overflow"] is not None:
-            checks += _overflowed(name, c, causal)
-            continue
-        residual = variants[name]["residual"]
-        checks.append(
+    readings, paths = summary["path_readings"], summary["paths"]
+    if readings is not None:
+        medians = readings["medians"]
+        rows.append(
             prediction(
-                f"{CHECK_LABELS[name]} collapses",
-                source,
-                f"r_L / r_0 <= {COLLAPSE_FACTOR:g}",
-                c["ratio"],
-                collapse_check(c["ratio"]),
-                f"r_0 = {fmt(float(residual[0]))}, r_L = {fmt(float(residual[-1]))}; "
-                f"norms: {variants[name]['norms']}",
+                "long single-head paths lose rank",
+                "Dong et al. 2021 (Fig. 2), a construction",
+                "median r(k_max) < median r(k_min)",
+                readings["long_ratio"],
+                bool(medians[-1] < medians[0]),
+                "long products of positive row-stochastic maps contract (Seneta 2006); medians "
+                + ", ".join(f"k={k}: {fmt(float(m))}" for k, m in zip(paths["lengths"], medians)),
+                kind="sanity",
             )
         )
-        checks.append(_wu_rate(name, c) if causal else _dong_rate(name, c))
-    return checks
-
-
-def _dong_checks(summary: dict) -> list[dict]:
-    variants, surgery, dong, checks = (
-        summary["variants"],
-        summary["surgery"],
-        "Dong et al. 2021",
-        [],
-    )
-    if "attention_only" not in variants:
-        return checks
-    pure = float(variants["attention_only"]["residual"][-1])
-    if surgery["counteract"] is not None:
-        ratio = surgery["counteract"]["ratio"]
-        kept = float(variants["no_mlp"]["residual"][-1])
-        checks.append(
-            prediction(
-                "skip connections counteract collapse",
-                dong,
-                f"r_L(no MLPs, skips kept) >= {COUNTERACT_FACTOR:g} x r_L(attention only)",
-                ratio,
-                counteract_check(ratio),
-                f"r_L = {fmt(kept)} vs {fmt(pure)}; both keep the block norms",
-            )
-        )
-    if surgery["slows"] is not None:
-        ratio, layer = surgery["slows"]["ratio"], surgery["slows"]["layer"]
-        note = (
-            f"at depth {layer}, where attention only has fallen {1 / COLLAPSE_FACTOR:g}x"
-            if layer is not None
-            else f"attention only never falls {1 / COLLAPSE_FACTOR:g}x"
-        )
-        checks.append(
-            prediction(
-                "MLPs slow the collapse",
-                dong,
-                "r_l(no skips, MLPs kept) > r_l(attention only)",
-                ratio,
-                slows_check(ratio),
-                note,
-            )
-        )
-    return checks
-
-
-def _keeps_check(summary: dict, sinks: str) -> list[dict]:
-    keeps = summary["surgery"]["keeps"]
-    if keeps is None:
-        return []
-    content = summary["variants"]["full"]["residual_content"]
-    return [
-        prediction(
-            "the full model keeps its rank (sinks excluded)",
-            "Dong et al. 2021",
-            f"r_L / r_0 >= {KEEP_FACTOR:g} for the tokens without {sinks}",
-            keeps["ratio"],
-            keeps_check(keeps["ratio"]),
-            f"without {sinks}: r_0 = {fmt(float(content[0]))}, r_L = {fmt(float(content[-1]))}; "
-            f"all tokens: r_L / r_0 = {fmt(keeps['all_tokens'])}",
-        )
-    ]
-
-
-def _path_checks(summary: dict) -> list[dict]:
-    source, paths, readings = (
-        "Dong et al. 2021 (Fig. 2)",
-        summary["paths"],
-        summary["path_readings"],
-    )
-    if not paths:
-        return [_missing("long paths collapse", source, "median r(k) decreasing", "paths run")]
-    checks = [
-        prediction(
-            "path output residual falls with path length",
-            source,
-            f"median r(k) non-increasing in k, over medians >= {RESIDUAL_FLOOR:g}",
-            readings["rise"],
-            non_increasing_check(readings["rise"]),
-            "largest rise; medians "
-            + ", ".join(
-                f"k={k}: {fmt(float(m))}" for k, m in zip(paths["lengths"], readings["medians"])
-            ),
-        )
-    ]
-    ratio = readings["long_ratio"]
-    checks.append(
-        prediction(
-            "long paths collapse (short paths carry the rank)",
-            source,
-            f"median r(k_max) <= {LONG_PATH_FACTOR:g} x median r(k_min)",
-            ratio,
-            at_most_check(ratio, LONG_PATH_FACTOR),
-            f"k_min = {paths['lengths'][0]}, k_max = {paths['lengths'][-1]}",
-        )
-    )
-    return checks
-
-
-def _bound_check(summary: dict) -> dict:
-    worst = summary["bound"]
-    return prediction(
-        "|lambda_2| <= tau for every map",
-        "Seneta 2006, §3.1",
-        f"max (|lambda_2| - tau) <= {BOUND_TOLERANCE:g}",
-        worst,
-        at_most_check(worst, BOUND_TOLERANCE),
-        "a theorem: every layer, head, sentence and variant",
-        kind="sanity",
-    )
+    return rows
 
 
 def _sink_checks(summary: dict) -> list[dict]:
     full, sinks = summary["variants"]["full"], summary["sinks"]
     if summary["model"]["causal"]:
         layers = len(full["attention_sink"]["sinks"])
-        checks = [
+        return [
             prediction(
                 "attention sink on the first token",
-                "Xiao et al. 2023",
+                "Xiao et al. 2023 (Fig. 2: Llama-2-7B, 16-token sentences)",
                 f"first-token attention > {SINK_SHARE:g} (mean over heads) in most layers past the "
                 f"bottom {BOTTOM_LAYERS}",
                 sinks["fraction"],
@@ -401,19 +361,6 @@ def _sink_checks(summary: dict) -> list[dict]:
                 f"{fmt(sinks['uniform'])}",
             )
         ]
-        distance = float(full["path_first_max"][-1])
-        checks.append(
-            prediction(
-                "products of causal attention converge to 1 e_1^T",
-                "Wu et al. 2024",
-                f"max_i TV(row i of P_L, e_1) <= {FIRST_TOLERANCE:g}",
-                distance,
-                at_most_check(distance, FIRST_TOLERANCE),
-                "P_l = A_l ... A_1 of head-averaged attention; first depth below the tolerance: "
-                f"{depth_or_none(summary['causal_readings']['first'])}",
-            )
-        )
-        return checks
     middle = sinks["categories"]
     value = middle["[SEP]"]["middle"]
     return [
@@ -433,11 +380,34 @@ def _sink_checks(summary: dict) -> list[dict]:
     ]
 
 
-def _massive_checks(massive: dict, norm: str) -> list[dict]:
+def _massive_checks(summary: dict) -> list[dict]:
     """Sun et al. 2024's four claims on the full model's hidden states (`summary.massive`): predictions
-    for a pre-norm model; for a post-norm one (`norm` 'post') not applicable, the readings kept."""
+    for a pre-norm model; for a post-norm one not applicable, the readings kept. "Constant across inputs"
+    is not applicable either when every input opens with the same token and every largest activation sits
+    on it (a causal model's hidden states there are then the same for every input)."""
+    massive, norm = summary["massive"], summary["model"]["norm"]
     checks = _massive_predictions(massive)
+    opener, count = summary["corpus"]["first_tokens"][0]
     if norm != "post":
+        first = [massive["per_layer"]["first"][layer] for layer in massive["layers"]]
+        if (
+            summary["model"]["causal"]
+            and count == summary["sentences"]
+            and min(first, default=0) == 1
+        ):
+            constant = checks[-1]
+            checks[-1] = prediction(
+                constant["name"],
+                constant["source"],
+                constant["prediction"],
+                constant["measured"],
+                None,
+                f"Setting differs: every input opens with {opener!r}, every sentence's largest activation sits "
+                "on it, and under a causal mask its hidden states are the same for every input, so a constant "
+                "activation there is a construction. "
+                f"Read here: {fmt(massive['spread'])}",
+                kind="not applicable",
+            )
         return checks
     return [
         prediction(
@@ -454,44 +424,56 @@ def _massive_checks(massive: dict, norm: str) -> list[dict]:
 
 
 def _massive_predictions(massive: dict) -> list[dict]:
-    source, layers = "Sun et al. 2024", massive["layers"]
+    source, layers, hits = "Sun et al. 2024", massive["layers"], massive["hits"]
     named = ", ".join(str(a) for a in layers) or "none"
-    checks = [
+    rows = [
         prediction(
             "massive activations exist",
             source,
             f"some hidden state's largest |a| >= {MASSIVE_VALUE:g} and >= {MASSIVE_FACTOR:g} x the median |a| "
-            "(means over sentences)",
+            "(means over sentences; their criterion)",
             massive["top_ratio"],
             massive_exist_check(layers),
             f"largest ratio over depths 1..L; largest |a| {fmt(massive['largest_value'])}; "
             f"massive depths: {named}",
         )
     ]
-    absent = "" if layers else "not measured: no massive layer"
-    checks.append(
+    absent = "not measured: no activation meets the criterion"
+    counted = (
+        ""
+        if hits is None
+        else f"{hits['hits']} hits in {hits['sentences']} sentences (every activation that meets the criterion)"
+    )
+    rows.append(
         prediction(
             "massive activations sit on the first token or delimiters",
             source,
-            f"share of sentences >= {MASSIVE_SHARE:g} (mean over the massive layers)",
-            massive["location"],
-            massive_location_check(massive["location"]),
+            "share of a sentence's hits on the first token or a delimiter: interval over sentences above 1/2",
+            None if hits is None else hits["location"]["mean"],
+            None if hits is None else most_check(hits["location"]),
             absent
-            or f"first token {fmt(massive['first'])}, delimiters {fmt(massive['delimiter'])}",
+            if hits is None
+            else f"{counted}; first token {fmt(hits['first'])}, delimiters {fmt(hits['delimiter'])}, "
+            f"other tokens {fmt(hits['other'])} of the hits; interval {interval_text(hits['location'], DIGITS)}",
         )
     )
-    checks.append(
+    share = None if hits is None else hits["dims_share"]
+    rows.append(
         prediction(
             "massive activations in a few fixed dimensions",
             source,
-            f"share of sentences' largest |a| in the {FEW_DIMS} most frequent dimensions >= "
-            f"{MASSIVE_SHARE:g} (pooled over the massive layers)",
-            massive["dims_share"],
-            massive_dims_check(massive["dims_share"]),
-            absent or "dimensions " + ", ".join(str(d) for d in massive["dims"]),
+            f"share of a sentence's hits in the {FEW_DIMS} dimensions with the most hits in the other half of "
+            "the sentences: interval over sentences above 1/2",
+            None if share is None else share["mean"],
+            most_check(share),
+            absent
+            if share is None
+            else f"{counted}; dimensions {', '.join(str(d) for d in hits['dims'])} (chosen on every other "
+            f"sentence, tested on the rest; by chance {FEW_DIMS} of the width); interval "
+            f"{interval_text(share, DIGITS)}",
         )
     )
-    checks.append(
+    rows.append(
         prediction(
             "massive activations constant across inputs",
             source,
@@ -499,10 +481,10 @@ def _massive_predictions(massive: dict) -> list[dict]:
             "massive layers)",
             massive["spread"],
             massive_constant_check(massive["spread"]),
-            absent,
+            "" if layers else "not measured: no massive layer",
         )
     )
-    return checks
+    return rows
 
 
 def depth_or_none(index) -> str:
@@ -512,11 +494,9 @@ def depth_or_none(index) -> str:
 
 
 def predictions(summary: dict) -> list[dict]:
-    """Every check: the predictions (`kind='prediction'`) and the sanity checks (`kind='sanity'`)."""
-    sinks = CONTENT_LABELS[summary["model"]["family"]]
-    checks = _collapse_checks(summary) + _dong_checks(summary) + _keeps_check(summary, sinks)
-    checks += _path_checks(summary)
+    """Every row, each with its kind (module docstring)."""
+    rows = _collapse_rows(summary) + _skip_rows(summary) + _band_rows(summary)
     if "full" in summary["variants"]:
-        checks += _sink_checks(summary)
-        checks += _massive_checks(summary["massive"], summary["model"]["norm"])
-    return checks + [_bound_check(summary)] + _finite_checks(summary["collapse"])
+        rows += _sink_checks(summary)
+        rows += _massive_checks(summary)
+    return rows + _sanity_rows(summary)

@@ -10,25 +10,24 @@ verdict (`verdicts[name]`) or a named boolean of the summary.
 
 from __future__ import annotations
 
-from experiments.lab.render import checkpoint_label, fmt
+from experiments.lab.render import checkpoint_label, fmt, interval_text
 from experiments.pretrained import checks
 from experiments.pretrained.constants import (
     ATTENTION_ONLY,
     BOTTOM_LAYERS,
     CHECK_LABELS,
-    COLLAPSE_FACTOR,
     CONTENT_LABELS,
     FIRST_TOLERANCE,
-    LONG_PATH_FACTOR,
     MIN_LOG_RATIOS,
+    RESIDUAL_FLOOR,
     SINK_LABELS,
     VARIANT_LABELS,
 )
+from experiments.pretrained.readings import geometric_residual
 
 # The thresholds the text quotes.
 THRESHOLDS = {
-    "COLLAPSE_FACTOR": COLLAPSE_FACTOR,
-    "LONG_PATH_FACTOR": LONG_PATH_FACTOR,
+    "RESIDUAL_FLOOR": RESIDUAL_FLOOR,
     "BOTTOM_LAYERS": BOTTOM_LAYERS,
     "FIRST_TOLERANCE": FIRST_TOLERANCE,
     "MIN_LOG_RATIOS": MIN_LOG_RATIOS,
@@ -94,8 +93,10 @@ def _collapse(summary) -> list:
                 "entropy": fmt(c["entropy_low"]) if overflow else None,
                 "label": VARIANT_LABELS[name],
                 "norms": v["norms"],
-                "r": sequence(v["residual"]),
-                "last": _last(v["residual"]),
+                "r": sequence(geometric_residual(v)),
+                "last": _last(geometric_residual(v)),
+                "pure": name == "no_norm",
+                "end": None if c["end"] is None else interval_text(c["end"], ".3g"),
                 "collapses": f"{label} collapses",
                 "doubly": f"{label}: doubly exponential decay",
                 "exponential": f"{label}: exponential collapse",
@@ -112,23 +113,28 @@ def _collapse(summary) -> list:
     return out
 
 
+def _compared(c: dict | None) -> dict | None:
+    """A paired comparison (`summary.compared`) as the text quotes it."""
+    if c is None:
+        return None
+    return {
+        "slower": VARIANT_LABELS[c["slower"]],
+        "faster": VARIANT_LABELS[c["faster"]],
+        "depth": c["depth"],
+        "ratio": interval_text(c["ratio"], ".3g"),
+        "width": c.get("width"),
+    }
+
+
 def _surgery(summary) -> dict:
-    """The variants that keep skips or MLPs against attention only, and the full model with and without sinks."""
+    """The paired comparisons (skips, MLPs, local masks) and the full model with and without sinks."""
     v, s = summary["variants"], summary["surgery"]
-    out = {"no_mlp": None, "no_skip": None, "full": None, "pure": None}
-    if "attention_only" in v:
-        out["pure"] = _last(v["attention_only"]["residual"])
-        if "no_mlp" in v:
-            out["no_mlp"] = _last(v["no_mlp"]["residual"])
-        slows = s["slows"]
-        if slows is not None and slows["layer"] is not None:
-            out["no_skip"] = {
-                "layer": slows["layer"],
-                "mlp": fmt(slows["mlp"]),
-                "pure": fmt(slows["pure"]),
-                "last": _last(v["no_skip"]["residual"]),
-                "collapses": checks.collapse_check(slows["end_ratio"]),
-            }
+    out = {
+        "counteract": _compared(s["counteract"]),
+        "slows": _compared(s["slows"]),
+        "bands": [{**_compared(c), "name": checks.band_name(c)} for c in s["bands"]],
+        "full": None,
+    }
     if "full" in v:
         full, keeps = v["full"], s["keeps"]
 
@@ -230,15 +236,24 @@ def _massive(summary) -> dict | None:
         + [", ".join(f"{d} ({share:.2f})" for d, share in per["dims"][layer])]
         for layer in range(len(per["ratio"]))
     ]
-    layers = m["layers"]
+    layers, hits = m["layers"], m["hits"]
     return {
         "rows": rows,
         "layers": layers,
         "top": m["top"],
         "top_ratio": fmt(m["top_ratio"]),
-        "dims": m["dims"],
-        "first": fmt(m["first"]) if layers else None,
-        "delimiter": fmt(m["delimiter"]) if layers else None,
+        "hits": None
+        if hits is None
+        else {
+            **{k: fmt(hits[k]) for k in ("first", "delimiter", "other")},
+            "count": hits["hits"],
+            "sentences": hits["sentences"],
+            "dims": hits["dims"],
+            "location": interval_text(hits["location"], ".3g"),
+            "dims_share": None
+            if hits["dims_share"] is None
+            else interval_text(hits["dims_share"], ".3g"),
+        },
         "spread": fmt(m["spread"]) if layers else None,
         "top_value": fmt(m["top_value"]),
         "bounded": summary["model"]["norm"] == "post",
@@ -310,7 +325,7 @@ def _head_rows(summary) -> list | None:
         return None
     return [
         [
-            str(a + 1),
+            str(a),
             ", ".join(f"{n} {k}" for k, n in h["patterns"]),
             str(h["sink_head"]),
             fmt(h["sink_mass"]),
@@ -329,9 +344,8 @@ def _surgery_rows(summary) -> list:
     for layer in range(len(v[names[0]]["residual"])):
         cells = []
         for n in names:
-            parts = [
-                v[n][m][layer]
-                for m in ("residual", "residual_content", "cosine_content", "residual_abs")
+            parts = [geometric_residual(v[n])[layer]] + [
+                v[n][m][layer] for m in ("residual_content", "cosine_content", "residual_abs")
             ]
             if layer > 0:
                 means = summary["head_means"][n]
@@ -381,6 +395,7 @@ def report(summary: dict) -> dict:
         "predictions": of_kind(summary, "prediction"),
         "verdicts": verdicts(summary),
         "sanity": of_kind(summary, "sanity"),
+        "hypotheses": of_kind(summary, "hypothesis"),
         "not_applicable": of_kind(summary, "not applicable"),
         **THRESHOLDS,
         "collapse": _collapse(summary),
@@ -418,12 +433,13 @@ def headline(summary: dict) -> dict:
         "model": model,
         "predictions": of_kind(summary, "prediction"),
         "sanity": of_kind(summary, "sanity"),
+        "hypotheses": of_kind(summary, "hypothesis"),
         "not_applicable": of_kind(summary, "not applicable"),
         "verdicts": verdicts(summary),
         "sentences": summary["sentences"],
         "collapse": _collapse(summary),
-        "no_mlp": _last(v["no_mlp"]["residual"]),
-        "no_skip": _last(v["no_skip"]["residual"]),
+        "no_mlp": _last(geometric_residual(v["no_mlp"])),
+        "no_skip": _last(geometric_residual(v["no_skip"])),
         "full": _last(full["residual"]),
         "content": _last(full["residual_content"]),
         "cosine": _last(full["cosine"]),
@@ -440,11 +456,65 @@ def headline(summary: dict) -> dict:
     }
 
 
+def _cell(row: dict) -> str:
+    """One report row as a cell of the by-model table: 'verdict: measured'."""
+    measured = row["measured"]
+    shown = "" if measured is None else f": {fmt(measured)}"
+    return f"{row['verdict']}{shown}"
+
+
+def rows_by_model(summaries: list[dict]) -> list[dict]:
+    """Every row name of any summary, in order of first appearance, with its kind(s) and one cell per
+    summary ('-' where the row does not arise)."""
+    names = {}
+    for summary in summaries:
+        for row in summary["predictions"]:
+            names.setdefault(row["name"], []).append(row["kind"])
+    out = []
+    for name, kinds in names.items():
+        cells = []
+        for summary in summaries:
+            row = next((r for r in summary["predictions"] if r["name"] == name), None)
+            cells.append("-" if row is None else _cell(row))
+        out.append({"name": name, "kind": " / ".join(dict.fromkeys(kinds)), "cells": cells})
+    return out
+
+
+def causal_pair(summaries: list[dict]) -> dict | None:
+    """Two or more causal models side by side: the rows with a verdict in each (not applicable and not
+    measured rows left out) on which they `agree`, those on which they `differ` (with each verdict), and
+    the rows `one_sided`: applicable to some of them only. None with fewer than two causal models."""
+    causal = [s for s in summaries if s["model"]["causal"]]
+    if len(causal) < 2:
+        return None
+    verdicts = [{r["name"]: r["verdict"] for r in s["predictions"]} for s in causal]
+    shared = [n for n in verdicts[0] if all(n in v for v in verdicts[1:])]
+    decided = [n for n in shared if all(v[n] in ("pass", "fail") for v in verdicts)]
+    return {
+        "names": [model_label(s) for s in causal],
+        "agree": [n for n in decided if len({v[n] for v in verdicts}) == 1],
+        "differ": [
+            (n, [v[n] for v in verdicts])
+            for n in shared
+            if len({v[n] for v in verdicts}) > 1
+            and "not applicable" not in {v[n] for v in verdicts}
+        ],
+        "one_sided": [
+            (n, [v[n] for v in verdicts])
+            for n in shared
+            if "not applicable" in {v[n] for v in verdicts} and len({v[n] for v in verdicts}) > 1
+        ],
+    }
+
+
 def readme(results: dict, times: dict | None = None) -> dict:
     """The context of `readme.md.j2`: `results` `{results directory: summary}`, `times` `{directory: wall time}`."""
+    summaries = list(results.values())
     return {
         "runs": [
             {"dir": d, "time": (times or {}).get(d), **headline(s)} for d, s in results.items()
         ],
+        "rows_by_model": rows_by_model(summaries),
+        "causal_pair": causal_pair(summaries),
         "FIRST_TOLERANCE": FIRST_TOLERANCE,
     }

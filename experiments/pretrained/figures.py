@@ -8,6 +8,7 @@ import numpy as np
 from attnjax import masks, plotting
 from experiments.pretrained.constants import VARIANT_LABELS
 from experiments.pretrained.context import model_label, sink_label
+from experiments.pretrained.readings import geometric_residual
 
 
 def _array(values) -> np.ndarray:
@@ -15,21 +16,39 @@ def _array(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def _curve(variant: dict, metric: str) -> np.ndarray:
+    """A variant's `residual` as the geometric mean over sentences (it spans decades), other metrics as
+    they are."""
+    return geometric_residual(variant) if metric == "residual" else _array(variant[metric])
+
+
 def _surgery_figures(summary) -> dict:
+    """The relative and absolute residual of the surgery variants; the attention-only networks with their
+    sliding-window masks on a figure of their own (`local_masks`)."""
     v = summary["variants"]
-    names = summary["variant_names"]
+    names = [n for n in summary["variant_names"] if "_band" not in n]
     out = {}
     for metric, label in (
-        ("residual", "||X - 1 x_bar^T||_F / ||X||_F"),
+        ("residual", "||X - 1 x_bar^T||_F / ||X||_F (geometric mean)"),
         ("residual_abs", "||X - 1 x_bar^T||_F"),
     ):
         fig = plotting.metric_vs_depth(
-            {VARIANT_LABELS[n]: _array(v[n][metric]) for n in names},
+            {VARIANT_LABELS[n]: _curve(v[n], metric) for n in names},
             ylabel=label,
             start=0,
             title=f"{model_label(summary)}: surgery",
         )
         out[f"surgery_{metric}"] = fig
+    masked = [
+        n for n in summary["variant_names"] if n.split("_band")[0] in ("attention_only", "no_norm")
+    ]
+    if any("_band" in n for n in masked):
+        out["local_masks"] = plotting.metric_vs_depth(
+            {VARIANT_LABELS[n]: _curve(v[n], "residual") for n in masked},
+            ylabel="||X - 1 x_bar^T||_F / ||X||_F (geometric mean)",
+            start=0,
+            title=f"{model_label(summary)}: attention only, full and sliding-window masks",
+        )
     return out
 
 

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
+from experiments.lab.stats import log_interval
 from experiments.pretrained.constants import (
-    COLLAPSE_FACTOR,
     FIRST_RATIO_LAYER,
     MIDDLE_LAYERS,
     MIN_RATE_LAYERS,
@@ -120,25 +120,24 @@ def rate_quantiles(rates, quantiles=RATE_QUANTILES) -> tuple[float | None, list]
     return float(np.median(q)), [float(x) for x in np.quantile(q, quantiles)]
 
 
-def ratio_of(kept, removed) -> float:
-    """kept / removed (inf when only `removed` is 0; NaN when both are)."""
-    kept, removed = float(kept), float(removed)
-    return kept / removed if removed > 0 else (math.inf if kept > 0 else math.nan)
+def resolved_depth(variant: dict, floor: float = RESIDUAL_FLOOR) -> int:
+    """The deepest depth l whose hidden states X_0 .. X_l are all finite with geometric-mean r >= `floor`
+    (`geometric_residual`; float32 rounding dominates below it); 0 when X_1 is not."""
+    r = geometric_residual(variant)
+    ok = np.isfinite(r) & (r >= floor) & np.isfinite(array(variant["residual_abs"]))
+    return max(int(np.sum(np.cumprod(ok))) - 1, 0)
 
 
-def slower_at(slower, faster, factor: float = COLLAPSE_FACTOR) -> tuple[float | None, int | None]:
-    """At the first layer l where `faster` has fallen to factor x its input: (slower_l / faster_l, l);
-    (None, None) when `faster` never falls that far."""
-    slower, faster = array(slower), array(faster)
-    layer = first_below(faster, factor * faster[0])
-    if layer is None:
-        return None, None
-    ratio = (
-        slower[layer] / faster[layer]
-        if faster[layer] > 0
-        else (math.inf if slower[layer] > 0 else math.nan)
-    )
-    return float(ratio), layer
+def paired_ratio(numerator, denominator, depth: int) -> dict:
+    """Per sentence, a / b at one `depth` from two variants' per-sentence logs `[S, L + 1]` (the same
+    sentences in the same order), as a geometric mean with its interval over sentences
+    (`lab.stats.log_interval`): `{"mean", "low", "high", "n"}`."""
+    a, b = array(numerator), array(denominator)
+    if a.shape != b.shape:
+        raise ValueError(
+            f"paired_ratio: the variants' sentences differ, shapes {a.shape} and {b.shape}"
+        )
+    return log_interval(np.exp(a[:, depth] - b[:, depth]))
 
 
 def largest_rise(values) -> float:

@@ -56,6 +56,7 @@ Everything is float32. Rows: `{"metric", "values"}` (means over sentences,
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
@@ -88,6 +89,8 @@ from attnjax.analysis import (
     triangular_slem,
     uniform_sink_mass,
 )
+from attnjax.analysis import massive_activations as sun_massive
+from attnjax.nn.attention import LayerSetting
 from attnjax.pretrained.hf import MODEL_TYPES
 from experiments.lab.workdir import RunDir
 from experiments.pretrained.constants import MASSIVE_FACTOR, MASSIVE_VALUE
@@ -109,7 +112,10 @@ from experiments.pretrained.corpus import (
 from experiments.pretrained.paths import paths_run
 
 HIGHEST = lax.Precision.HIGHEST
-# Surgery variants: the BlockConfig fields they change (every layer).
+# Sliding windows W of the band-masked variants (Wu et al. 2024: local masks slow the collapse): query t
+# sees keys t - W < s (and s < t + W when bidirectional), so W = 2 is the narrowest mask that still mixes.
+BAND_WIDTHS = (2, 4)
+# Surgery variants: the BlockConfig fields they change (every layer); `band`: every layer's window.
 VARIANTS = {
     "full": {},
     "no_skip": {"skip": False},
@@ -117,6 +123,13 @@ VARIANTS = {
     "attention_only": {"skip": False, "mlp": False},
     "no_norm": {"skip": False, "mlp": False, "norm": None, "final_norm": False},
 }
+VARIANTS.update(
+    {
+        f"{base}_band{width}": {**VARIANTS[base], "band": width}
+        for base in ("attention_only", "no_norm")
+        for width in BAND_WIDTHS
+    }
+)
 # Heatmaps of the last layer: (reason, metric, pick the largest?).
 EXAMPLE_HEADS = (
     ("highest sink mass", "attention_sink", True),
@@ -200,9 +213,11 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     the pretrained variables at its own paths (so without MLPs, the MLP and
     its norm are dropped). No layer is re-implemented.
     """
-    changes = VARIANTS[variant]
+    changes = dict(VARIANTS[variant])
     if not changes:
         return model
+    if "band" in changes:
+        changes["layer_windows"] = (changes.pop("band"),) * model.config.num_layers
     block_fields = {f.name for f in dataclasses.fields(nn.BlockConfig)}
     block = dataclasses.replace(
         model.config.block, **{k: v for k, v in changes.items() if k in block_fields}
@@ -212,20 +227,29 @@ def surgery(model: nn.Transformer, variant: str) -> nn.Transformer:
     )
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: nn.Transformer(config, rngs=nnx.Rngs(0))))
     pretrained = dict(nnx.to_flat_state(nnx.state(model)))
+    # The per-layer settings (windows, rotary bases) come from the new config, not the model's.
     subset = nnx.from_flat_state(
-        {path: pretrained[path] for path, _ in nnx.to_flat_state(abstract)}
+        {
+            path: value if isinstance(value, LayerSetting) else pretrained[path]
+            for path, value in nnx.to_flat_state(abstract)
+        }
     )
-    return nnx.merge(graphdef, subset)
+    edited = nnx.merge(graphdef, subset)
+    edited.set_layer_settings()
+    return edited
 
 
 def kept_norms(config: nn.TransformerConfig) -> str:
     """Which norm layers act on the hidden states of a (surgery) model, in words.
 
-    E.g. 'post-LayerNorm in every block, embedding norm'; the final norm,
-    before the head, acts on no hidden state measured here.
+    E.g. 'post-LayerNorm in every block, embedding norm'; a QK-norm (Gemma 3)
+    is named too (it bounds the logits, not the hidden states). The final
+    norm, before the head, acts on no hidden state measured here.
     """
     kind = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}[config.block.norm_kind]
     parts = [f"{config.block.norm}-{kind} in every block"] if config.block.norm else []
+    qk = config.block.attention.normalize_qk
+    parts += [f"{qk} QK-norm on queries and keys"] if qk else []
     parts += ["embedding norm"] * bool(config.embedding_norm)
     return ", ".join(parts) or "none"
 
@@ -311,7 +335,14 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
 # Worst-case metrics of `attention_sums` (max over sentences, not sums).
 WORST = ("slem_over_tau", "slem_diagonal_error")
 # Per-sentence metrics of `hidden_sums` (concatenated over groups, not summed).
-PER_SENTENCE = ("sentence_log_residual",)
+PER_SENTENCE = (
+    "sentence_log_residual",
+    "sentence_log_residual_abs",
+    "sentence_hits",
+    "sentence_hit_dims",
+)
+# Counts per feature dimension of `hidden_sums` (sums over sentences, not means).
+COUNTS = ("massive_dims", "massive_hit_dims")
 # Per-head metrics of `attention_sums` (head on the last axis).
 PER_HEAD = ("entropy", "slem", "tau", "attention_sink", "perron_sink", "diagonal_mean")
 
@@ -330,25 +361,38 @@ def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
     dimension d*, and the count of activations with |h| >= MASSIVE_VALUE and
     >= MASSIVE_FACTOR x the median. Returns `[L + 1, B]` arrays `ratio`,
     `value`, `count`, `first` (t* = 0), `delimiter` (t* a delimiter, not
-    the first token) and `dims` `[L + 1, B, D]` (one-hot d*).
+    the first token) and `dims` `[L + 1, B, D]` (one-hot d*); and every
+    criterion hit (`attnjax.analysis.massive_activations`), not only the
+    largest: `hits_first`, `hits_delimiter` `[L + 1, B]` (hits on the first
+    token, on the delimiters after it) and `hit_dims` `[L + 1, B, D]`.
     """
     size = hidden.shape[-1]
     a = jnp.abs(hidden).reshape(*hidden.shape[:2], -1)  # [L + 1, B, n D]
     top, where = jnp.max(a, axis=-1), jnp.argmax(a, axis=-1)
     median = jnp.median(a, axis=-1)
     token, dim = where // size, where % size
-    count = jnp.sum((a >= MASSIVE_VALUE) & (a >= MASSIVE_FACTOR * median[..., None]), axis=-1)
+    hits = sun_massive(hidden, MASSIVE_VALUE, MASSIVE_FACTOR)  # [L + 1, B, n, D]
+    per_token = jnp.sum(hits, axis=-1)  # [L + 1, B, n]
+    on_delimiters = jnp.sum(per_token[..., 1:] * delimiters[None, :, 1:], axis=-1)
     on_delimiter = jnp.take_along_axis(
         jnp.broadcast_to(delimiters, a.shape[:2] + delimiters.shape[-1:]), token[..., None], axis=-1
     )[..., 0]
     return {
         "ratio": top / jnp.maximum(median, jnp.finfo(a.dtype).tiny),
         "value": top,
-        "count": count.astype(a.dtype),
+        "count": jnp.sum(per_token, axis=-1).astype(a.dtype),
+        "hits_first": per_token[..., 0].astype(a.dtype),
+        "hits_delimiter": on_delimiters.astype(a.dtype),
+        "hit_dims": jnp.sum(hits, axis=-2).astype(a.dtype),
         "first": (token == 0).astype(a.dtype),
         "delimiter": (on_delimiter & (token > 0)).astype(a.dtype),
         "dims": jax.nn.one_hot(dim, size, dtype=a.dtype),
     }
+
+
+def _log(x: jax.Array) -> jax.Array:
+    """log x, with 0 read as the smallest positive number of its dtype (never -inf)."""
+    return jnp.log(jnp.maximum(x, jnp.finfo(x.dtype).tiny))
 
 
 @functools.partial(jax.jit, static_argnames=("span",))
@@ -364,8 +408,12 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     `residual_content`, `cosine_content`: the same without the sink tokens
     (`span` = (first, last) tokens dropped); `massive_*` (`massive_activations`;
     `massive_value_sq` the sum of squares, for the spread over sentences,
-    `massive_dims` `[L + 1, D]` counts). `sentence_log_residual` `[B, L + 1]`
-    is kept per sentence, not summed.
+    `massive_dims`, `massive_hit_dims` `[L + 1, D]` counts). Kept per
+    sentence, not summed: `sentence_log_residual` and
+    `sentence_log_residual_abs` `[B, L + 1]` (log of the relative and of the
+    absolute residual), `sentence_hits` `[B, 3]` (massive activations
+    over all states: on the first token, on delimiters, all) and
+    `sentence_hit_dims` `[B, D]` (them per feature dimension).
     """
     ranks = rank_report(hidden)  # one SVD for every rank metric
     residual, shared = residual_norm(hidden), shared_norm(hidden)
@@ -373,7 +421,7 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     first_ratio = norms[..., 0] / jnp.median(norms[..., 1:], axis=-1)
     content_residual, content_cosine = _content_metrics(hidden, *span)
     massive = massive_activations(hidden, delimiters)
-    log_residual = jnp.log(jnp.maximum(ranks.residual_ratio, jnp.finfo(hidden.dtype).tiny))
+    log_residual = _log(ranks.residual_ratio)
 
     def total(x):
         return jnp.sum(x, axis=1)
@@ -391,6 +439,11 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
         **{f"massive_{k}": total(v) for k, v in massive.items()},
         "massive_value_sq": total(jnp.square(massive["value"])),
         "sentence_log_residual": jnp.swapaxes(log_residual, 0, 1),
+        "sentence_log_residual_abs": jnp.swapaxes(_log(residual), 0, 1),
+        "sentence_hits": jnp.stack(
+            [jnp.sum(massive[k], axis=0) for k in ("hits_first", "hits_delimiter", "count")], -1
+        ),
+        "sentence_hit_dims": jnp.sum(massive["hit_dims"], axis=0),
     }
 
 
@@ -435,6 +488,11 @@ def _example_rows(kind: str, group: Group, attention: np.ndarray, means: dict) -
     return rows
 
 
+def _nonzero_pairs(counts: np.ndarray) -> list:
+    """Counts per feature dimension `[D]` as `[dimension, count]` pairs, largest first, nonzero only."""
+    return [[int(d), int(counts[d])] for d in np.argsort(-counts, kind="stable") if counts[d] > 0]
+
+
 def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
     base, tokenizer = load(config)
     model = surgery(base, spec.variant)
@@ -460,10 +518,7 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
         if example is None:
             example = (group, np.asarray(attention[:, 0]))
     count = sum(len(g.ids) for g in groups)
-    means = {
-        k: v if k in WORST + PER_SENTENCE + ("massive_dims",) else v / count
-        for k, v in totals.items()
-    }
+    means = {k: v if k in WORST + PER_SENTENCE + COUNTS else v / count for k, v in totals.items()}
     c = base.config.block
     rows = [
         {
@@ -479,6 +534,9 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
             "metric": "groups",
             "lengths": [int(g.ids.shape[1]) for g in groups],
             "counts": [len(g.ids) for g in groups],
+            "first_tokens": collections.Counter(t[0] for g in groups for t in g.tokens).most_common(
+                3
+            ),
         },
         {"metric": "norms", "value": kept_norms(model.config)},
     ]
@@ -495,22 +553,10 @@ def depth_run(config, spec: RunSpec, run: RunDir) -> list[dict]:
             ]
         elif name in WORST:
             rows.append({"metric": name, "value": float(values)})
-        elif (
-            name == "massive_dims"
-        ):  # sentences per dimension holding the largest activation, nonzero only
-            rows.append(
-                {
-                    "metric": name,
-                    "values": [
-                        [
-                            [int(d), int(c)]
-                            for d in np.argsort(-row, kind="stable")
-                            if (c := row[d]) > 0
-                        ]
-                        for row in values
-                    ],
-                }
-            )
+        elif name in COUNTS:  # sentences (or hits) per dimension, nonzero only
+            rows.append({"metric": name, "values": [_nonzero_pairs(row) for row in values]})
+        elif name == "sentence_hit_dims":  # per sentence, [dimension, hits] pairs, nonzero only
+            rows.append({"metric": name, "values": [_nonzero_pairs(row) for row in values]})
         elif name == "patterns":  # each head's most frequent class over the sentences
             rows.append({"metric": "pattern", "values": np.argmax(values, axis=-1)})
         else:

@@ -32,6 +32,7 @@ import numpy as np
 
 from attnjax.analysis import PATTERN_NAMES
 from attnjax.serialization import json_form
+from experiments.lab.stats import log_interval
 from experiments.lab.study import distinct, select
 from experiments.pretrained import activations
 from experiments.pretrained.constants import (
@@ -58,13 +59,13 @@ from experiments.pretrained.readings import (
     map_rates,
     middle_layers,
     overflow_layer,
+    paired_ratio,
     path_medians,
     rate_quantiles,
-    ratio_of,
+    resolved_depth,
     resolved_rates,
     sentence_rates,
     sink,
-    slower_at,
     uniform_sink,
 )
 from experiments.pretrained.study import PER_HEAD, VARIANTS
@@ -73,15 +74,28 @@ from experiments.pretrained.study import PER_HEAD, VARIANTS
 # Rows -> the aggregate
 
 
+# The per-sentence rows each variant keeps (the paired comparisons read them; `readings.paired_ratio`):
+# log r_l for every variant compared at a depth, log ||X_l - 1 x_bar^T|| for the skips' comparison.
+PER_SENTENCE_KEPT = {
+    "sentence_log_residual": lambda variant: variant not in ("full", "no_mlp"),
+    "sentence_log_residual_abs": lambda variant: variant in ("no_mlp", "attention_only"),
+    "sentence_hits": lambda variant: variant == "full",
+    "sentence_hit_dims": lambda variant: variant == "full",
+}
+
+
 def _variant_summary(rows: list[dict]) -> dict:
     """`{metric: values}` of one depth run; sink masses as `{metric: {category: values}}`; per-sentence
-    log-residuals as their decay `rates`."""
+    log-residuals as their decay `rates`, and the per-sentence rows of `PER_SENTENCE_KEPT` where kept."""
     out = {}
     for row in rows:
         if row["metric"] in ("model", "groups", "example"):
             continue
         if row["metric"] == "sentence_log_residual":
             out["rates"] = sentence_rates(row["values"])
+        if row["metric"] in PER_SENTENCE_KEPT:
+            if PER_SENTENCE_KEPT[row["metric"]](row["variant"]):
+                out[row["metric"]] = row["values"]
         elif "sink" in row:
             out.setdefault(row["metric"], {})[row["sink"]] = row["values"]
         else:
@@ -129,6 +143,7 @@ def aggregate(rows: list[dict], config) -> dict:
                 or f"docstrings of {len(config.corpus.modules)} standard-library modules",
                 "lengths": groups["lengths"],
                 "counts": groups["counts"],
+                "first_tokens": groups["first_tokens"],
             },
             "sink_categories": list(SINKS[model["family"]]),
             "variants": {
@@ -167,7 +182,8 @@ def _collapse(variant: dict) -> dict:
     Dong et al.'s `log_ratios` of the geometric-mean residual and their `worst` (smallest) and `rate`, the mean
     factor per layer (`geometric_rate`); Wu et al.'s per-sentence factors: `median`, `interval` (quantiles),
     `sentences` (how many could be fitted); the maps' `slem` and `tau` (`map_rates`), and where the median
-    factor lies: `place` 'below' |lambda_2|, 'above' tau or 'between'."""
+    factor lies: `place` 'below' |lambda_2|, 'above' tau or 'between'; `end`: r_L per sentence as a
+    geometric mean and its interval (`lab.stats.log_interval`; None on overflow)."""
     r, geometric = array(variant["residual"]), geometric_residual(variant)
     overflow = overflow_layer(variant)
     ratios = log_ratios(geometric)
@@ -185,6 +201,9 @@ def _collapse(variant: dict) -> dict:
         "before": float(r[overflow - 1]) if overflow else None,
         "entropy_low": float(head_mean(variant["entropy"])[:overflow].min()) if overflow else None,
         "ratio": end_ratio(r) if overflow is None else None,
+        "end": log_interval(np.exp(array(variant["sentence_log_residual"])[:, -1]))
+        if overflow is None
+        else None,
         "log_ratios": ratios,
         "worst": min(ratios) if ratios else None,
         "rate": geometric_rate(geometric),
@@ -197,30 +216,50 @@ def _collapse(variant: dict) -> dict:
     }
 
 
-def _surgery(variants: dict) -> dict:
-    """The variants with skips or MLPs against attention only, and the full model without its sinks:
+def compared(variants: dict, slower: str, faster: str, metric: str = "sentence_log_residual"):
+    """Whether `slower` keeps its tokens apart longer than `faster`, sentence by sentence: at the deepest
+    depth where `faster` is resolved (`resolved_depth`), each sentence's `metric` (relative residual, or
+    `sentence_log_residual_abs`: the absolute one) of `slower` over `faster`'s, as a geometric mean and its
+    interval over sentences (`paired_ratio`). None when either variant was not run."""
+    if slower not in variants or faster not in variants:
+        return None
+    depth = resolved_depth(variants[faster])
+    return {
+        "slower": slower,
+        "faster": faster,
+        "depth": depth,
+        "ratio": paired_ratio(variants[slower][metric], variants[faster][metric], depth),
+    }
 
-    `counteract` (no MLPs, skips kept): `ratio` of its r_L to attention only's; `slows` (no skips, MLPs
-    kept): at the first `layer` where attention only has fallen to COLLAPSE_FACTOR x r_0, `ratio` of its r
-    to attention only's, `mlp` and `pure` those r, `end_ratio` its own r_L / r_0; `keeps` (full): `ratio`
-    r_L / r_0 without the sinks, `all_tokens` the same over every token, `low` and `low_layer` the lowest r
-    without the sinks and where. None for a comparison whose variants were not run."""
-    out = {"counteract": None, "slows": None, "keeps": None}
-    if "attention_only" in variants:
-        pure = array(variants["attention_only"]["residual"])
-        if "no_mlp" in variants:
-            kept = array(variants["no_mlp"]["residual"])[-1]
-            out["counteract"] = {"ratio": ratio_of(kept, pure[-1])}
-        if "no_skip" in variants:
-            mlp = array(variants["no_skip"]["residual"])
-            ratio, layer = slower_at(mlp, pure)
-            out["slows"] = {
-                "ratio": ratio,
-                "layer": layer,
-                "mlp": None if layer is None else float(mlp[layer]),
-                "pure": None if layer is None else float(pure[layer]),
-                "end_ratio": end_ratio(mlp),
-            }
+
+def band_variants(variants: dict) -> list[tuple[str, str, int]]:
+    """`(band variant, its full-mask base, window W)` of every band-masked variant that was run."""
+    return [
+        (name, name.split("_band")[0], int(name.split("_band")[1]))
+        for name in variants
+        if "_band" in name
+    ]
+
+
+def _surgery(variants: dict) -> dict:
+    """The variants with skips, MLPs or a local mask against the same network without (`compared`), and
+    the full model without its sinks:
+
+    `counteract`: no MLPs (skips kept) against attention only, on the absolute residual (Dong et al.'s
+    skips); `slows`: no skips (MLPs kept) against attention only; `bands`: each band-masked variant
+    against its base with the model's own mask, with its `width` (Wu et al.'s local masks); `keeps`
+    (full): `ratio` r_L / r_0 without the sinks, `all_tokens` the same over every token, `low` and
+    `low_layer` the lowest r without the sinks and where. None for a comparison not run."""
+    out = {
+        "counteract": compared(variants, "no_mlp", "attention_only", "sentence_log_residual_abs"),
+        "slows": compared(variants, "no_skip", "attention_only"),
+        "bands": [
+            {**compared(variants, band, base), "width": width}
+            for band, base, width in band_variants(variants)
+            if base in variants
+        ],
+        "keeps": None,
+    }
     if "full" in variants:
         full = variants["full"]
         content = array(full["residual_content"])
@@ -240,7 +279,7 @@ def _absolute(variants: dict) -> dict:
     token's, its `layer`, and whether it is `massive` (>= MASSIVE_RATIO); None without the full model."""
     falls = []
     for name, v in variants.items():
-        r, res, shared = array(v["residual"]), array(v["residual_abs"]), array(v["shared_norm"])
+        r, res, shared = geometric_residual(v), array(v["residual_abs"]), array(v["shared_norm"])
         if not np.isfinite(res).all() or r[-1] >= RELATIVE_FALL * r[0]:
             continue
         falls.append(
@@ -284,11 +323,11 @@ def _path_readings(paths: dict | None) -> dict | None:
 
 def _sinks(summary: dict) -> dict | None:
     """The full model's attention on its sinks (mean over heads): `mean` over layers, `uniform` (what uniform
-    attention gives), `top` (1-based layer with the most) and `top_mass`, `perron` (the Perron vectors' mean
+    attention gives), `top` (the layer with the most, counted from 0) and `top_mass`, `perron` (the Perron vectors' mean
     mass). Causal: `fraction` of the layers past the bottom BOTTOM_LAYERS above SINK_SHARE, `bottom` (those
     layers' masses). Bidirectional: `middle` (the middle layers, counted from 0), per category (after the union)
     `categories` `{category: {"mean", "middle"}}` (over all layers, over the middle ones), `largest` (the
-    category with the most), `sep_top` and `sep_top_mass` ([SEP]'s layer with the most and its mass). None
+    category with the most), `sep_top` and `sep_top_mass` ([SEP]'s layer with the most, from 0, and its mass). None
     without the full model."""
     full = summary["variants"].get("full")
     if full is None:
@@ -298,7 +337,7 @@ def _sinks(summary: dict) -> dict | None:
     out = {
         "mean": float(mass.mean()),
         "uniform": uniform_sink(full),
-        "top": top + 1,
+        "top": top,
         "top_mass": float(mass[top]),
         "perron": float(perron.mean()),
     }
@@ -316,7 +355,7 @@ def _sinks(summary: dict) -> dict | None:
     }
     out["largest"] = max(means, key=lambda c: float(means[c].mean()))
     sep = means["[SEP]"]
-    out["sep_top"], out["sep_top_mass"] = int(np.argmax(sep)) + 1, float(sep.max())
+    out["sep_top"], out["sep_top_mass"] = int(np.argmax(sep)), float(sep.max())
     return out
 
 

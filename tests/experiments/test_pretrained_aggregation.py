@@ -23,6 +23,9 @@ FLOOR = 1e-5  # constants.RESIDUAL_FLOOR
 # Per-sentence decay factors of attention only: skewed, so their median is not their mean.
 DECAY = np.array([0.1, 0.12, 0.15, 0.2, 0.5, 0.9])
 SPREAD = np.array([0.5, 0.1, 0.3, 0.05, 0.2])  # of the largest |activation|, per hidden state
+# Massive-activation hits per sentence (first token, delimiters, all): shares skewed so that a pooled share
+# is not the mean of the sentences' shares.
+HITS = np.array([[3, 0, 3], [1, 1, 8], [2, 0, 2], [0, 1, 5], [6, 0, 6], [1, 0, 4]])
 
 
 def _five(x: float) -> float:
@@ -74,6 +77,9 @@ def _data(seed: int = 0) -> dict:
         massive_delimiter=np.array([0.1, 0.25, 0.0, 0.25, 0.5]),
         massive_count=np.array([0.0, 1.0, 2.0, 1.0, 0.0]),
         massive_dims=[[[5, 4], [2, 2]]] * (LAYERS + 1),
+        # Every hit per sentence: on the first token, on delimiters, all; and per feature dimension.
+        sentence_hits=HITS,
+        sentence_hit_dims=[[[5, int(n - 1)], [2, 1]] for n in HITS[:, 2]],
     )
     paths = five(rng.lognormal(-2, 1.5, (len(PATH_LENGTHS), PATHS)))
     return {"full": full, "attention_only": only, "paths": paths}
@@ -86,6 +92,7 @@ def _rows(d: dict) -> list[dict]:
     for name in ("full", "attention_only"):
         base = {"part": "depth", "variant": name}
         groups = {"metric": "groups", "lengths": list(GROUP_LENGTHS), "counts": list(COUNTS)}
+        groups["first_tokens"] = [["The", 4], ["A", 2]]
         rows += [{**base, **model}, {**base, **groups}]
         for metric, values in d[name].items():
             if isinstance(values, dict):
@@ -164,6 +171,11 @@ def test_collapse_rates_median_over_sentences_and_geometric_means_over_layers(ca
     )
     assert c["overflow"] is None
     assert c["ratio"] == pytest.approx(v["residual"][-1] / v["residual"][0], rel=1e-12)
+    # r_L per sentence: a geometric mean over sentences and its interval on the log scale.
+    last = np.asarray(v["sentence_log_residual"])[:, -1]
+    assert c["end"]["mean"] == pytest.approx(math.exp(np.mean(last)), rel=1e-4)
+    half = 2.5705818 * np.std(last, ddof=1) / math.sqrt(SENTENCES)  # t_(0.975, 5)
+    assert c["end"]["high"] == pytest.approx(math.exp(np.mean(last) + half), rel=1e-4)
 
 
 def test_sinks_heads_and_causal_readings_of_the_full_model(case):
@@ -172,9 +184,7 @@ def test_sinks_heads_and_causal_readings_of_the_full_model(case):
     mass = np.array([np.mean(row) for row in full["attention_sink"]["sinks"]])  # [L]
     sinks = s["sinks"]
     assert sinks["mean"] == pytest.approx(np.mean(mass), rel=1e-12)
-    assert sinks["top"] == int(np.argmax(mass)) + 1 and sinks["top_mass"] == pytest.approx(
-        mass.max()
-    )
+    assert sinks["top"] == int(np.argmax(mass)) and sinks["top_mass"] == pytest.approx(mass.max())
     assert sinks["fraction"] == pytest.approx(np.mean(mass[2:] > 0.5))
     np.testing.assert_allclose(sinks["bottom"], mass[:2], rtol=1e-12)
     perron = np.mean([np.mean(row) for row in full["perron_sink"]["sinks"]])
@@ -203,9 +213,9 @@ def test_surgery_and_absolute_readings(case):
     keeps = s["surgery"]["keeps"]
     assert keeps["ratio"] == pytest.approx(content[-1] / content[0], rel=1e-12)
     assert keeps["low"] == content.min() and keeps["low_layer"] == int(np.argmin(content))
-    r = d["attention_only"]["residual"]
+    g = np.exp(d["attention_only"]["log_residual"])  # r as the geometric mean over sentences
     (fall,) = [f for f in s["absolute"]["falls"] if f["variant"] == "attention_only"]
-    assert fall["factor"] == pytest.approx(r[0] / r[-1], rel=1e-12)
+    assert fall["factor"] == pytest.approx(g[0] / g[-1], rel=1e-12)
     first = s["absolute"]["first_norm"]
     assert (first["layer"], first["ratio"], first["massive"]) == (2, 40.0, True)
 
@@ -218,10 +228,18 @@ def test_massive_readings_take_medians_and_means_over_the_massive_layers(case):
     spread = spread / d["full"]["massive_value"]
     np.testing.assert_allclose(spread, SPREAD, rtol=1e-4)
     assert m["spread"] == pytest.approx(np.median(spread[1:4]), rel=1e-12)
-    share = d["full"]["massive_first"] + d["full"]["massive_delimiter"]
-    assert m["location"] == pytest.approx(np.mean(share[1:4]), rel=1e-12)
-    assert np.max(share[1:4]) > np.mean(share[1:4])  # a best layer would differ
-    assert np.max(spread[1:4]) > 1.5 * np.median(spread[1:4])  # so would the worst
+    assert np.max(spread[1:4]) > 1.5 * np.median(spread[1:4])  # the worst layer would differ
+    # Every hit: each sentence's share on the first token or a delimiter, then its mean over sentences.
+    hits = m["hits"]
+    share = (HITS[:, 0] + HITS[:, 1]) / HITS[:, 2]
+    assert hits["location"]["mean"] == pytest.approx(np.mean(share), rel=1e-12)
+    pooled = (HITS[:, 0].sum() + HITS[:, 1].sum()) / HITS[:, 2].sum()
+    assert abs(pooled - np.mean(share)) > 0.05  # a pooled share would differ
+    assert hits["first"] == pytest.approx(HITS[:, 0].sum() / HITS[:, 2].sum(), rel=1e-12)
+    assert (hits["hits"], hits["sentences"]) == (int(HITS[:, 2].sum()), SENTENCES)
+    # Dimensions chosen on sentences 0, 2, 4 and tested on 1, 3, 5: dimension 5 holds all but one hit.
+    assert hits["dims"] == [5, 2]
+    assert hits["dims_share"]["mean"] == pytest.approx(1.0, rel=1e-12)
 
 
 def test_path_readings_are_medians_over_the_paths_of_each_length(case):

@@ -144,9 +144,9 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/activations.py",
-        "return float(np.mean((array(first) + array(delimiter))[layers]))",
-        "return float(np.max((array(first) + array(delimiter))[layers]))",
-        "pretrained aggregation: massive location share the best layer, not the mean",
+        '"location": interval((first + delimiter) / total),',
+        '"location": interval(np.full(len(total), (first + delimiter).sum() / total.sum())),',
+        "pretrained aggregation: massive location share pooled over hits, not per sentence",
         PT_TESTS,
     ),
     Mutant(
