@@ -23,7 +23,6 @@ from experiments.pretrained.constants import (
     SINK_LABELS,
     VARIANT_LABELS,
 )
-from experiments.pretrained.readings import geometric_residual
 
 # The thresholds the text quotes.
 THRESHOLDS = {
@@ -93,8 +92,8 @@ def _collapse(summary) -> list:
                 "entropy": fmt(c["entropy_low"]) if overflow else None,
                 "label": VARIANT_LABELS[name],
                 "norms": v["norms"],
-                "r": sequence(geometric_residual(v)),
-                "last": _last(geometric_residual(v)),
+                "r": sequence(summary["geometric"][name]),
+                "last": _last(summary["geometric"][name]),
                 "pure": name == "no_norm",
                 "end": None if c["end"] is None else interval_text(c["end"], ".3g"),
                 "collapses": f"{label} collapses",
@@ -344,7 +343,7 @@ def _surgery_rows(summary) -> list:
     for layer in range(len(v[names[0]]["residual"])):
         cells = []
         for n in names:
-            parts = [geometric_residual(v[n])[layer]] + [
+            parts = [summary["geometric"][n][layer]] + [
                 v[n][m][layer] for m in ("residual_content", "cosine_content", "residual_abs")
             ]
             if layer > 0:
@@ -438,8 +437,8 @@ def headline(summary: dict) -> dict:
         "verdicts": verdicts(summary),
         "sentences": summary["sentences"],
         "collapse": _collapse(summary),
-        "no_mlp": _last(geometric_residual(v["no_mlp"])),
-        "no_skip": _last(geometric_residual(v["no_skip"])),
+        "no_mlp": _last(summary["geometric"]["no_mlp"]),
+        "no_skip": _last(summary["geometric"]["no_skip"]),
         "full": _last(full["residual"]),
         "content": _last(full["residual_content"]),
         "cosine": _last(full["cosine"]),

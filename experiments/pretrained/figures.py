@@ -8,7 +8,6 @@ import numpy as np
 from attnjax import masks, plotting
 from experiments.pretrained.constants import VARIANT_LABELS
 from experiments.pretrained.context import model_label, sink_label
-from experiments.pretrained.readings import geometric_residual
 
 
 def _array(values) -> np.ndarray:
@@ -16,16 +15,18 @@ def _array(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def _curve(variant: dict, metric: str) -> np.ndarray:
-    """A variant's `residual` as the geometric mean over sentences (it spans decades), other metrics as
-    they are."""
-    return geometric_residual(variant) if metric == "residual" else _array(variant[metric])
+def _curve(summary, name: str, metric: str) -> np.ndarray:
+    """Variant `name`'s `residual` as the geometric mean over sentences (it spans decades), other metrics
+    as they are."""
+    values = (
+        summary["geometric"][name] if metric == "residual" else summary["variants"][name][metric]
+    )
+    return _array(values)
 
 
 def _surgery_figures(summary) -> dict:
     """The relative and absolute residual of the surgery variants; the attention-only networks with their
     sliding-window masks on a figure of their own (`local_masks`)."""
-    v = summary["variants"]
     names = [n for n in summary["variant_names"] if "_band" not in n]
     out = {}
     for metric, label in (
@@ -33,7 +34,7 @@ def _surgery_figures(summary) -> dict:
         ("residual_abs", "||X - 1 x_bar^T||_F"),
     ):
         fig = plotting.metric_vs_depth(
-            {VARIANT_LABELS[n]: _curve(v[n], metric) for n in names},
+            {VARIANT_LABELS[n]: _curve(summary, n, metric) for n in names},
             ylabel=label,
             start=0,
             title=f"{model_label(summary)}: surgery",
@@ -44,7 +45,7 @@ def _surgery_figures(summary) -> dict:
     ]
     if any("_band" in n for n in masked):
         out["local_masks"] = plotting.metric_vs_depth(
-            {VARIANT_LABELS[n]: _curve(v[n], "residual") for n in masked},
+            {VARIANT_LABELS[n]: _curve(summary, n, "residual") for n in masked},
             ylabel="||X - 1 x_bar^T||_F / ||X||_F (geometric mean)",
             start=0,
             title=f"{model_label(summary)}: attention only, full and sliding-window masks",

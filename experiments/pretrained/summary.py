@@ -12,6 +12,8 @@ checks, the figures and the report quote (`readings.py`, `activations.py`):
 * `variant_names`: the measured variants in `study.VARIANTS` order;
 * `head_means`: per variant, each per-head metric's mean over heads `[L]`
   (`gap` = 1 - |lambda_2|; sink masses per category);
+* `geometric`: per variant, r_l as the geometric mean over sentences `[L + 1]`
+  (the average the tables and figures print, since r spans decades);
 * `collapse`: per attention-only variant, the overflow layer, r_L / r_0, the
   log-ratios of Dong et al.'s rate, the per-sentence rates of Wu et al.'s and
   the maps' |lambda_2| and tau;
@@ -404,6 +406,7 @@ def derive(summary: dict) -> dict:
         "sentences": sum(summary["corpus"]["counts"]),
         "variant_names": [n for n in VARIANTS if n in variants],
         "head_means": {name: _head_means(v) for name, v in variants.items()},
+        "geometric": {name: geometric_residual(v).tolist() for name, v in variants.items()},
         "collapse": {n: _collapse(variants[n]) for n in ATTENTION_ONLY if n in variants},
         "surgery": _surgery(variants),
         "absolute": _absolute(variants),
