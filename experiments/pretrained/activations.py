@@ -74,22 +74,25 @@ def _top_dims(per_sentence: list, few: int) -> list[int]:
 def hit_readings(variant: dict, few: int = FEW_DIMS) -> dict | None:
     """Every criterion hit of Sun et al.'s criterion in the full model's hidden states, per sentence.
 
-    `sentence_hits` `[S, 3]` (hits on the first token, on delimiters, all),
+    `sentence_hits` `[S, 4]` (hits on the first token, on the first
+    delimiter after it, on every delimiter after it, all),
     `sentence_hit_dims` (per sentence, `[dimension, hits]` pairs). Over the
-    sentences with a hit: `first`, `delimiter`, `other` (pooled shares of
-    the hits in each class), `location` (each sentence's share of its hits on
-    the first token or a delimiter: mean and interval over sentences,
+    sentences with a hit: `first`, `first_delimiter`, `delimiter` (every
+    delimiter after the first token), `other` (the rest): pooled shares of
+    the hits; `location` (each sentence's share of its hits on the first
+    token or the first delimiter, Sun et al.'s two positions: mean and
+    interval over sentences,
     `lab.stats.interval`), `dims` (the `few` dimensions with the most hits
     in every other sentence with a hit, 0, 2, ...), `dims_share` (the other
     sentences' share of their hits in them: mean and interval; None with a
     single sentence), `hits` and `sentences` (how many). None when no
     sentence has a hit.
     """
-    counts = array(variant["sentence_hits"]).reshape(-1, 3)
-    hit = counts[:, 2] > 0
+    counts = array(variant["sentence_hits"]).reshape(-1, 4)
+    hit = counts[:, 3] > 0
     if not hit.any():
         return None
-    first, delimiter, total = counts[hit].T
+    first, first_delimiter, delimiter, total = counts[hit].T
     dims = [pairs for pairs, h in zip(variant["sentence_hit_dims"], hit) if h]
     # The dimensions are chosen on every other sentence and tested on the rest, so that a row of
     # scattered dimensions can fail (chosen on the same hits, the top ones would hold them by construction).
@@ -97,9 +100,10 @@ def hit_readings(variant: dict, few: int = FEW_DIMS) -> dict | None:
     tested = array([sum(n for d, n in pairs if int(d) in top) for pairs in dims[1::2]])
     return {
         "first": float(first.sum() / total.sum()),
+        "first_delimiter": float(first_delimiter.sum() / total.sum()),
         "delimiter": float(delimiter.sum() / total.sum()),
         "other": float(1 - (first.sum() + delimiter.sum()) / total.sum()),
-        "location": interval((first + delimiter) / total),
+        "location": interval((first + first_delimiter) / total),
         "dims": top,
         "dims_share": interval(tested / total[1::2]) if len(dims) > 1 else None,
         "hits": int(total.sum()),

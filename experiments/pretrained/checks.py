@@ -95,11 +95,6 @@ def at_most_check(value, bound: float) -> bool:
     return bool(float(value) <= bound)
 
 
-def majority_check(fraction) -> bool:
-    """The fraction of values above a threshold (`readings.fraction_above`) is more than one half."""
-    return bool(float(fraction) > MAJORITY)
-
-
 def massive_exist_check(layers) -> bool:
     """Some hidden state 1..L is massive (`activations.massive_layers` is not empty)."""
     return bool(layers)
@@ -349,15 +344,18 @@ def _sink_checks(summary: dict) -> list[dict]:
     full, sinks = summary["variants"]["full"], summary["sinks"]
     if summary["model"]["causal"]:
         layers = len(full["attention_sink"]["sinks"])
+        per_sentence = sinks["sentence_fraction"]
         return [
             prediction(
                 "attention sink on the first token",
                 "Xiao et al. 2023 (Fig. 2: Llama-2-7B, 16-token sentences)",
-                f"first-token attention > {SINK_SHARE:g} (mean over heads) in most layers past the "
-                f"bottom {BOTTOM_LAYERS}",
-                sinks["fraction"],
-                majority_check(sinks["fraction"]),
-                f"fraction of layers {BOTTOM_LAYERS}..{layers - 1} (from 0); uniform attention would give "
+                f"per sentence, the share of layers past the bottom {BOTTOM_LAYERS} whose first-token attention "
+                f"(mean over heads and queries) is > {SINK_SHARE:g}: interval over sentences above 1/2",
+                per_sentence["mean"],
+                most_check(per_sentence),
+                f"layers {BOTTOM_LAYERS}..{layers - 1} (from 0), {per_sentence['n']} sentences: "
+                f"{interval_text(per_sentence, DIGITS)}; over the sentence-mean attention "
+                f"{fmt(sinks['fraction'])} of those layers; uniform attention would give "
                 f"{fmt(sinks['uniform'])}",
             )
         ]
@@ -446,15 +444,17 @@ def _massive_predictions(massive: dict) -> list[dict]:
     )
     rows.append(
         prediction(
-            "massive activations sit on the first token or delimiters",
+            "massive activations sit on the first token or the first delimiter",
             source,
-            "share of a sentence's hits on the first token or a delimiter: interval over sentences above 1/2",
+            "share of a sentence's hits on the first token or the first delimiter after it: interval over "
+            "sentences above 1/2",
             None if hits is None else hits["location"]["mean"],
             None if hits is None else most_check(hits["location"]),
             absent
             if hits is None
-            else f"{counted}; first token {fmt(hits['first'])}, delimiters {fmt(hits['delimiter'])}, "
-            f"other tokens {fmt(hits['other'])} of the hits; interval {interval_text(hits['location'], DIGITS)}",
+            else f"{counted}; first token {fmt(hits['first'])}, first delimiter {fmt(hits['first_delimiter'])}, "
+            f"every delimiter {fmt(hits['delimiter'])}, other tokens {fmt(hits['other'])} of the hits; "
+            f"interval {interval_text(hits['location'], DIGITS)}",
         )
     )
     share = None if hits is None else hits["dims_share"]
@@ -469,7 +469,7 @@ def _massive_predictions(massive: dict) -> list[dict]:
             absent
             if share is None
             else f"{counted}; dimensions {', '.join(str(d) for d in hits['dims'])} (chosen on every other "
-            f"sentence, tested on the rest; by chance {FEW_DIMS} of the width); interval "
+            f"sentence, tested on the rest; by chance {FEW_DIMS} / D of the D features); interval "
             f"{interval_text(share, DIGITS)}",
         )
     )

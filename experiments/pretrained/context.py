@@ -192,7 +192,11 @@ def _sinks(summary) -> dict | None:
         "perron": fmt(sinks["perron"]),
     }
     if summary["model"]["causal"]:
-        out.update(fraction=fmt(sinks["fraction"]), bottom=_fmt_all(sinks["bottom"]))
+        out.update(
+            fraction=fmt(sinks["fraction"]),
+            sentence_fraction=interval_text(sinks["sentence_fraction"], ".3g"),
+            bottom=_fmt_all(sinks["bottom"]),
+        )
     else:
         split = sinks["categories"]
         out["split"] = [
@@ -244,7 +248,7 @@ def _massive(summary) -> dict | None:
         "hits": None
         if hits is None
         else {
-            **{k: fmt(hits[k]) for k in ("first", "delimiter", "other")},
+            **{k: fmt(hits[k]) for k in ("first", "first_delimiter", "delimiter", "other")},
             "count": hits["hits"],
             "sentences": hits["sentences"],
             "dims": hits["dims"],

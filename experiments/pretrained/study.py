@@ -279,6 +279,8 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     `[C, L, H]`, `uniform_sink` `[C]`), `[L]` per layer (`redundancy`: the
     mean cosine between two heads' maps; `path_tau`, `path_first_max`: of
     the products of head-averaged attention); and worst cases, scalars:
+    `sentence_sink` `[B, L]` (per sentence, the first category's mass, mean
+    over heads; kept per sentence, not summed);
     `slem_over_tau` (max of |lambda_2| - tau, <= 0 in exact arithmetic) and,
     for causal maps, `slem_diagonal_error` (max of |slem(A) - max_(i>=2)
     a_ii|: the general iterative estimate, repeated squaring of A - 1 pi^T,
@@ -320,6 +322,7 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
         "slem": over_b(lam2),
         "tau": over_b(tau),
         "attention_sink": over_b(attn_sink),
+        "sentence_sink": jnp.swapaxes(jnp.mean(attn_sink[0], axis=-1), 0, 1),  # [B, L]
         "perron_sink": over_b(perron_sink),
         "uniform_sink": jnp.sum(_query_mean(uniform_sink_mass(visible, s), weight), axis=-1),
         "diagonal_mean": over_b(_query_mean(diagonal, weight)),
@@ -336,6 +339,7 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
 WORST = ("slem_over_tau", "slem_diagonal_error")
 # Per-sentence metrics of `hidden_sums` (concatenated over groups, not summed).
 PER_SENTENCE = (
+    "sentence_sink",
     "sentence_log_residual",
     "sentence_log_residual_abs",
     "sentence_hits",
@@ -363,8 +367,9 @@ def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
     `value`, `count`, `first` (t* = 0), `delimiter` (t* a delimiter, not
     the first token) and `dims` `[L + 1, B, D]` (one-hot d*); and every
     criterion hit (`attnjax.analysis.massive_activations`), not only the
-    largest: `hits_first`, `hits_delimiter` `[L + 1, B]` (hits on the first
-    token, on the delimiters after it) and `hit_dims` `[L + 1, B, D]`.
+    largest: `hits_first`, `hits_first_delimiter`, `hits_delimiter`
+    `[L + 1, B]` (hits on the first token, on the first delimiter after it,
+    on every delimiter after it) and `hit_dims` `[L + 1, B, D]`.
     """
     size = hidden.shape[-1]
     a = jnp.abs(hidden).reshape(*hidden.shape[:2], -1)  # [L + 1, B, n D]
@@ -373,7 +378,10 @@ def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
     token, dim = where // size, where % size
     hits = sun_massive(hidden, MASSIVE_VALUE, MASSIVE_FACTOR)  # [L + 1, B, n, D]
     per_token = jnp.sum(hits, axis=-1)  # [L + 1, B, n]
-    on_delimiters = jnp.sum(per_token[..., 1:] * delimiters[None, :, 1:], axis=-1)
+    later = delimiters[:, 1:]  # [B, n - 1]: the delimiters after the first token
+    first_delimiter = later & (jnp.cumsum(later, axis=-1) == 1)
+    on_delimiters = jnp.sum(per_token[..., 1:] * later[None], axis=-1)
+    on_first_delimiter = jnp.sum(per_token[..., 1:] * first_delimiter[None], axis=-1)
     on_delimiter = jnp.take_along_axis(
         jnp.broadcast_to(delimiters, a.shape[:2] + delimiters.shape[-1:]), token[..., None], axis=-1
     )[..., 0]
@@ -382,6 +390,7 @@ def massive_activations(hidden: jax.Array, delimiters: jax.Array) -> dict:
         "value": top,
         "count": jnp.sum(per_token, axis=-1).astype(a.dtype),
         "hits_first": per_token[..., 0].astype(a.dtype),
+        "hits_first_delimiter": on_first_delimiter.astype(a.dtype),
         "hits_delimiter": on_delimiters.astype(a.dtype),
         "hit_dims": jnp.sum(hits, axis=-2).astype(a.dtype),
         "first": (token == 0).astype(a.dtype),
@@ -411,8 +420,9 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
     `massive_dims`, `massive_hit_dims` `[L + 1, D]` counts). Kept per
     sentence, not summed: `sentence_log_residual` and
     `sentence_log_residual_abs` `[B, L + 1]` (log of the relative and of the
-    absolute residual), `sentence_hits` `[B, 3]` (massive activations
-    over all states: on the first token, on delimiters, all) and
+    absolute residual), `sentence_hits` `[B, 4]` (massive activations
+    over all states: on the first token, on the first delimiter, on every
+    delimiter after the first token, all) and
     `sentence_hit_dims` `[B, D]` (them per feature dimension).
     """
     ranks = rank_report(hidden)  # one SVD for every rank metric
@@ -441,7 +451,11 @@ def hidden_sums(hidden: jax.Array, delimiters: jax.Array, *, span: tuple[int, in
         "sentence_log_residual": jnp.swapaxes(log_residual, 0, 1),
         "sentence_log_residual_abs": jnp.swapaxes(_log(residual), 0, 1),
         "sentence_hits": jnp.stack(
-            [jnp.sum(massive[k], axis=0) for k in ("hits_first", "hits_delimiter", "count")], -1
+            [
+                jnp.sum(massive[k], axis=0)
+                for k in ("hits_first", "hits_first_delimiter", "hits_delimiter", "count")
+            ],
+            -1,
         ),
         "sentence_hit_dims": jnp.sum(massive["hit_dims"], axis=0),
     }

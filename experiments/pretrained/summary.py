@@ -34,7 +34,7 @@ import numpy as np
 
 from attnjax.analysis import PATTERN_NAMES
 from attnjax.serialization import json_form
-from experiments.lab.stats import log_interval
+from experiments.lab.stats import interval, log_interval
 from experiments.lab.study import distinct, select
 from experiments.pretrained import activations
 from experiments.pretrained.constants import (
@@ -82,6 +82,7 @@ PER_SENTENCE_KEPT = {
     "sentence_log_residual": lambda variant: variant not in ("full", "no_mlp"),
     "sentence_log_residual_abs": lambda variant: variant in ("no_mlp", "attention_only"),
     "sentence_hits": lambda variant: variant == "full",
+    "sentence_sink": lambda variant: variant == "full",
     "sentence_hit_dims": lambda variant: variant == "full",
 }
 
@@ -326,7 +327,8 @@ def _path_readings(paths: dict | None) -> dict | None:
 def _sinks(summary: dict) -> dict | None:
     """The full model's attention on its sinks (mean over heads): `mean` over layers, `uniform` (what uniform
     attention gives), `top` (the layer with the most, counted from 0) and `top_mass`, `perron` (the Perron vectors' mean
-    mass). Causal: `fraction` of the layers past the bottom BOTTOM_LAYERS above SINK_SHARE, `bottom` (those
+    mass). Causal: `fraction` of the layers past the bottom BOTTOM_LAYERS above SINK_SHARE (head means over
+    sentences), `sentence_fraction` (the same fraction per sentence: mean and interval), `bottom` (those
     layers' masses). Bidirectional: `middle` (the middle layers, counted from 0), per category (after the union)
     `categories` `{category: {"mean", "middle"}}` (over all layers, over the middle ones), `largest` (the
     category with the most), `sep_top` and `sep_top_mass` ([SEP]'s layer with the most, from 0, and its mass). None
@@ -344,8 +346,10 @@ def _sinks(summary: dict) -> dict | None:
         "perron": float(perron.mean()),
     }
     if summary["model"]["causal"]:
+        per_sentence = array(full["sentence_sink"])[:, BOTTOM_LAYERS:]  # [S, L - BOTTOM_LAYERS]
         out.update(
             fraction=fraction_above(mass[BOTTOM_LAYERS:], SINK_SHARE),
+            sentence_fraction=interval(np.mean(per_sentence > SINK_SHARE, axis=1)),
             bottom=mass[:BOTTOM_LAYERS].tolist(),
         )
         return out

@@ -424,7 +424,7 @@ def test_hidden_sums_match_numpy():
     # Every criterion hit (|a| >= 100 and >= 1000x the state's median): one per sentence in states 1 and 2.
     np.testing.assert_array_equal(got["massive_hits_first"], [0, 2, 0])
     np.testing.assert_array_equal(got["massive_hits_delimiter"], [0, 0, 2])
-    np.testing.assert_array_equal(got["sentence_hits"], [[1, 1, 2], [1, 1, 2]])
+    np.testing.assert_array_equal(got["sentence_hits"], [[1, 1, 1, 2], [1, 1, 1, 2]])
     dims = np.zeros((2, 5))
     dims[:, [1, 3]] = 1
     np.testing.assert_array_equal(got["sentence_hit_dims"], dims)
@@ -574,15 +574,16 @@ def test_hit_readings_and_the_massive_checks():
     assert not checks.massive_exist_check(activations.massive_layers(ratio / 10, value))
     sentences = 12
     on_first = {
-        "sentence_hits": [[3, 1, 4]] * sentences,  # 3 on the first token, 1 on a delimiter, of 4
+        "sentence_hits": [[3, 1, 1, 4]]
+        * sentences,  # 3 on the first token, 1 on the first delimiter, of 4
         "sentence_hit_dims": [[[7, 3], [2, 1]]] * sentences,
     }
     hits = activations.hit_readings(on_first)
-    assert (hits["first"], hits["delimiter"], hits["other"]) == (0.75, 0.25, 0.0)
+    assert (hits["first"], hits["first_delimiter"], hits["other"]) == (0.75, 0.25, 0.0)
     assert hits["dims"] == [7, 2] and hits["hits"] == 48 and hits["sentences"] == sentences
     assert checks.most_check(hits["location"]) and checks.most_check(hits["dims_share"])
     elsewhere = {
-        "sentence_hits": [[0, 1, 4]] * 30,  # 3 of 4 on other tokens
+        "sentence_hits": [[0, 1, 1, 4]] * 30,  # 3 of 4 on other tokens
         "sentence_hit_dims": [[[d, 4]] for d in range(30)],  # each sentence its own dimension
     }
     hits = activations.hit_readings(elsewhere)
@@ -590,18 +591,25 @@ def test_hit_readings_and_the_massive_checks():
     assert checks.most_check(hits["dims_share"]) is False  # 3 of 30 sentences in the top 3
     # Dimensions that differ between the halves fail, however many hits the tested half holds.
     halves = {
-        "sentence_hits": [[2, 0, 2], [9, 0, 9]] * 15,
+        "sentence_hits": [[2, 0, 0, 2], [9, 0, 0, 9]] * 15,
         "sentence_hit_dims": [[[0, 1], [1, 1]], [[100, 9]]] * 15,
     }
     hits = activations.hit_readings(halves)
     assert hits["dims"] == [0, 1] and checks.most_check(hits["dims_share"]) is False
+    # Hits on later delimiters are not Sun et al.'s positions: 2 of 4 on the second delimiter.
+    later = activations.hit_readings(
+        {"sentence_hits": [[1, 1, 3, 4]] * sentences, "sentence_hit_dims": [[[7, 4]]] * sentences}
+    )
+    assert later["location"]["mean"] == 0.5 and later["delimiter"] == 0.75 and later["other"] == 0.0
     mixed = {
-        "sentence_hits": [[4, 0, 4], [0, 0, 4]] * 6,
+        "sentence_hits": [[4, 0, 0, 4], [0, 0, 0, 4]] * 6,
         "sentence_hit_dims": [[[7, 4]]] * sentences,
     }
     assert checks.most_check(activations.hit_readings(mixed)["location"]) is None  # mean 1/2
     assert (
-        activations.hit_readings({"sentence_hits": [[0, 0, 0]] * 3, "sentence_hit_dims": [[]] * 3})
+        activations.hit_readings(
+            {"sentence_hits": [[0, 0, 0, 0]] * 3, "sentence_hit_dims": [[]] * 3}
+        )
         is None
     )
     spread = np.array([0.9, 0.1, 0.2, 0.8])
@@ -615,8 +623,7 @@ def test_hit_readings_and_the_massive_checks():
 
 def test_other_checks():
     assert checks.at_most_check(1e-6, 1e-5) and not checks.at_most_check(1e-3, 1e-5)
-    assert checks.majority_check(readings.fraction_above([0.6, 0.7, 0.2], 0.5))
-    assert not checks.majority_check(readings.fraction_above([0.6, 0.2], 0.5))
+    assert readings.fraction_above([0.6, 0.7, 0.2], 0.5) == pytest.approx(2 / 3)
 
 
 @needs_models
@@ -642,7 +649,7 @@ BAND = "a local mask (window {}) slows the collapse: {}"
 KEPT, PURE = "attention only (norms kept)", "attention only, no norms"
 SUN = (
     "massive activations exist",
-    "massive activations sit on the first token or delimiters",
+    "massive activations sit on the first token or the first delimiter",
     "massive activations in a few fixed dimensions",
     "massive activations constant across inputs",
 )
@@ -808,7 +815,7 @@ def _massive_layers(s):
         massive_ratio=[5e3] * layers,
         massive_value=[500.0] * layers,
         massive_value_sq=[500.0**2] * layers,
-        sentence_hits=[[layers - 1, 0, layers - 1]] * sentences,
+        sentence_hits=[[layers - 1, 0, 0, layers - 1]] * sentences,
         sentence_hit_dims=[[[7, layers - 1]]] * sentences,
     )
 
@@ -816,7 +823,7 @@ def _massive_layers(s):
 def _hits_elsewhere(s):
     """Every hit on a token that is neither the first nor a delimiter, each sentence in its own dimension."""
     full = s["variants"]["full"]
-    full["sentence_hits"] = [[0, 0, 3]] * len(full["sentence_hits"])
+    full["sentence_hits"] = [[0, 0, 0, 3]] * len(full["sentence_hits"])
     full["sentence_hit_dims"] = [[[d, 3]] for d in range(len(full["sentence_hits"]))]
 
 
@@ -850,10 +857,10 @@ def fail_edit(name: str):
         ),
         "MLPs slow the collapse": _below("no_skip", "attention_only"),
         "attention sink on the first token": _set(
-            "variants/full/attention_sink/sinks", lambda x: [[0.1] * len(x[0])] * len(x)
+            "variants/full/sentence_sink", lambda x: [[0.1] * len(row) for row in x]
         ),
         "massive activations exist": _set("variants/full/massive_ratio", lambda x: [10.0] * len(x)),
-        "massive activations sit on the first token or delimiters": _hits_elsewhere,
+        "massive activations sit on the first token or the first delimiter": _hits_elsewhere,
         "massive activations in a few fixed dimensions": _hits_elsewhere,
         "massive activations constant across inputs": _edits(
             _massive_layers,

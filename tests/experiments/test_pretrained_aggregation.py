@@ -23,9 +23,13 @@ FLOOR = 1e-5  # constants.RESIDUAL_FLOOR
 # Per-sentence decay factors of attention only: skewed, so their median is not their mean.
 DECAY = np.array([0.1, 0.12, 0.15, 0.2, 0.5, 0.9])
 SPREAD = np.array([0.5, 0.1, 0.3, 0.05, 0.2])  # of the largest |activation|, per hidden state
-# Massive-activation hits per sentence (first token, delimiters, all): shares skewed so that a pooled share
-# is not the mean of the sentences' shares.
-HITS = np.array([[3, 0, 3], [1, 1, 8], [2, 0, 2], [0, 1, 5], [6, 0, 6], [1, 0, 4]])
+# Per sentence and layer, the first token's attention (mean over heads): layers 2 and 3 past the bottom two.
+SINK = np.array([[0.1, 0.2, 0.6, 0.7]] * 3 + [[0.1, 0.2, 0.6, 0.4]] * 2 + [[0.1, 0.9, 0.3, 0.2]])
+# Massive-activation hits per sentence (first token, first delimiter, every delimiter, all): shares skewed so
+# that a pooled share is not the mean of the sentences' shares.
+HITS = np.array(
+    [[3, 0, 0, 3], [1, 1, 2, 8], [2, 0, 0, 2], [0, 1, 1, 5], [6, 0, 0, 6], [1, 0, 0, 4]]
+)
 
 
 def _five(x: float) -> float:
@@ -79,7 +83,8 @@ def _data(seed: int = 0) -> dict:
         massive_dims=[[[5, 4], [2, 2]]] * (LAYERS + 1),
         # Every hit per sentence: on the first token, on delimiters, all; and per feature dimension.
         sentence_hits=HITS,
-        sentence_hit_dims=[[[5, int(n - 1)], [2, 1]] for n in HITS[:, 2]],
+        sentence_hit_dims=[[[5, int(n - 1)], [2, 1]] for n in HITS[:, 3]],
+        sentence_sink=SINK,
     )
     paths = five(rng.lognormal(-2, 1.5, (len(PATH_LENGTHS), PATHS)))
     return {"full": full, "attention_only": only, "paths": paths}
@@ -186,6 +191,9 @@ def test_sinks_heads_and_causal_readings_of_the_full_model(case):
     assert sinks["mean"] == pytest.approx(np.mean(mass), rel=1e-12)
     assert sinks["top"] == int(np.argmax(mass)) and sinks["top_mass"] == pytest.approx(mass.max())
     assert sinks["fraction"] == pytest.approx(np.mean(mass[2:] > 0.5))
+    per_sentence = np.mean(SINK[:, 2:] > 0.5, axis=1)  # 1, 1, 1, 0.5, 0.5, 0
+    assert sinks["sentence_fraction"]["mean"] == pytest.approx(np.mean(per_sentence), rel=1e-12)
+    assert sinks["sentence_fraction"]["n"] == SENTENCES
     np.testing.assert_allclose(sinks["bottom"], mass[:2], rtol=1e-12)
     perron = np.mean([np.mean(row) for row in full["perron_sink"]["sinks"]])
     assert sinks["perron"] == pytest.approx(perron, rel=1e-12)
@@ -231,12 +239,14 @@ def test_massive_readings_take_medians_and_means_over_the_massive_layers(case):
     assert np.max(spread[1:4]) > 1.5 * np.median(spread[1:4])  # the worst layer would differ
     # Every hit: each sentence's share on the first token or a delimiter, then its mean over sentences.
     hits = m["hits"]
-    share = (HITS[:, 0] + HITS[:, 1]) / HITS[:, 2]
+    share = (HITS[:, 0] + HITS[:, 1]) / HITS[:, 3]  # the first token and the first delimiter
     assert hits["location"]["mean"] == pytest.approx(np.mean(share), rel=1e-12)
-    pooled = (HITS[:, 0].sum() + HITS[:, 1].sum()) / HITS[:, 2].sum()
+    pooled = (HITS[:, 0].sum() + HITS[:, 1].sum()) / HITS[:, 3].sum()
     assert abs(pooled - np.mean(share)) > 0.05  # a pooled share would differ
-    assert hits["first"] == pytest.approx(HITS[:, 0].sum() / HITS[:, 2].sum(), rel=1e-12)
-    assert (hits["hits"], hits["sentences"]) == (int(HITS[:, 2].sum()), SENTENCES)
+    assert hits["first"] == pytest.approx(HITS[:, 0].sum() / HITS[:, 3].sum(), rel=1e-12)
+    other = 1 - (HITS[:, 0].sum() + HITS[:, 2].sum()) / HITS[:, 3].sum()
+    assert hits["other"] == pytest.approx(other, rel=1e-12)
+    assert (hits["hits"], hits["sentences"]) == (int(HITS[:, 3].sum()), SENTENCES)
     # Dimensions chosen on sentences 0, 2, 4 and tested on 1, 3, 5: dimension 5 holds all but one hit.
     assert hits["dims"] == [5, 2]
     assert hits["dims_share"]["mean"] == pytest.approx(1.0, rel=1e-12)
