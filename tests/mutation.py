@@ -274,6 +274,13 @@ MUTANTS = (
         PRETRAINED,
     ),
     Mutant(
+        "experiments/pretrained/activations.py",
+        '"location": interval((first + first_delimiter) / total),',
+        '"location": interval((first + delimiter) / total),',
+        "massive location counts every delimiter, not Sun et al.'s first one",
+        PRETRAINED,
+    ),
+    Mutant(
         "experiments/pretrained/checks.py",
         "return None if iv is None else side(iv, MAJORITY)",
         "return None if iv is None else side(iv, 0.0)",

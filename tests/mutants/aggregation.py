@@ -144,8 +144,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/activations.py",
-        '"location": interval((first + delimiter) / total),',
-        '"location": interval(np.full(len(total), (first + delimiter).sum() / total.sum())),',
+        '"location": interval((first + first_delimiter) / total),',
+        '"location": interval(np.full(len(total), (first + first_delimiter).sum() / total.sum())),',
         "pretrained aggregation: massive location share pooled over hits, not per sentence",
         PT_TESTS,
     ),
