@@ -59,6 +59,10 @@ RELATIVE_FALL = 0.5
 # A first-token norm this many times the median token's is a massive activation (Sun et al. 2024).
 MASSIVE_RATIO = 10
 
+# Sliding windows W of the band-masked surgery variants (Wu et al. 2024: local masks slow the collapse):
+# query t sees keys t - W < s (and s < t + W when bidirectional), so W = 2 is the narrowest mask that mixes.
+BAND_WIDTHS = (2, 4)
+
 # --------------------------------------------------------------------------
 # Names and labels
 
@@ -74,7 +78,7 @@ VARIANT_LABELS = {
             ("attention_only", "attention only"),
             ("no_norm", "attention only, no norms"),
         )
-        for width in (2, 4)
+        for width in BAND_WIDTHS
     },
 }
 # The variants without skips and MLPs: the attention-only networks whose collapse the papers predict.
@@ -89,7 +93,7 @@ CHECK_LABELS = {
             ("attention_only", "attention only"),
             ("no_norm", "attention only, no norms"),
         )
-        for width in (2, 4)
+        for width in BAND_WIDTHS
     },
 }
 # What the sink tokens are, per model family, and the sink tokens the sink-excluded metrics leave out.

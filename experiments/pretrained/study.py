@@ -93,7 +93,7 @@ from attnjax.analysis import massive_activations as sun_massive
 from attnjax.nn.attention import LayerSetting
 from attnjax.pretrained.hf import MODEL_TYPES
 from experiments.lab.workdir import RunDir
-from experiments.pretrained.constants import MASSIVE_FACTOR, MASSIVE_VALUE
+from experiments.pretrained.constants import BAND_WIDTHS, MASSIVE_FACTOR, MASSIVE_VALUE
 from experiments.pretrained.corpus import (
     CONTENT_SPAN,
     MODELS,
@@ -112,9 +112,6 @@ from experiments.pretrained.corpus import (
 from experiments.pretrained.paths import paths_run
 
 HIGHEST = lax.Precision.HIGHEST
-# Sliding windows W of the band-masked variants (Wu et al. 2024: local masks slow the collapse): query t
-# sees keys t - W < s (and s < t + W when bidirectional), so W = 2 is the narrowest mask that still mixes.
-BAND_WIDTHS = (2, 4)
 # Surgery variants: the BlockConfig fields they change (every layer); `band`: every layer's window.
 VARIANTS = {
     "full": {},
@@ -278,13 +275,13 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
     (`patterns` `[L, H, len(PATTERN_NAMES)]` class counts, sink masses
     `[C, L, H]`, `uniform_sink` `[C]`), `[L]` per layer (`redundancy`: the
     mean cosine between two heads' maps; `path_tau`, `path_first_max`: of
-    the products of head-averaged attention); and worst cases, scalars:
-    `sentence_sink` `[B, L]` (per sentence, the first category's mass, mean
-    over heads; kept per sentence, not summed);
-    `slem_over_tau` (max of |lambda_2| - tau, <= 0 in exact arithmetic) and,
-    for causal maps, `slem_diagonal_error` (max of |slem(A) - max_(i>=2)
-    a_ii|: the general iterative estimate, repeated squaring of A - 1 pi^T,
-    against the exact diagonal). |lambda_2| of a causal map is read off its
+    the products of head-averaged attention); `sentence_sink` `[B, L]` (per
+    sentence, the first category's mass, mean over heads; kept per
+    sentence, not summed); and worst cases, scalars: `slem_over_tau` (max
+    of |lambda_2| - tau, <= 0 in exact arithmetic) and, for causal maps,
+    `slem_diagonal_error` (max of |slem(A) - max_(i>=2) a_ii|: the general
+    iterative estimate, repeated squaring of A - 1 pi^T, against the exact
+    diagonal). |lambda_2| of a causal map is read off its
     diagonal (`slem` does so for any triangular map), exactly; a sink head's
     map, all its mass in the first column, is so far from normal that
     iterative estimates of its small eigenvalues are unreliable.
@@ -337,7 +334,7 @@ def attention_sums(attention: jax.Array, sinks: jax.Array, *, causal: bool) -> d
 
 # Worst-case metrics of `attention_sums` (max over sentences, not sums).
 WORST = ("slem_over_tau", "slem_diagonal_error")
-# Per-sentence metrics of `hidden_sums` (concatenated over groups, not summed).
+# Per-sentence metrics of `attention_sums` and `hidden_sums` (concatenated over groups, not summed).
 PER_SENTENCE = (
     "sentence_sink",
     "sentence_log_residual",
