@@ -123,25 +123,45 @@ def _ratio_note(c: dict, what: str) -> str:
     )
 
 
+def pure_setting(summary: dict) -> tuple[str, str]:
+    """The kind and the setting note of the rows on the norm-free network (`no_norm`): a prediction in
+    the papers' pure attention; a hypothesis of this codebase when it keeps a QK-norm (Gemma 3), which
+    bounds the logits as no norm of the pure network does."""
+    norms = summary["variants"]["no_norm"]["norms"]
+    if "QK-norm" in norms:
+        return "hypothesis", (
+            f"; this network keeps its {norms}, which pure attention lacks, so the row is this codebase's "
+            "hypothesis"
+        )
+    return "prediction", ""
+
+
+def _overflow_note(c: dict) -> str:
+    return (
+        f"not measured: without norms these weights grow the token differences about "
+        f"{fmt(float(c['growth']))}x per layer and overflow float32 at depth {c['overflow']} (r = "
+        f"{fmt(c['before'])} at depth {c['overflow'] - 1}, the attention nearly one-hot: lowest mean "
+        f"normalised entropy {fmt(c['entropy_low'])})"
+    )
+
+
 def _collapse_rows(summary: dict) -> list[dict]:
-    """The pure attention network (`no_norm`: no skips, MLPs or block norms): Dong et al.'s collapse and
-    doubly exponential rate (bidirectional), Wu et al.'s collapse (causal); not applicable when its tokens
-    overflow. The network that keeps its block norms is a measurement (no row)."""
+    """The norm-free network (`no_norm`: no skips, MLPs or block norms): Dong et al.'s collapse and doubly
+    exponential rate (bidirectional), Wu et al.'s collapse (causal); not measured when its tokens overflow
+    float32. The network that keeps its block norms is a measurement (no row)."""
     c = summary["collapse"].get("no_norm")
     if c is None:
         return []
     causal = summary["model"]["causal"]
-    source = "Wu et al. 2024" if causal else "Dong et al. 2021"
+    kind, setting = pure_setting(summary)
+    paper = "Wu et al. 2024" if causal else "Dong et al. 2021"
+    source = paper if kind == "prediction" else f"this codebase (after {paper})"
     label = CHECK_LABELS["no_norm"]
     claim = f"r_L over sentences at float32 resolution (<= {RESIDUAL_FLOOR:g})"
     if c["overflow"] is not None:
-        note = (
-            f"Setting differs: the theorem is for bounded tokens; without norms these weights grow the "
-            f"token differences about {fmt(float(c['growth']))}x per layer and overflow float32 at depth "
-            f"{c['overflow']}, with the attention nearly one-hot (lowest mean normalised entropy "
-            f"{fmt(c['entropy_low'])})."
-        )
-        return [prediction(f"{label} collapses", source, claim, None, None, note, "not applicable")]
+        return [
+            prediction(f"{label} collapses", source, claim, None, None, _overflow_note(c), kind)
+        ]
     rows = [
         prediction(
             f"{label} collapses",
@@ -151,7 +171,8 @@ def _collapse_rows(summary: dict) -> list[dict]:
             collapsed_check(c["end"]),
             f"r_0 = {fmt(float(summary['variants']['no_norm']['residual'][0]))}; r_L per sentence: "
             f"{interval_text(c['end'], DIGITS)} over {c['end']['n']} sentences; below {RESIDUAL_FLOOR:g} "
-            "float32 rounding dominates",
+            "float32 rounding dominates" + setting,
+            kind,
         )
     ]
     if not causal:
@@ -230,11 +251,14 @@ def _skip_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def connecting_depth(tokens: int, width: int) -> int:
-    """How many layers of sliding-window maps (window W: each key within W - 1 positions) it takes before
-    every one of `tokens` tokens can reach every other: ceil((n - 1) / (W - 1)); until then a product of
-    the maps has zero entries (Wu et al.'s contraction needs a connected graph)."""
-    return -(-(tokens - 1) // (width - 1))
+def connecting_depth(tokens: int, width: int, causal: bool) -> int:
+    """How many layers of sliding-window maps (window W: keys within W - 1 positions) it takes before every
+    two of `tokens` rows share a key, so that their product can contract (Dobrushin's coefficient < 1): a
+    product of k maps reaches k (W - 1) positions back, and forward too when bidirectional, so causal rows 0
+    and n - 1 meet at key 0 after ceil((n - 1) / (W - 1)) layers, bidirectional rows halfway after
+    ceil((n - 1) / (2 (W - 1)))."""
+    reach = (width - 1) * (1 if causal else 2)
+    return -(-(tokens - 1) // reach)
 
 
 def band_name(c: dict) -> str:
@@ -243,51 +267,60 @@ def band_name(c: dict) -> str:
 
 
 def _band_rows(summary: dict) -> list[dict]:
-    """Wu et al.: a local mask slows the collapse. A prediction on the pure attention network (their
-    setting), unless its tokens overflow (not applicable); a hypothesis of this codebase on the network that
-    keeps its block norms."""
+    """Wu et al.: a local mask slows the collapse. A prediction on the norm-free network (their pure
+    attention; a hypothesis when it keeps a QK-norm), not measured when its tokens overflow; a hypothesis of
+    this codebase on the network that keeps its block norms; not applicable while the comparison depth is
+    short of the layers a window needs to connect the sentence."""
     rows = []
+    causal = summary["model"]["causal"]
     for c in summary["surgery"]["bands"]:
         base, width = c["faster"], c["width"]
-        pure = base == "no_norm"
-        mask = "causal" if summary["model"]["causal"] else "full"
+        kind, setting = pure_setting(summary) if base == "no_norm" else ("hypothesis", "")
+        if base != "no_norm":
+            setting = (
+                "; this codebase's hypothesis: Wu et al. prove the local-mask result for pure attention, and "
+                "with LayerNorm collapse is not guaranteed"
+            )
+        source = (
+            "Wu et al. 2024" if kind == "prediction" else "this codebase (after Wu et al. 2024)"
+        )
         name = band_name(c)
+        mask = "causal" if causal else "full"
         claim = (
             f"r_d with window {width} over r_d with the {mask} mask, per sentence: interval above 1"
         )
-        overflow = summary["collapse"][base]["overflow"]
-        reach = connecting_depth(max(summary["corpus"]["lengths"]), width)
-        if overflow is not None or c["depth"] < reach:
+        read = f" Read here: {interval_text(c['ratio'], DIGITS)} at depth {c['depth']}."
+        collapse = summary["collapse"][base]
+        tokens = max(summary["corpus"]["lengths"])
+        reach = connecting_depth(tokens, width, causal)
+        if collapse["overflow"] is not None:
+            rows.append(
+                prediction(
+                    name, source, claim, None, None, _overflow_note(collapse) + "." + read, kind
+                )
+            )
+        elif c["depth"] < reach:
             note = (
-                f"Setting differs: without norms the tokens overflow float32 at depth {overflow}."
-                if overflow is not None
-                else f"Setting differs: the comparison is resolved to depth {c['depth']} only, fewer than the "
-                f"{reach} layers a window of {width} needs to connect the longest sentence's "
-                f"{max(summary['corpus']['lengths'])} tokens; before that, a product of window maps has zero "
-                "entries and cannot contract, so a slower fall is a construction, not Wu et al.'s rate. Read "
-                f"here: {interval_text(c['ratio'], DIGITS)}"
+                f"Setting differs: the comparison is resolved to depth {c['depth']} only, fewer than the "
+                f"{reach} layers a window of {width} needs before every two of the longest sentence's {tokens} "
+                "tokens share a key; before that a product of window maps cannot contract, so a slower fall "
+                "is a construction, not Wu et al.'s rate." + read
             )
             rows.append(
                 prediction(name, "Wu et al. 2024", claim, None, None, note, "not applicable")
             )
-            continue
-        note = _ratio_note(c, "r")
-        if not pure:
-            note += (
-                "; this codebase's hypothesis: Wu et al. prove the local-mask result for pure attention, "
-                "and with LayerNorm collapse is not guaranteed"
+        else:
+            rows.append(
+                prediction(
+                    name,
+                    source,
+                    claim,
+                    c["ratio"]["mean"],
+                    slower_check(c["ratio"]),
+                    _ratio_note(c, "r") + setting,
+                    kind,
+                )
             )
-        rows.append(
-            prediction(
-                name,
-                "Wu et al. 2024" if pure else "this codebase (after Wu et al. 2024)",
-                claim,
-                c["ratio"]["mean"],
-                slower_check(c["ratio"]),
-                note,
-                "prediction" if pure else "hypothesis",
-            )
-        )
     return rows
 
 
@@ -462,7 +495,7 @@ def _massive_predictions(massive: dict) -> list[dict]:
         prediction(
             "massive activations in a few fixed dimensions",
             source,
-            f"share of a sentence's hits in the {FEW_DIMS} dimensions with the most hits in the other half of "
+            f"share of a sentence's hits in the (up to) {FEW_DIMS} dimensions with the most hits in the other half of "
             "the sentences: interval over sentences above 1/2",
             None if share is None else share["mean"],
             most_check(share),

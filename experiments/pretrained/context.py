@@ -485,17 +485,23 @@ def rows_by_model(summaries: list[dict]) -> list[dict]:
 
 def causal_pair(summaries: list[dict]) -> dict | None:
     """Two or more causal models side by side: the rows with a verdict in each (not applicable and not
-    measured rows left out) on which they `agree`, those on which they `differ` (with each verdict), and
+    measured rows left out) on which they `agree` (with the rows' kinds), those on which they `differ` (with
+    each verdict), and
     the rows `one_sided`: applicable to some of them only. None with fewer than two causal models."""
     causal = [s for s in summaries if s["model"]["causal"]]
     if len(causal) < 2:
         return None
     verdicts = [{r["name"]: r["verdict"] for r in s["predictions"]} for s in causal]
+    kinds = [{r["name"]: r["kind"] for r in s["predictions"]} for s in causal]
     shared = [n for n in verdicts[0] if all(n in v for v in verdicts[1:])]
     decided = [n for n in shared if all(v[n] in ("pass", "fail") for v in verdicts)]
     return {
         "names": [model_label(s) for s in causal],
-        "agree": [n for n in decided if len({v[n] for v in verdicts}) == 1],
+        "agree": [
+            (n, list(dict.fromkeys(k[n] for k in kinds)))
+            for n in decided
+            if len({v[n] for v in verdicts}) == 1
+        ],
         "differ": [
             (n, [v[n] for v in verdicts])
             for n in shared

@@ -180,7 +180,8 @@ def _head_means(variant: dict) -> dict:
 
 def _collapse(variant: dict) -> dict:
     """An attention-only variant's collapse: `overflow` (the first hidden state that is not finite, or None;
-    then `growth`, the token differences' factor per layer before it, `before`, r the layer before, and
+    then `growth`, the token differences' factor per layer before it, `before`, r (geometric mean) the layer
+    before, and
     `entropy_low`, the lowest head-mean entropy of the layers before); `ratio` r_L / r_0 (None on overflow);
     Dong et al.'s `log_ratios` of the geometric-mean residual and their `worst` (smallest) and `rate`, the mean
     factor per layer (`geometric_rate`); Wu et al.'s per-sentence factors: `median`, `interval` (quantiles),
@@ -201,7 +202,7 @@ def _collapse(variant: dict) -> dict:
     return {
         "overflow": overflow,
         "growth": growth_factor(variant, overflow) if overflow is not None else None,
-        "before": float(r[overflow - 1]) if overflow else None,
+        "before": float(geometric[overflow - 1]) if overflow else None,
         "entropy_low": float(head_mean(variant["entropy"])[:overflow].min()) if overflow else None,
         "ratio": end_ratio(r) if overflow is None else None,
         "end": log_interval(np.exp(array(variant["sentence_log_residual"])[:, -1]))
