@@ -240,8 +240,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return None if resolved is None else not resolved",
-        "return resolved",
+        "return within(iv, -math.inf, floor)",
+        "return within(iv, floor, math.inf)",
         "collapsed_check verdict flipped",
         PRETRAINED,
     ),
@@ -254,8 +254,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return side(iv, 1.0)",
-        "return side(iv, 0.0)",
+        "return within(iv, 1.0, math.inf)",
+        "return within(iv, 0.0, math.inf)",
         "slower_check against 0 instead of 1 (any ratio passes)",
         PRETRAINED,
     ),
@@ -282,8 +282,8 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/pretrained/checks.py",
-        "return None if iv is None else side(iv, MAJORITY)",
-        "return None if iv is None else side(iv, 0.0)",
+        "return within(iv, MAJORITY, math.inf)",
+        "return within(iv, 0.0, math.inf)",
         "most_check against 0 instead of one half",
         PRETRAINED,
     ),

@@ -45,14 +45,18 @@ def log_interval(values, confidence: float = 0.95) -> dict:
     return {**{k: float(np.exp(x[k])) for k in ("mean", "low", "high")}, "n": x["n"]}
 
 
-def side(iv: dict, value: float) -> bool | None:
-    """Which side of `value` an interval (`interval`, `log_interval`) lies on: True when its low end is
-    above it, False when its high end is below it, None (not resolved) when it straddles or touches it or
-    an end is NaN."""
-    low, high = number(iv["low"]), number(iv["high"])
-    if not (math.isfinite(low) and math.isfinite(high)):
+def within(iv: dict | None, low: float, high: float) -> bool | None:
+    """Where an interval (`interval`, `log_interval`, or their JSON form) lies against [low, high] (an end
+    may be infinite, for a one-sided claim): True when inside it, False when disjoint from it, None (not
+    resolved) when it straddles an end, or when it is None or an end is NaN."""
+    if iv is None:
         return None
-    return True if low > value else False if high < value else None
+    a, b = number(iv["low"]), number(iv["high"])
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return None
+    if low <= a and b <= high:
+        return True
+    return False if (b < low or a > high) else None
 
 
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 
 from experiments.lab.render import interval_text
-from experiments.lab.stats import number
+from experiments.lab.stats import number, within
 from experiments.lab.study import prediction
 
 XIAO = "Xiao et al. 2023"
@@ -56,35 +56,10 @@ EARLY_TOLERANCE = 1e-3  # nll (nats) of the same rows, float32, cached against o
 DIGITS = ".4g"
 
 
-def _ends(iv) -> tuple[float, float]:
-    if iv is None:
-        return math.nan, math.nan
-    return number(iv["low"]), number(iv["high"])
-
-
-def _resolved(iv) -> bool:
-    return all(math.isfinite(x) for x in _ends(iv))
-
-
 def above(iv, threshold: float) -> bool | None:
-    """One-sided: the interval's lower end > threshold; None when not resolved."""
-    return _ends(iv)[0] > threshold if _resolved(iv) else None
-
-
-def contains(iv, value: float) -> bool | None:
-    """Two-sided: low <= value <= high; None when not resolved."""
-    low, high = _ends(iv)
-    return low <= value <= high if _resolved(iv) else None
-
-
-def within(iv, low: float, high: float) -> bool | None:
-    """Inside [low, high]: True; disjoint from it: False; straddling an end or unresolved: None."""
-    a, b = _ends(iv)
-    if not _resolved(iv):
-        return None
-    if low <= a and b <= high:
-        return True
-    return False if (b < low or a > high) else None
+    """One-sided: the interval lies above `threshold` (True), below it (False), or straddles it or is not
+    resolved (None)."""
+    return within(iv, threshold, math.inf)
 
 
 def did_not_move(relocation) -> bool | None:

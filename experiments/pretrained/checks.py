@@ -37,8 +37,10 @@ come from the summary (`summary.derive`).
 
 from __future__ import annotations
 
+import math
+
 from experiments.lab.render import fmt, interval_text
-from experiments.lab.stats import side
+from experiments.lab.stats import within
 from experiments.lab.study import prediction
 from experiments.pretrained.constants import (
     BOTTOM_LAYERS,
@@ -70,14 +72,13 @@ DIGITS = ".3g"
 def collapsed_check(iv, floor: float = RESIDUAL_FLOOR) -> bool | None:
     """Collapse to rank one at float32 resolution: the interval of r_L over sentences lies at or below
     `floor` (True), above it (False), or straddles it (None, not resolved)."""
-    resolved = side(iv, floor)
-    return None if resolved is None else not resolved
+    return within(iv, -math.inf, floor)
 
 
 def slower_check(iv) -> bool | None:
     """A paired ratio slower / faster over sentences (`summary.compared`) lies above 1 (True), below 1
     (False) or straddles it (None, not resolved)."""
-    return side(iv, 1.0)
+    return within(iv, 1.0, math.inf)
 
 
 def doubly_exponential_check(
@@ -103,7 +104,7 @@ def massive_exist_check(layers) -> bool:
 def most_check(iv) -> bool | None:
     """A share's interval over sentences (`activations.hit_readings`) lies above one half (True), below
     (False), or straddles it (None); None without the interval."""
-    return None if iv is None else side(iv, MAJORITY)
+    return within(iv, MAJORITY, math.inf)
 
 
 def massive_constant_check(spread, bound: float = MASSIVE_SPREAD) -> bool | None:

@@ -172,13 +172,13 @@ def test_text_is_deterministic_and_long_enough_for_the_default():
 
 def test_the_decision_rules_on_intervals():
     iv = {"mean": 2.0, "low": 1.5, "high": 3.0, "n": 10}
-    assert checks.above(iv, 1.0) is True and checks.above(iv, 1.5) is False
-    assert checks.contains(iv, 2.5) is True and checks.contains(iv, 1.0) is False
+    assert checks.above(iv, 1.0) is True and checks.above(iv, 3.5) is False
+    assert checks.above(iv, 2.0) is None  # straddles the threshold: not resolved, not a failure
     assert checks.within(iv, 1.48, 350) is True
     assert checks.within(iv, 3.5, 350) is False  # disjoint: below the range
     assert checks.within(iv, 2.0, 350) is None  # straddles the range's lower end
     nan = {"mean": 2.0, "low": "nan", "high": "nan", "n": 1}
-    assert checks.above(nan, 1.0) is checks.contains(nan, 2.0) is checks.within(nan, 1, 3) is None
+    assert checks.above(nan, 1.0) is checks.within(nan, 1, 3) is checks.above(None, 1.0) is None
 
 
 def _iv(mean, half=0.01):

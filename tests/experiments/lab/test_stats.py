@@ -44,3 +44,13 @@ def test_log_interval_is_a_geometric_mean_and_its_interval():
     x = stats.log_interval([1.0, 100.0] * 5)
     assert x["mean"] == pytest.approx(10.0) and x["low"] < 10.0 < x["high"] and x["n"] == 10
     assert math.isnan(stats.log_interval([0.0, 1.0])["low"])  # an underflowed median
+
+
+def test_within_is_three_way_and_one_sided_with_an_infinite_end():
+    iv = {"mean": 2.0, "low": 1.5, "high": 3.0, "n": 10}
+    assert stats.within(iv, 1.0, 4.0) is True
+    assert stats.within(iv, 3.5, math.inf) is False and stats.within(iv, -math.inf, 1.0) is False
+    assert stats.within(iv, 2.0, math.inf) is None  # straddles the lower end
+    assert stats.within(iv, -math.inf, 2.5) is None  # straddles the upper end
+    assert stats.within({"mean": 2.0, "low": "nan", "high": "nan", "n": 1}, 1, 3) is None
+    assert stats.within(None, 1, 3) is None
