@@ -102,12 +102,13 @@ MUTANTS = (
         (STUDIES + "test_summary_lists_only_figures_already_written",),
     ),
     Mutant(
-        "experiments/long_context/checks.py",
-        'return math.isfinite(number(iv["low"])) and math.isfinite(number(iv["high"]))',
-        'return math.isfinite(iv["low"]) and math.isfinite(iv["high"])',
-        "long-context checks: JSON 'nan' ends not read",
+        "experiments/lab/stats.py",
+        'a, b = number(iv["low"]), number(iv["high"])',
+        'a, b = iv["low"], iv["high"]',
+        "interval rule: JSON 'nan' ends not read",
         (
-            "tests/experiments/test_long_context.py::test_an_unresolved_interval_in_json_form_is_not_measured",
+            "tests/experiments/lab/test_stats.py",
+            "tests/experiments/test_long_context.py::test_the_decision_rules_on_intervals",
         ),
     ),
     Mutant(
