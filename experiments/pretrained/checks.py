@@ -57,6 +57,7 @@ from experiments.pretrained.constants import (
     MASSIVE_VALUE,
     MIDDLE_LAYERS,
     MIN_LOG_RATIOS,
+    QK_NORM,
     RESIDUAL_FLOOR,
     SINK_SHARE,
     SUN_SETTING,
@@ -129,7 +130,7 @@ def pure_setting(summary: dict) -> tuple[str, str]:
     the papers' pure attention; a hypothesis of this codebase when it keeps a QK-norm (Gemma 3), which
     bounds the logits as no norm of the pure network does."""
     norms = summary["variants"]["no_norm"]["norms"]
-    if "QK-norm" in norms:
+    if QK_NORM in norms:
         return "hypothesis", (
             f"; this network keeps its {norms}, which pure attention lacks, so the row is this codebase's "
             "hypothesis"
@@ -252,16 +253,6 @@ def _skip_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def connecting_depth(tokens: int, width: int, causal: bool) -> int:
-    """How many layers of sliding-window maps (window W: keys within W - 1 positions) it takes before every
-    two of `tokens` rows share a key, so that their product can contract (Dobrushin's coefficient < 1): a
-    product of k maps reaches k (W - 1) positions back, and forward too when bidirectional, so causal rows 0
-    and n - 1 meet at key 0 after ceil((n - 1) / (W - 1)) layers, bidirectional rows halfway after
-    ceil((n - 1) / (2 (W - 1)))."""
-    reach = (width - 1) * (1 if causal else 2)
-    return -(-(tokens - 1) // reach)
-
-
 def band_name(c: dict) -> str:
     """The row name of one band comparison (`summary.surgery["bands"]`)."""
     return f"a local mask (window {c['width']}) slows the collapse: {CHECK_LABELS[c['faster']]}"
@@ -292,8 +283,7 @@ def _band_rows(summary: dict) -> list[dict]:
         )
         read = f" Read here: {interval_text(c['ratio'], DIGITS)} at depth {c['depth']}."
         collapse = summary["collapse"][base]
-        tokens = max(summary["corpus"]["lengths"])
-        reach = connecting_depth(tokens, width, causal)
+        tokens, reach = max(summary["corpus"]["lengths"]), c["reach"]
         if collapse["overflow"] is not None:
             rows.append(
                 prediction(

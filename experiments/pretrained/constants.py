@@ -66,6 +66,10 @@ BAND_WIDTHS = (2, 4)
 # --------------------------------------------------------------------------
 # Names and labels
 
+# How a kept QK-norm is named in a variant's norms (`study.kept_norms`); its presence makes the norm-free
+# network's rows hypotheses (`checks.pure_setting`).
+QK_NORM = "QK-norm"
+
 VARIANT_LABELS = {
     "full": "full model",
     "no_skip": "no skips",

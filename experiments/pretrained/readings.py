@@ -140,6 +140,16 @@ def paired_ratio(numerator, denominator, depth: int) -> dict:
     return log_interval(np.exp(a[:, depth] - b[:, depth]))
 
 
+def connecting_depth(tokens: int, width: int, causal: bool) -> int:
+    """How many layers of sliding-window maps (window W: keys within W - 1 positions) it takes before every
+    two of `tokens` rows share a key, so that their product can contract (Dobrushin's coefficient < 1): a
+    product of k maps reaches k (W - 1) positions back, and forward too when bidirectional, so causal rows 0
+    and n - 1 meet at key 0 after ceil((n - 1) / (W - 1)) layers, bidirectional rows halfway after
+    ceil((n - 1) / (2 (W - 1)))."""
+    reach = (width - 1) * (1 if causal else 2)
+    return -(-(tokens - 1) // reach)
+
+
 def largest_rise(values) -> float:
     """The largest rise between consecutive values (0 for fewer than two)."""
     v = array(values)

@@ -93,7 +93,7 @@ from attnjax.analysis import massive_activations as sun_massive
 from attnjax.nn.attention import LayerSetting
 from attnjax.pretrained.hf import MODEL_TYPES
 from experiments.lab.workdir import RunDir
-from experiments.pretrained.constants import BAND_WIDTHS, MASSIVE_FACTOR, MASSIVE_VALUE
+from experiments.pretrained.constants import BAND_WIDTHS, MASSIVE_FACTOR, MASSIVE_VALUE, QK_NORM
 from experiments.pretrained.corpus import (
     CONTENT_SPAN,
     MODELS,
@@ -246,7 +246,7 @@ def kept_norms(config: nn.TransformerConfig) -> str:
     kind = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}[config.block.norm_kind]
     parts = [f"{config.block.norm}-{kind} in every block"] if config.block.norm else []
     qk = config.block.attention.normalize_qk
-    parts += [f"{qk} QK-norm on queries and keys"] if qk else []
+    parts += [f"{qk} {QK_NORM} on queries and keys"] if qk else []
     parts += ["embedding norm"] * bool(config.embedding_norm)
     return ", ".join(parts) or "none"
 

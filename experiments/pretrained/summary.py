@@ -49,6 +49,7 @@ from experiments.pretrained.constants import (
 from experiments.pretrained.corpus import SINKS, model_name
 from experiments.pretrained.readings import (
     array,
+    connecting_depth,
     end_ratio,
     first_below,
     fraction_above,
@@ -245,20 +246,27 @@ def band_variants(variants: dict) -> list[tuple[str, str, int]]:
     ]
 
 
-def _surgery(variants: dict) -> dict:
+def _surgery(summary: dict) -> dict:
     """The variants with skips, MLPs or a local mask against the same network without (`compared`), and
     the full model without its sinks:
 
     `counteract`: no MLPs (skips kept) against attention only, on the absolute residual (Dong et al.'s
     skips); `slows`: no skips (MLPs kept) against attention only; `bands`: each band-masked variant
-    against its base with the model's own mask, with its `width` (Wu et al.'s local masks); `keeps`
+    against its base with the model's own mask, with its `width` and `reach`, the layers the window needs
+    before every two rows of the longest sentence share a key (`connecting_depth`; Wu et al.'s local
+    masks); `keeps`
     (full): `ratio` r_L / r_0 without the sinks, `all_tokens` the same over every token, `low` and
     `low_layer` the lowest r without the sinks and where. None for a comparison not run."""
+    variants, tokens = summary["variants"], max(summary["corpus"]["lengths"])
     out = {
         "counteract": compared(variants, "no_mlp", "attention_only", "sentence_log_residual_abs"),
         "slows": compared(variants, "no_skip", "attention_only"),
         "bands": [
-            {**compared(variants, band, base), "width": width}
+            {
+                **compared(variants, band, base),
+                "width": width,
+                "reach": connecting_depth(tokens, width, summary["model"]["causal"]),
+            }
             for band, base, width in band_variants(variants)
             if base in variants
         ],
@@ -413,7 +421,7 @@ def derive(summary: dict) -> dict:
         "head_means": {name: _head_means(v) for name, v in variants.items()},
         "geometric": {name: geometric_residual(v).tolist() for name, v in variants.items()},
         "collapse": {n: _collapse(variants[n]) for n in ATTENTION_ONLY if n in variants},
-        "surgery": _surgery(variants),
+        "surgery": _surgery(summary),
         "absolute": _absolute(variants),
         "path_readings": _path_readings(summary["paths"]),
         "sinks": _sinks(summary),
