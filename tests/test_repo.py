@@ -140,3 +140,28 @@ def test_reports_name_the_bundled_causal_lm_as_its_wheel_holds_it():
     for report in ("pretrained/results_causal", "long_context/results"):
         text = (REPO / "experiments" / report / "report.md").read_text()
         assert label in text.splitlines()[0] + text.splitlines()[2], report
+
+
+WIDTH_RESULTS = REPO / "experiments/width/results"
+
+
+def test_committed_width_results_are_their_summary_rendered():
+    """The summary derives its statistics again from its measurements and the checks give the committed
+    verdicts; the template gives report.md byte for byte, and the documentation page's results section."""
+    from attnjax.serialization import json_form
+    from experiments.width import checks, report
+    from experiments.width import summary as summary_lib
+
+    summary = json.loads((WIDTH_RESULTS / "summary.json").read_text())
+    aggregated = {k: summary[k] for k in ("models", "lengths", "seeds", "values")}
+    derived = json_form(summary_lib.derive(aggregated))
+    assert derived["statistics"] == summary["statistics"]
+    assert json_form(checks.predictions(summary)) == summary["predictions"]
+    assert report.markdown(summary) == (WIDTH_RESULTS / "report.md").read_text()
+    assert sorted(p.name for p in (WIDTH_RESULTS / "plots").iterdir()) == summary["plots"]
+    times = json.loads((WIDTH_RESULTS / "timing.json").read_text())
+    page = study_page("width")
+    text = page.read_text()
+    section = text[text.index("## Results: rank collapse in width") :]
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(summary, times, results=links) + "\n"

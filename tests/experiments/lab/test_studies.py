@@ -25,12 +25,14 @@ from configs import long_context as long_context_config
 from configs import power_iteration as power_iteration_config
 from configs import rank_collapse as rank_collapse_config
 from configs import softmax_scaling as softmax_scaling_config
+from configs import width as width_config
 from experiments.lab import cli
 from experiments.lab import study as study_lib
 from experiments.long_context import STUDY as LONG_CONTEXT
 from experiments.power_iteration import STUDY as POWER_ITERATION
 from experiments.rank_collapse import STUDY as RANK_COLLAPSE
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
+from experiments.width import STUDY as WIDTH
 from tests import tiny_checkpoint
 from tests.conftest import RUN_DIR_VARIABLE
 from tests.experiments.lab.toy_study import toy
@@ -117,6 +119,12 @@ def long_context_test_config():
     return config
 
 
+def width_test_config():
+    config = width_config.get_config("smoke")
+    config.lengths = (16, 32, 64)
+    return config
+
+
 STUDIES = {
     "rank_collapse": (RANK_COLLAPSE, rank_collapse_test_config, rank_collapse_config.get_config),
     "power_iteration": (
@@ -130,6 +138,7 @@ STUDIES = {
         softmax_scaling_config.get_config,
     ),
     "long_context": (LONG_CONTEXT, long_context_test_config, long_context_config.get_config),
+    "width": (WIDTH, width_test_config, width_config.get_config),
 }
 NAMES = tuple(STUDIES)
 
