@@ -46,17 +46,15 @@ def log_interval(values, confidence: float = 0.95) -> dict:
 
 
 def within(iv: dict | None, low: float, high: float) -> bool | None:
-    """Where an interval (`interval`, `log_interval`, or their JSON form) lies against (low, high) (an end
-    may be infinite, for a one-sided claim): True when strictly inside it, False when disjoint from it, None
-    (not resolved) when it straddles or touches an end (an interval that reaches the null value does not
-    exclude it: a zero-width interval at exactly 0 does not show a slope below 0), or when it is None or an
-    end is NaN."""
+    """Where an interval (`interval`, `log_interval`, or their JSON form) lies against [low, high] (an end
+    may be infinite, for a one-sided claim): True when inside it, False when disjoint from it, None (not
+    resolved) when it straddles an end, or when it is None or an end is NaN."""
     if iv is None:
         return None
     a, b = number(iv["low"]), number(iv["high"])
     if not (math.isfinite(a) and math.isfinite(b)):
         return None
-    if low < a and b < high:
+    if low <= a and b <= high:
         return True
     return False if (b < low or a > high) else None
 
