@@ -10,7 +10,9 @@ default) they are predictions: whether that picture describes the map a
 real layer computes at initialisation.
 
 * the gap opens: the slope of log(sigma_2 / sigma_1) against log n, per seed,
-  has its 95% interval below 0 (no gap opening = 0);
+  has its 95% interval below -1/4, the midpoint of its two alternatives: a gap
+  opening like a bulk of radius n^(-1/2) (slope -1/2) and none (slope 0, as an
+  identity or local-window map gives);
 * rank collapse in width: the slope of log(sr(A Z) / sr(Z)) against log n,
   the output's stable rank as a share of its input's. The two alternatives are
   a bounded output rank (slope -1, sr(Z) growing like n) and a kept one (slope
@@ -43,19 +45,20 @@ import math
 from experiments.lab import stats
 from experiments.lab.render import interval_text
 from experiments.lab.study import prediction
-from experiments.width.summary import TAIL
+from experiments.width.constants import (
+    GAP_MIDPOINT,
+    MIN_UNITS,
+    SHARE_MIDPOINT,
+    SIGMA_2_SLOPES,
+    TAIL,
+)
 
 PAPER = "Naderi, Nait Saada and Tanner 2025, abstract"
-MIN_UNITS = 10  # seeds a verdict needs (the protocol)
 MODEL_NAMES = {
     "markov": "random Markov model (logits iid N(-s2/2, s2))",
     "key_query": "key-query attention, orthonormal tokens, W_Q, W_K iid N(0, 1)",
     "key_query_xavier": "key-query attention, orthonormal tokens, Xavier's W_Q, W_K",
 }
-# The bulk edge's slope in n, 2 sqrt((e^v - 1) / n): v fixed, or v = 1 / d^2 with d proportional to n.
-SIGMA_2_SLOPES = {"markov": -0.5, "key_query": -0.5, "key_query_xavier": -1.5}
-# Share slopes of the two alternatives: a bounded output rank (-1) and a kept one (0); their midpoint.
-MIDPOINT = -0.5
 THEOREM = "the paper's analysis in its own model (a theorem whose hypotheses hold)"
 GAP_QUOTE = (
     '"a spectral gap between the two largest singular values of the attention matrix as the cause '
@@ -119,9 +122,10 @@ def model_rows(summary: dict, model: str) -> list[dict]:
             f"the gap between sigma_1 and sigma_2 opens as n grows ({model})",
             f"{PAPER}: {GAP_QUOTE}{setting}",
             f"slope of log(sigma_2 / sigma_1) against log n, {_span(summary)}: the 95% interval over "
-            "seeds below 0 (no gap opening: 0)",
+            f"seeds below {GAP_MIDPOINT:g}, the midpoint of a gap opening like a bulk of radius "
+            "n^(-1/2) (-1/2) and none (0: an identity or local-window map)",
             gap["mean"],
-            _enough(summary, stats.within(gap, -math.inf, 0)),
+            _enough(summary, stats.within(gap, -math.inf, GAP_MIDPOINT)),
             f"{name}; slope {interval_text(gap)}{few}",
             kind=kind,
         ),
@@ -129,10 +133,10 @@ def model_rows(summary: dict, model: str) -> list[dict]:
             f"rank collapse in width: the output keeps a falling share of its input's rank ({model})",
             f"{PAPER}: {WIDTH_QUOTE}{setting}",
             f"slope of log(sr(A Z) / sr(Z)) against log n, {_span(summary)}: the 95% interval below "
-            f"{MIDPOINT:g}, the midpoint of a bounded output rank (-1) and a kept one (0, as identity "
+            f"{SHARE_MIDPOINT:g}, the midpoint of a bounded output rank (-1) and a kept one (0, as identity "
             "or local-window attention keeps it)",
             share["mean"],
-            _enough(summary, stats.within(share, -math.inf, MIDPOINT)),
+            _enough(summary, stats.within(share, -math.inf, SHARE_MIDPOINT)),
             f"{name}; sr = ||.||_F^2 / ||.||_2^2; slope {interval_text(share)}{few}",
             kind=kind,
         ),
@@ -141,10 +145,10 @@ def model_rows(summary: dict, model: str) -> list[dict]:
             f"{PAPER}: {FIX_QUOTE}{setting}",
             "slope of log(sr((A - (1/n) 1 1^T) Z) / sr(Z)) against log n minus that of "
             f"log(sr(A Z) / sr(Z)), paired per seed, {_span(summary)}: the 95% interval above "
-            f"{-MIDPOINT:g}, the midpoint of no effect (0) and the output moved from a bounded rank to a "
+            f"{-SHARE_MIDPOINT:g}, the midpoint of no effect (0) and the output moved from a bounded rank to a "
             "kept one (1)",
             gain["mean"],
-            _enough(summary, stats.within(gain, -MIDPOINT, math.inf)),
+            _enough(summary, stats.within(gain, -SHARE_MIDPOINT, math.inf)),
             f"{name}; difference {interval_text(gain)}; with the fix the share's slope is "
             f"{interval_text(slopes['fixed_rank_share'])}; sr(A_perp Z) / sr(A Z) at n = {largest}: "
             f"{interval_text(m['fix_gain_largest'])}{few}",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from experiments.lab import stats
 from experiments.lab.render import render, rows_by_kind
 from experiments.lab.study import config_of
-from experiments.width.checks import MIN_UNITS, MODEL_NAMES
-from experiments.width.summary import TAIL
+from experiments.width.checks import MODEL_NAMES
+from experiments.width.constants import MIN_UNITS, TAIL
 
 
 def _mean(x: dict, spec: str) -> str:

@@ -18,9 +18,9 @@ import numpy as np
 from attnjax.serialization import json_form
 from experiments.lab import stats
 from experiments.lab.study import select
+from experiments.width.constants import TAIL
 from experiments.width.study import METRICS
 
-TAIL = 3  # lengths in a tail fit
 # Positive quantities per length, each a function of a seed's metrics at that length.
 RATIOS = {
     "gap_ratio": lambda m, n: m["sigma_2"] / m["sigma_1"],

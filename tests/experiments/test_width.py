@@ -201,7 +201,7 @@ def test_identity_attention_keeps_the_rank_and_fails_the_width_rows():
         verdicts["rank collapse in width: the output keeps a falling share of its input's rank"]
         != "pass"
     )
-    assert verdicts["the gap between sigma_1 and sigma_2 opens as n grows"] != "pass"
+    assert verdicts["the gap between sigma_1 and sigma_2 opens as n grows"] == "fail"
 
 
 def band_map(n: int, width: int) -> np.ndarray:

@@ -6,34 +6,34 @@ from tests.mutant import Mutant
 
 CHECKS = "experiments/width/checks.py"
 SUMMARY = "experiments/width/summary.py"
-STUDY = "experiments/width/study.py"
 MAPS = "experiments/width/maps.py"
+CONSTANTS = "experiments/width/constants.py"
 TESTS = ("tests/experiments/test_width.py",)
 
 MUTANTS = (
     Mutant(
         CHECKS,
+        "stats.within(gap, -math.inf, GAP_MIDPOINT)",
         "stats.within(gap, -math.inf, 0)",
-        "stats.within(gap, -math.inf, 1)",
-        "width: the gap row passes any slope below 1",
+        "width: the gap row's rule 'below 0' (passes a finite-size drift)",
         TESTS,
     ),
     Mutant(
         CHECKS,
-        "stats.within(share, -math.inf, MIDPOINT)",
+        "stats.within(share, -math.inf, SHARE_MIDPOINT)",
         "stats.within(share, -math.inf, 0)",
         "width: the collapse row's rule 'below 0' (passes a local-window map)",
         TESTS,
     ),
     Mutant(
         CHECKS,
-        "stats.within(gain, -MIDPOINT, math.inf)",
+        "stats.within(gain, -SHARE_MIDPOINT, math.inf)",
         "stats.within(gain, -math.inf, math.inf)",
         "width: the fix row passes whatever the fix does",
         TESTS,
     ),
     Mutant(
-        CHECKS,
+        CONSTANTS,
         '"key_query_xavier": -1.5}',
         '"key_query_xavier": -0.5}',
         "width: Xavier's bulk edge expected at a fixed logit variance",
