@@ -2,10 +2,11 @@
 
 The abstract's three claims, per model, in the paper's setting (one softmax
 attention layer at initialisation, a single head, as the authors' code draws
-it). On the random Markov model they are the paper's own analysis in its own
-model, a theorem whose hypotheses hold, and so sanity rows: with iid logits
-the map is 1 1^T / n plus a bulk of order n^(-1/2), from which all three
-follow. On key-query attention (weights N(0, 1), and Xavier's, the authors'
+it). On the random Markov model they follow from the construction, and so are
+sanity rows: with iid logits the map is 1 1^T / n plus a bulk of order
+n^(-1/2), from which all three follow (derived in this codebase). The three
+rows of a model are consequences of that one structure, not independent
+confirmations. On key-query attention (weights N(0, 1), and Xavier's, the authors'
 default) they are predictions: whether that picture describes the map a
 real layer computes at initialisation.
 
@@ -29,7 +30,8 @@ real layer computes at initialisation.
 Hypotheses (this codebase, from the random-matrix theory of random Markov
 matrices; the paper's theorems were not retrieved, so no constant of theirs is
 used), per model, slopes over the largest `summary.TAIL` lengths, two-sided:
-sigma_2 follows the bulk edge 2 sqrt((e^v - 1) / n) (slope -1/2 at a fixed
+sigma_2 falls at the exponent of the bulk edge 2 sqrt((e^v - 1) / n) (its constant
+is a measurement in the report; slope -1/2 at a fixed
 logit variance v; -3/2 with Xavier's initialisation, where v = 1/d^2 and
 d = n / gamma, so e^v - 1 ~ 1/n^2); with the fix the output's stable rank grows
 like n (slope 1 in the interval).
@@ -59,7 +61,10 @@ MODEL_NAMES = {
     "key_query": "key-query attention, orthonormal tokens, W_Q, W_K iid N(0, 1)",
     "key_query_xavier": "key-query attention, orthonormal tokens, Xavier's W_Q, W_K",
 }
-THEOREM = "the paper's analysis in its own model (a theorem whose hypotheses hold)"
+THEOREM = (
+    "on this model a consequence of its construction: a rank-one part 1 1^T / n plus a bulk of independent "
+    "entries (derived in this codebase; the paper's theorems were not retrieved)"
+)
 GAP_QUOTE = (
     '"a spectral gap between the two largest singular values of the attention matrix as the cause '
     'of (iii)"'
@@ -159,7 +164,7 @@ def model_rows(summary: dict, model: str) -> list[dict]:
             model,
             "sigma_2_tail",
             SIGMA_2_SLOPES[model],
-            f"sigma_2(A) follows the bulk edge 2 sqrt((e^v - 1) / n) in n ({model})",
+            f"sigma_2(A) falls with n at the exponent of the bulk edge 2 sqrt((e^v - 1) / n) ({model})",
             "a map 1 1^T / n plus independent entries of variance (e^v - 1) / n^2 (this codebase's "
             "reading, the paper's theorem not retrieved; slope -1/2 at a fixed logit variance v, -3/2 "
             "with Xavier's v = 1 / d^2, d proportional to n)",

@@ -6,7 +6,7 @@ from experiments.lab import stats
 from experiments.lab.render import render, rows_by_kind
 from experiments.lab.study import config_of
 from experiments.width.checks import MODEL_NAMES
-from experiments.width.constants import MIN_UNITS, TAIL
+from experiments.width.constants import MIN_UNITS, SIGMA_2_SLOPES, TAIL
 
 
 def _mean(x: dict, spec: str) -> str:
@@ -48,6 +48,24 @@ HEADER = [
 ]
 
 
+def largest_distance_to_an_alternative(summary: dict) -> float:
+    """Over the three claims' statistics of every model, the largest distance from a mean slope to the nearer
+    of the two alternatives its rule decides between (gap: the bulk edge's exponent or 0; share: -1 or 0;
+    the fix's difference: 1 or 0)."""
+    distances = []
+    for model in summary["models"]:
+        m = summary["statistics"][model]
+        pairs = [
+            (m["slopes"]["gap_ratio"], (SIGMA_2_SLOPES[model], 0.0)),
+            (m["slopes"]["output_rank_share"], (-1.0, 0.0)),
+            (m["fix_slope_gain"], (1.0, 0.0)),
+        ]
+        for iv, alternatives in pairs:
+            mean = stats.number(iv["mean"])
+            distances.append(min(abs(mean - a) for a in alternatives))
+    return max(distances)
+
+
 def context(summary: dict) -> dict:
     return dict(
         summary=summary,
@@ -58,6 +76,7 @@ def context(summary: dict) -> dict:
         model_names=MODEL_NAMES,
         tables={model: length_rows(summary, model) for model in summary["models"]},
         header=HEADER,
+        distance=largest_distance_to_an_alternative(summary),
     )
 
 

@@ -151,7 +151,7 @@ def test_every_row_passes_where_its_claim_holds():
         ({"fixed_slope": -0.2}, "removing the outlier slows the collapse in width"),
         (
             {"gap_slope": None, "sigma_2_slope": -0.3},
-            "sigma_2(A) follows the bulk edge 2 sqrt((e^v - 1) / n) in n",
+            "sigma_2(A) falls with n at the exponent of the bulk edge 2 sqrt((e^v - 1) / n)",
         ),
         ({"fixed_slope": 0.6}, "with the fix the output's stable rank grows like n"),
     ],
@@ -178,7 +178,10 @@ def test_xaviers_bulk_edge_falls_like_n_to_the_minus_three_halves(slope, verdict
     verdicts = _verdicts(
         "key_query_xavier", **{**TRUE_LAWS, "gap_slope": None, "sigma_2_slope": slope}
     )
-    assert verdicts["sigma_2(A) follows the bulk edge 2 sqrt((e^v - 1) / n) in n"] == verdict
+    assert (
+        verdicts["sigma_2(A) falls with n at the exponent of the bulk edge 2 sqrt((e^v - 1) / n)"]
+        == verdict
+    )
 
 
 def test_identity_attention_keeps_the_rank_and_fails_the_width_rows():
