@@ -13,7 +13,8 @@ first failing test) and writes it as JSON; exits 1 if any mutant survives.
 Every verdict of experiments/rank_collapse/checks.py, experiments/power_iteration/checks.py and
 experiments/softmax_scaling/summary.py (the outcome functions its checks read) is flipped by one
 mutant each (rank_collapse's in `tests/mutants/rank_collapse.py`), killed by tests that hand the
-checks synthetic summaries (seconds, no study run).
+checks synthetic summaries (seconds, no study run); so is every rule of experiments/width/checks.py
+(`tests/mutants/width.py`).
 
 `--library` keeps the mutants of the library (files under `attnjax/`); `--quick` runs each selection
 on the quick tier alone (`-m "not slow"`), where a mutant whose selection holds no quick test

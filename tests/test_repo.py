@@ -77,6 +77,17 @@ def test_readme_pretrained_section_is_the_committed_summaries_rendered():
 POWER_ITERATION_RESULTS = REPO / "experiments/power_iteration/results"
 
 
+def assert_page_section(study: str, heading: str, report, summary: dict) -> None:
+    """The study's documentation page ends with its results section, from `heading` on: the committed
+    summary and `timing.json` rendered by `report.readme_section`, its links relative to the page."""
+    times = json.loads((REPO / report.README_RESULTS / "timing.json").read_text())
+    page = study_page(study)
+    text = page.read_text()
+    section = text[text.index(heading) :]
+    links = link_from(page, report.README_RESULTS)
+    assert section == report.readme_section(summary, times, results=links) + "\n"
+
+
 def test_committed_power_iteration_results_are_their_summary_rendered():
     """The checks give the committed verdicts again; the template gives report.md byte for byte, and the
     results section of the study's documentation page (its links relative to the page) starts where its
@@ -92,12 +103,7 @@ def test_committed_power_iteration_results_are_their_summary_rendered():
         NUMBERING in (POWER_ITERATION_RESULTS / "report.md").read_text()
     )  # the one numbering, stated
     assert sorted(p.name for p in (POWER_ITERATION_RESULTS / "plots").iterdir()) == summary["plots"]
-    times = json.loads((POWER_ITERATION_RESULTS / "timing.json").read_text())
-    page = study_page("power_iteration")
-    text = page.read_text()
-    section = text[text.index("## Results: power iteration") :]
-    links = link_from(page, report.README_RESULTS)
-    assert section == report.readme_section(summary, times, results=links) + "\n"
+    assert_page_section("power_iteration", "## Results: power iteration", report, summary)
 
 
 def test_readme_links_name_files_of_the_repository():
@@ -159,9 +165,4 @@ def test_committed_width_results_are_their_summary_rendered():
     assert json_form(checks.predictions(summary)) == summary["predictions"]
     assert report.markdown(summary) == (WIDTH_RESULTS / "report.md").read_text()
     assert sorted(p.name for p in (WIDTH_RESULTS / "plots").iterdir()) == summary["plots"]
-    times = json.loads((WIDTH_RESULTS / "timing.json").read_text())
-    page = study_page("width")
-    text = page.read_text()
-    section = text[text.index("## Results: rank collapse in width") :]
-    links = link_from(page, report.README_RESULTS)
-    assert section == report.readme_section(summary, times, results=links) + "\n"
+    assert_page_section("width", "## Results: rank collapse in width", report, summary)
