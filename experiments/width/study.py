@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -69,8 +70,8 @@ class RunSpec:
 
 
 def width_of(config, length: int) -> int:
-    """The tokens' width d = n / gamma (rounded up)."""
-    return -(-length * 1_000_000 // round(config.width_ratio * 1_000_000))
+    """The tokens' width d = n / gamma, rounded up."""
+    return math.ceil(length / config.width_ratio)
 
 
 def specs(config) -> list[RunSpec]:
@@ -151,7 +152,7 @@ def run_one(spec: RunSpec, config, run: RunDir) -> list[dict]:
     )
     rows = []
     for seed in range(config.num_seeds):
-        metrics = measure(jax.random.fold_in(base, seed), spec.model, spec.length, config)
-        rows += [{"seed": seed, "metric": m, "value": metrics[m]} for m in METRICS]
+        measured = measure(jax.random.fold_in(base, seed), spec.model, spec.length, config)
+        rows += [{"seed": seed, "metric": m, "value": measured[m]} for m in METRICS]
         run.log(f"{spec.run_id}: seed {seed + 1}/{config.num_seeds}")
     return rows

@@ -98,8 +98,8 @@ def _model_statistics(values: dict, lengths: list) -> dict:
         ),
         "row_sum_error": float(np.max(metrics["row_sum_error"])),
         "sigma_1_min": float(np.min(metrics["sigma_1"])),
-        # 1 - e^(-v) at the realised logit variance v of the largest length (derived in this codebase, the
-        # report's findings): the squared relative residual that iid rows give as n grows.
+        # sqrt(1 - e^(-v)) at the realised logit variance v of the largest length (derived in this codebase,
+        # the report's findings): the relative residual that iid rows give as n grows.
         "residual_limit": float(np.sqrt(1 - np.exp(-v))),
         # Leading order for a map 1 1^T / n + Delta with Delta's entries independent of variance
         # (e^v - 1) / n^2 (derived in this codebase; the paper's constants were not retrieved): the bulk
