@@ -57,6 +57,9 @@ METRICS = (
 )
 
 
+MAX_LOGIT_STD = 58.0  # 12 x 58 < 700: exp(-700) is still a normal float64
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One model (`maps.MODELS`) at one context length."""
@@ -91,6 +94,18 @@ def specs(config) -> list[RunSpec]:
         raise ValueError(f"config.models must be distinct names from {maps.MODELS}, got {models!r}")
     checks.positive_number("config.logit_variance", config.logit_variance)
     checks.positive_number("config.weight_std", config.weight_std)
+    # Every entry of A must stay a positive float64 (its log gives the logit variance): logits within
+    # 12 standard deviations of each other, as n <= 10^6 iid Gaussians are, stay within exp(-700) of the row's
+    # largest when the logits' standard deviation is at most MAX_LOGIT_STD.
+    for name, std in (
+        ("logit_variance", math.sqrt(config.logit_variance)),
+        ("weight_std", config.weight_std**2),
+    ):
+        if std > MAX_LOGIT_STD:
+            raise ValueError(
+                f"config.{name} = {config[name]!r} gives logits of standard deviation {std:.4g}, above "
+                f"{MAX_LOGIT_STD}: softmax weights would underflow to 0 in float64"
+            )
     ratio = config.width_ratio
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
         raise ValueError(

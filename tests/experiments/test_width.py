@@ -256,6 +256,8 @@ def test_config_errors_name_the_key():
         ("models", ("markov", "bogus"), "config.models"),
         ("lengths", (64,), "config.lengths"),
         ("num_seeds", 1, "num_seeds"),
+        ("logit_variance", 4000.0, "underflow"),
+        ("weight_std", 8.0, "underflow"),
     ]:
         broken = ConfigDict(copy.deepcopy(config.to_dict()))
         broken[key] = bad
