@@ -439,15 +439,15 @@ MUTANTS = (
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",
-        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else contains(x, predicted),',
         '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted),',
         "softmax_scaling: the Jacobian exponent one-sided",
         SOFTMAX_RATE,
     ),
     Mutant(
         "experiments/softmax_scaling/summary.py",
-        '"pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),',
-        '"pass": None if x["n"] < MIN_UNITS else not (x["low"] <= predicted <= x["high"]),',
+        '"pass": None if x["n"] < MIN_UNITS else contains(x, predicted),',
+        '"pass": None if x["n"] < MIN_UNITS else not contains(x, predicted),',
         "softmax_scaling: the Jacobian exponent flipped",
         SOFTMAX_RATE,
     ),

@@ -59,6 +59,17 @@ def within(iv: dict | None, low: float, high: float) -> bool | None:
     return False if (b < low or a > high) else None
 
 
+def contains(iv: dict | None, value: float) -> bool | None:
+    """A two-sided claim (an equality, "the exponent is 3"): True when the interval contains `value`, False
+    when it excludes it, None (not resolved) when it is None or an end is NaN."""
+    if iv is None:
+        return None
+    a, b = number(iv["low"]), number(iv["high"])
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return None
+    return a <= value <= b
+
+
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from experiments.lab.render import interval_text
-from experiments.lab.stats import numbers
+from experiments.lab.stats import contains, numbers
 from experiments.lab.study import config_of, prediction
 from experiments.rank_collapse.constants import EPS, LOCAL_WINDOW, RESOLVED, SATURATED
 
@@ -188,7 +188,7 @@ def exponent_check(exponent: dict, saturation: dict, label: str, source: str = S
         f"term is below the resolution: see the identity rows) is {DONG_EXPONENT:g}: two-sided, "
         f"{DONG_EXPONENT:g} inside the 95% interval over >= {MIN_UNITS} seeds"
     )
-    passed = exponent["low"] <= DONG_EXPONENT <= exponent["high"]
+    passed = contains(exponent, DONG_EXPONENT)
     return prediction(
         f"Dong's local exponent is 3 ({label})",
         f"{source} (leading order, derived in scaling.py)",
@@ -494,7 +494,7 @@ def lambda2_check(windows: list[dict], label: str) -> dict:
         OURS,
         claim,
         excess["mean"],
-        _decide(excess, excess["low"] <= NO_TREND <= excess["high"]),
+        _decide(excess, contains(excess, NO_TREND)),
         f"difference {interval_text(excess)}; in the early window (depths {early['layers'][0]}-"
         f"{early['layers'][1]}, not the rule's) {interval_text(early['excess'])}. Where the maps are uniform "
         "(late window), |lambda_2| is 1/2 by construction: a residue there is a gain of the value/output "

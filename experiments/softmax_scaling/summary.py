@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from attnjax.serialization import json_form
-from experiments.lab.stats import interval, log_interval
+from experiments.lab.stats import contains, interval, log_interval
 from experiments.lab.study import distinct, select
 from experiments.softmax_scaling.constants import MIN_UNITS, SCALINGS, STATS
 from experiments.softmax_scaling.gradients import GRADIENTS, INPUTS
@@ -259,7 +259,7 @@ def rate_check(slopes: list[float], predicted: float) -> dict:
     return {
         **x,
         "predicted": predicted,
-        "pass": None if x["n"] < MIN_UNITS else bool(x["low"] <= predicted <= x["high"]),
+        "pass": None if x["n"] < MIN_UNITS else contains(x, predicted),
     }
 
 

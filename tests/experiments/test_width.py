@@ -273,3 +273,11 @@ def test_the_slopes_are_least_squares_fits_of_the_logs():
         expected = np.polyfit(np.log(lengths), np.log(values[:, s]), 1)[0]
         assert slopes[s] == pytest.approx(expected, rel=1e-12)
     assert stats.number(stats.interval(slopes)["mean"]) == pytest.approx(-0.5, abs=1e-12)
+
+
+def test_xaviers_gap_is_decided_at_half_its_own_edge_exponent():
+    """With Xavier's weights a gap opens like n^(-3/2): a slope of -1/2 is nearer to no gap's 0 than to that,
+    so it fails there (it passes at a fixed logit variance, where the edge's exponent is -1/2)."""
+    row = "the gap between sigma_1 and sigma_2 opens as n grows"
+    assert _verdicts("key_query_xavier", **{**TRUE_LAWS, "gap_slope": -0.5})[row] == "fail"
+    assert _verdicts("key_query", **{**TRUE_LAWS, "gap_slope": -0.5})[row] == "pass"

@@ -95,14 +95,14 @@ MUTANTS = (
     ),
     Mutant(
         CHECKS,
-        'passed = exponent["low"] <= DONG_EXPONENT <= exponent["high"]',
-        'passed = not exponent["low"] <= DONG_EXPONENT <= exponent["high"]',
+        "passed = contains(exponent, DONG_EXPONENT)",
+        "passed = not contains(exponent, DONG_EXPONENT)",
         "rank_collapse: Dong exponent flipped",
         DONG,
     ),
     Mutant(
         CHECKS,
-        'passed = exponent["low"] <= DONG_EXPONENT <= exponent["high"]',
+        "passed = contains(exponent, DONG_EXPONENT)",
         'passed = exponent["low"] <= DONG_EXPONENT',
         "rank_collapse: Dong exponent one-sided",
         DONG,
@@ -207,8 +207,8 @@ MUTANTS = (
     ),
     Mutant(
         CHECKS,
-        'excess["low"] <= NO_TREND <= excess["high"]',
-        'not excess["low"] <= NO_TREND <= excess["high"]',
+        "_decide(excess, contains(excess, NO_TREND))",
+        "_decide(excess, not contains(excess, NO_TREND))",
         "rank_collapse: |lambda_2| hypothesis flipped",
         WU,
     ),

@@ -13,7 +13,7 @@ TESTS = ("tests/experiments/test_width.py",)
 MUTANTS = (
     Mutant(
         CHECKS,
-        "stats.within(gap, -math.inf, GAP_MIDPOINT)",
+        "stats.within(gap, -math.inf, edge / 2)",
         "stats.within(gap, -math.inf, 0)",
         "width: the gap row's rule 'below 0' (passes a finite-size drift)",
         TESTS,
@@ -41,8 +41,8 @@ MUTANTS = (
     ),
     Mutant(
         CHECKS,
-        "return low <= value <= high",
-        "return low <= value",
+        "_enough(summary, stats.contains(iv, value))",
+        '_enough(summary, stats.number(iv["low"]) <= value)',
         "width: the two-sided hypothesis rule one-sided",
         TESTS,
     ),

@@ -54,3 +54,11 @@ def test_within_is_three_way_and_one_sided_with_an_infinite_end():
     assert stats.within(iv, -math.inf, 2.5) is None  # straddles the upper end
     assert stats.within({"mean": 2.0, "low": "nan", "high": "nan", "n": 1}, 1, 3) is None
     assert stats.within(None, 1, 3) is None
+
+
+def test_contains_is_two_sided_and_three_way():
+    iv = {"mean": 2.0, "low": 1.5, "high": 3.0, "n": 10}
+    assert stats.contains(iv, 2.5) is True and stats.contains(iv, 1.5) is True  # ends included
+    assert stats.contains(iv, 1.4) is False and stats.contains(iv, 3.1) is False
+    assert stats.contains({"mean": 2.0, "low": "nan", "high": 3.0, "n": 1}, 2.0) is None
+    assert stats.contains(None, 2.0) is None
