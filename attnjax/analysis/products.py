@@ -9,9 +9,17 @@ lse_i, the map is p_ij = exp(x_ij - lse_i), and per head
     (A^T u)_j = sum_i p_ij u_i          `attention_rmatvec`
     m_j       = sum_i p_ij = (A^T 1)_j  `received_mass` (and its top-k keys)
 
-for a batch of M vectors at once. Queries go in blocks of `query_chunk_size`
-(one after another, `jax.lax.scan`), each against every key, so a step holds
-`[..., H, Tq, S]` logits: memory grows like T, not T x S. The lse is the one
+for a batch of M vectors at once. The map is computed tile by tile: blocks of
+`query_chunk_size` queries against chunks of `key_chunk_size` keys (`jax.lax.scan`),
+so a step holds `[..., H, Tq, C]` logits and memory grows like T, not T x S.
+A tile that the positions hide entirely (above the causal diagonal, outside
+the local window) is skipped: causal products cost about half of the full
+map, and a window of W keys about W / S of it. Measured on a 2-core CPU (T =
+8192, H = 9, K = 3, D = 64, M = 8, float32, causal; in brackets the
+same products with no tile skipped): A v 0.78 s (1.97 s), A^T u 1.18 s
+(3.15 s); with a window of 512 keys, 0.30 s and 0.37 s (2.76 s and 3.81 s).
+Query blocks of 256 against 128 took A^T u 1.2 s against 1.6-1.8 s (A v the
+same); key chunks of 256 or 1024 against 512 were no faster. The lse is the one
 `attention_statistics` returns (`[..., H, T]`), so the weights are exact, not
 re-normalised. Query head h reads key head h // (H / K) (grouped-query
 attention). These products are what Krylov methods need to reach a map's
@@ -50,7 +58,7 @@ class ReceivedMass(NamedTuple):
     __repr__ = compact_repr
 
 
-def _check(query, key, lse, key_padding, query_chunk_size):
+def _check(query, key, lse, key_padding, query_chunk_size, key_chunk_size):
     """Shapes: query `[..., T, H, D]`, key `[..., S, K, D]`, lse `[..., H, T]`, key_padding `[..., S]`."""
     query, key = checks.as_arrays(query, key)
     if query.ndim < 3 or key.ndim != query.ndim or key.shape[-1] != query.shape[-1]:
@@ -78,6 +86,7 @@ def _check(query, key, lse, key_padding, query_chunk_size):
                 f"got key_padding.shape={tuple(key_padding.shape)}"
             )
     checks.positive_int("query_chunk_size", query_chunk_size)
+    checks.positive_int("key_chunk_size", key_chunk_size)
     return query, key, lse, key_padding
 
 
@@ -93,32 +102,52 @@ def _blocks(x: Array, block: int, axis: int, fill) -> Array:
     return jnp.moveaxis(x, axis, 0)
 
 
-def _weights_fn(key, key_padding, *, is_causal, local_window, scale, temperature, num_queries):
-    """(q block `[..., Tq, H, D]`, its lse `[..., H, Tq]`, start) -> p `[..., H, Tq, S]` (0 where hidden)."""
-    num_keys = key.shape[-3]
+def _tile_weights(q, key, lse, key_padding, q_start, k_start, *, scale, temperature, masks):
+    """p `[..., H, Tq, C]` of a tile: the query block `q` `[..., Tq, H, D]` (its lse `[..., H, Tq]`,
+    starting at query `q_start`) against the key chunk `key` `[..., C, K, D]` starting at key `k_start`
+    (its `key_padding` `[..., C]` or None); 0 where hidden. `masks` = (is_causal, local_window,
+    number of queries, number of keys) before padding."""
+    is_causal, local_window, num_queries, num_keys = masks
+    x = attention_lib.grouped_logits(q, key, scale=scale)
+    x = clip_logits(x / jnp.asarray(temperature, x.dtype))
+    i, _, visible = positions_mask(
+        q_start, q.shape[-3], num_keys, k_start, key.shape[-3], is_causal, local_window
+    )
+    visible = visible & (i < num_queries)  # the padded rows of the last block
+    visible = jnp.reshape(visible, (1,) * (x.ndim - 2) + visible.shape)  # [..., 1, Tq, C]
+    if key_padding is not None:
+        visible = visible & key_padding[..., None, None, :]
+    return jnp.where(visible, jnp.exp(x - lse[..., None].astype(x.dtype)), 0.0)
 
-    def weights(q, lse, start):
-        x = attention_lib.grouped_logits(q, key, scale=scale)
-        x = clip_logits(x / jnp.asarray(temperature, x.dtype))
-        i, _, visible = positions_mask(
-            start, q.shape[-3], num_keys, 0, num_keys, is_causal, local_window
-        )
-        visible = visible & (i < num_queries)  # the padded rows of the last block
-        visible = jnp.reshape(visible, (1,) * (x.ndim - 2) + visible.shape)  # [..., 1, Tq, S]
-        if key_padding is not None:
-            visible = visible & key_padding[..., None, None, :]
-        return jnp.where(visible, jnp.exp(x - lse[..., None].astype(x.dtype)), 0.0)
 
-    return weights
+def _tile_visible(q_start, q_size, k_start, k_size, masks) -> Array:
+    """Whether any position of the tile is visible (causal, local window): hidden tiles are skipped."""
+    is_causal, local_window, num_queries, num_keys = masks
+    _, _, visible = positions_mask(
+        q_start, q_size, num_keys, k_start, k_size, is_causal, local_window
+    )
+    return jnp.any(visible)
 
 
 def _checked(
-    query, key, lse, *, is_causal, local_window, key_padding, scale, temperature, query_chunk_size
+    query,
+    key,
+    lse,
+    *,
+    is_causal,
+    local_window,
+    key_padding,
+    scale,
+    temperature,
+    query_chunk_size,
+    key_chunk_size,
 ):
     """The checked inputs and options as `(query, key, lse, arrays, static)`: `arrays` the keyword arrays of
     the compiled products (key padding; scale and temperature in the compute dtype), `static` their static
     options (`local_window` as `(left, right)` or None)."""
-    query, key, lse, key_padding = _check(query, key, lse, key_padding, query_chunk_size)
+    query, key, lse, key_padding = _check(
+        query, key, lse, key_padding, query_chunk_size, key_chunk_size
+    )
     checks.boolean("is_causal", is_causal)
     local_window = checks.window(local_window)
     checks.scale(scale)
@@ -130,33 +159,52 @@ def _checked(
         scale=jnp.asarray(scale, dtype),
         temperature=jnp.asarray(temperature, dtype),
     )
-    static = dict(is_causal=is_causal, local_window=local_window, query_chunk_size=query_chunk_size)
+    static = dict(
+        is_causal=is_causal,
+        local_window=local_window,
+        query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
+    )
     return query, key, lse, arrays, static
 
 
-def _query_blocks(
-    query, key, lse, *, key_padding, scale, temperature, is_causal, local_window, query_chunk_size
+class _Tiling(NamedTuple):
+    """Checked inputs cut into query blocks `[Nq, ..., block, ...]` and key chunks `[Nk, ..., chunk, ...]`
+    (the block or chunk index first, for `lax.scan`; the last ones padded)."""
+
+    q_blocks: Array  # [Nq, ..., Tq, H, D]
+    lse_blocks: Array  # [Nq, ..., H, Tq]
+    q_starts: Array  # [Nq]
+    k_chunks: Array  # [Nk, ..., C, K, D]
+    padding_chunks: Optional[Array]  # [Nk, ..., C] or None
+    k_starts: Array  # [Nk]
+    masks: tuple  # (is_causal, local_window, T, S)
+
+
+def _tiling(
+    query, key, lse, key_padding, *, is_causal, local_window, query_chunk_size, key_chunk_size
 ):
-    """(weights of a query block, query blocks, lse blocks, block starts, block) of checked inputs."""
-    block = min(query_chunk_size, query.shape[-3])
-    weights = _weights_fn(
-        key,
-        key_padding,
-        is_causal=is_causal,
-        local_window=local_window,
-        scale=scale,
-        temperature=temperature,
-        num_queries=query.shape[-3],
-    )
+    """`_Tiling` of checked inputs: query blocks of `query_chunk_size`, key chunks of `key_chunk_size`."""
+    num_queries, num_keys = query.shape[-3], key.shape[-3]
+    block, chunk = min(query_chunk_size, num_queries), min(key_chunk_size, num_keys)
     q_blocks = _blocks(query, block, query.ndim - 3, 0)
-    lse_blocks = _blocks(lse, block, lse.ndim - 1, 0)
-    starts = jnp.arange(q_blocks.shape[0]) * block
-    return weights, q_blocks, lse_blocks, starts, block
+    k_chunks = _blocks(key, chunk, key.ndim - 3, 0)
+    return _Tiling(
+        q_blocks=q_blocks,
+        lse_blocks=_blocks(lse, block, lse.ndim - 1, 0),
+        q_starts=jnp.arange(q_blocks.shape[0], dtype=jnp.int32) * block,
+        k_chunks=k_chunks,
+        padding_chunks=None
+        if key_padding is None
+        else _blocks(key_padding, chunk, key_padding.ndim - 1, False),
+        k_starts=jnp.arange(k_chunks.shape[0], dtype=jnp.int32) * chunk,
+        masks=(is_causal, local_window, num_queries, num_keys),
+    )
 
 
 # One compiled program per shapes and static options: called outside `jax.jit`, the products reuse it
 # (a `lax.scan` run eagerly is compiled anew at every call).
-_STATIC_OPTIONS = ("is_causal", "local_window", "query_chunk_size")
+_STATIC_OPTIONS = ("is_causal", "local_window", "query_chunk_size", "key_chunk_size")
 _jit_products = functools.partial(jax.jit, static_argnames=_STATIC_OPTIONS)
 
 
@@ -182,7 +230,8 @@ def attention_matvec(
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
-    query_chunk_size: int = 128,
+    query_chunk_size: int = 256,
+    key_chunk_size: int = 512,
 ) -> Array:
     """A v for each head's map: `vectors` `[..., H, S, M]` -> `[..., H, T, M]`, (A v)_i = sum_j p_ij v_j.
 
@@ -197,7 +246,9 @@ def attention_matvec(
       key_padding: `[..., S]` bool, True for real keys.
       scale: logits scale, as in `attention_statistics` (default 1/sqrt(D)).
       temperature: positive scalar dividing the scaled logits.
-      query_chunk_size: queries per step (memory `[..., H, chunk, S]`, not results).
+      query_chunk_size: queries per tile.
+      key_chunk_size: keys per tile (memory `[..., H, query_chunk_size, key_chunk_size]`, not
+        results).
     """
     query, key, lse, arrays, static = _checked(
         query,
@@ -209,23 +260,59 @@ def attention_matvec(
         scale=scale,
         temperature=temperature,
         query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
     )
     vectors = _check_vectors(vectors, (*lse.shape[:-1], key.shape[-3]), "S")
     return _matvec(query, key, lse, vectors, **arrays, **static)
 
 
 @_jit_products
-def _matvec(query, key, lse, vectors, **options) -> Array:
-    """`attention_matvec` of checked inputs (`_checked`)."""
-    weights, q_blocks, lse_blocks, starts, _ = _query_blocks(query, key, lse, **options)
+def _matvec(
+    query,
+    key,
+    lse,
+    vectors,
+    *,
+    key_padding,
+    scale,
+    temperature,
+    query_chunk_size,
+    key_chunk_size,
+    **masks,
+) -> Array:
+    """`attention_matvec` of checked inputs (`_checked`): per query block, the visible key chunks'
+    sum_j p_ij v_j (chunks that the positions hide from the whole block are skipped)."""
+    tiles = _tiling(
+        query,
+        key,
+        lse,
+        key_padding,
+        query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
+        **masks,
+    )
+    v_chunks = _blocks(vectors, tiles.k_chunks.shape[-3], vectors.ndim - 2, 0)
+    dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
+    tile = functools.partial(_tile_weights, scale=scale, temperature=temperature, masks=tiles.masks)
 
-    def step(carry, inputs):
-        q, block_lse, start = inputs
-        p = weights(q, block_lse, start)
-        return carry, jnp.einsum("...hts,...hsm->...htm", p, vectors.astype(p.dtype))
+    def query_block(_, inputs):
+        q, block_lse, q_start = inputs
 
-    _, out = jax.lax.scan(step, None, (q_blocks, lse_blocks, starts))  # [N, ..., H, block, M]
-    out = jnp.moveaxis(out, 0, -3)  # [..., H, N, block, M]
+        def add_chunk(total, chunk):
+            k, padding, k_start, v = chunk
+            p = tile(q, k, block_lse, padding, q_start, k_start)
+            return total + jnp.einsum("...hts,...hsm->...htm", p, v.astype(p.dtype))
+
+        def key_chunk(total, chunk):
+            visible = _tile_visible(q_start, q.shape[-3], chunk[2], chunk[0].shape[-3], tiles.masks)
+            return jax.lax.cond(visible, add_chunk, lambda total, _: total, total, chunk), None
+
+        total = jnp.zeros((*block_lse.shape, vectors.shape[-1]), dtype)  # [..., H, Tq, M]
+        chunks = (tiles.k_chunks, tiles.padding_chunks, tiles.k_starts, v_chunks)
+        return None, jax.lax.scan(key_chunk, total, chunks)[0]
+
+    _, out = jax.lax.scan(query_block, None, (tiles.q_blocks, tiles.lse_blocks, tiles.q_starts))
+    out = jnp.moveaxis(out, 0, -3)  # [..., H, Nq, Tq, M]
     out = jnp.reshape(out, out.shape[:-3] + (-1, out.shape[-1]))
     return out[..., : lse.shape[-1], :]
 
@@ -241,7 +328,8 @@ def attention_rmatvec(
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
-    query_chunk_size: int = 128,
+    query_chunk_size: int = 256,
+    key_chunk_size: int = 512,
 ) -> Array:
     """A^T u for each head's map: `vectors` `[..., H, T, M]` -> `[..., H, S, M]`,
     (A^T u)_j = sum_i p_ij u_i. Arguments as `attention_matvec`."""
@@ -255,26 +343,64 @@ def attention_rmatvec(
         scale=scale,
         temperature=temperature,
         query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
     )
     vectors = _check_vectors(vectors, lse.shape, "T")
     return _rmatvec(query, key, lse, vectors, **arrays, **static)
 
 
 @_jit_products
-def _rmatvec(query, key, lse, vectors, **options) -> Array:
-    """`attention_rmatvec` of checked inputs (`_checked`)."""
-    weights, q_blocks, lse_blocks, starts, block = _query_blocks(query, key, lse, **options)
-    u_blocks = _blocks(vectors, block, vectors.ndim - 2, 0)  # [N, ..., H, block, M]
+def _rmatvec(
+    query,
+    key,
+    lse,
+    vectors,
+    *,
+    key_padding,
+    scale,
+    temperature,
+    query_chunk_size,
+    key_chunk_size,
+    **masks,
+) -> Array:
+    """`attention_rmatvec` of checked inputs (`_checked`): per key chunk, the visible query blocks'
+    sum_i p_ij u_i (blocks that the positions hide from the whole chunk are skipped)."""
+    tiles = _tiling(
+        query,
+        key,
+        lse,
+        key_padding,
+        query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
+        **masks,
+    )
+    u_blocks = _blocks(vectors, tiles.q_blocks.shape[-3], vectors.ndim - 2, 0)
     dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
-    total = jnp.zeros((*lse.shape[:-1], key.shape[-3], vectors.shape[-1]), dtype)
+    tile = functools.partial(_tile_weights, scale=scale, temperature=temperature, masks=tiles.masks)
 
-    def step(total, inputs):
-        q, block_lse, start, u = inputs
-        p = weights(q, block_lse, start)
-        return total + jnp.einsum("...hts,...htm->...hsm", p, u.astype(p.dtype)), None
+    def key_chunk(_, inputs):
+        k, padding, k_start = inputs
 
-    total, _ = jax.lax.scan(step, total, (q_blocks, lse_blocks, starts, u_blocks))
-    return total
+        def add_block(total, block):
+            q, block_lse, q_start, u = block
+            p = tile(q, k, block_lse, padding, q_start, k_start)
+            return total + jnp.einsum("...hts,...htm->...hsm", p, u.astype(p.dtype))
+
+        def query_block(total, block):
+            visible = _tile_visible(block[2], block[0].shape[-3], k_start, k.shape[-3], tiles.masks)
+            return jax.lax.cond(visible, add_block, lambda total, _: total, total, block), None
+
+        total = jnp.zeros(
+            (*lse.shape[:-1], k.shape[-3], vectors.shape[-1]), dtype
+        )  # [..., H, C, M]
+        blocks = (tiles.q_blocks, tiles.lse_blocks, tiles.q_starts, u_blocks)
+        return None, jax.lax.scan(query_block, total, blocks)[0]
+
+    chunks = (tiles.k_chunks, tiles.padding_chunks, tiles.k_starts)
+    _, out = jax.lax.scan(key_chunk, None, chunks)  # [Nk, ..., H, C, M]
+    out = jnp.moveaxis(out, 0, -3)  # [..., H, Nk, C, M]
+    out = jnp.reshape(out, out.shape[:-3] + (-1, out.shape[-1]))
+    return out[..., : key.shape[-3], :]
 
 
 def received_mass(
@@ -288,7 +414,8 @@ def received_mass(
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
-    query_chunk_size: int = 128,
+    query_chunk_size: int = 256,
+    key_chunk_size: int = 512,
 ) -> ReceivedMass:
     """The mass each key receives, m_j = sum_i p_ij (A^T 1), per head, and the `top_k` keys that receive the
     most (ties: the earlier key first). Arguments as `attention_matvec`."""
@@ -307,6 +434,7 @@ def received_mass(
         scale=scale,
         temperature=temperature,
         query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
     )[..., 0]
     top_mass, top_keys = jax.lax.top_k(mass, top_k)
     return ReceivedMass(mass, top_keys.astype(jnp.int32), top_mass)
@@ -335,7 +463,8 @@ def leading_singular_values(
     key_padding: Optional[Array] = None,
     scale: Optional[float] = None,
     temperature: Union[float, Array] = 1.0,
-    query_chunk_size: int = 128,
+    query_chunk_size: int = 256,
+    key_chunk_size: int = 512,
 ) -> LeadingSingularValues:
     """sigma_1 >= ... >= sigma_n of each head's map A `[T, S]` by randomized subspace iteration (Halko,
     Martinsson and Tropp 2011, Algorithm 4.4) over `attention_matvec` / `attention_rmatvec`, without A.
@@ -379,6 +508,7 @@ def leading_singular_values(
         scale=scale,
         temperature=temperature,
         query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
     )
     return _leading_singular_values(
         query,

@@ -76,14 +76,17 @@ def _map_options(model, window) -> dict:
 def _layer_spectra(q, k, key_padding, *, options, num_values, top_k, chunks):
     """Every layer's spectra: q `[L, B, T, H, Dh]`, k `[L, B, S, K, Dh]` -> `AttentionSpectra`."""
     options = dict(options)
-    iterations, oversampling, query_chunk_size = chunks
-    products = dict(options, key_padding=key_padding, query_chunk_size=query_chunk_size)
+    iterations, oversampling, query_chunk_size, key_chunk_size = chunks
+    products = dict(
+        options,
+        key_padding=key_padding,
+        query_chunk_size=query_chunk_size,
+        key_chunk_size=key_chunk_size,
+    )
 
     def one(qk):
         q, k = qk
-        lse = attention_statistics(
-            q, k, key_padding=key_padding, chunk_size=query_chunk_size, **options
-        ).lse
+        lse = attention_statistics(q, k, key_padding=key_padding, **options).lse
         leading = leading_singular_values(
             q,
             k,
@@ -119,7 +122,8 @@ def attention_spectra(
     top_k: int = 8,
     iterations: int = 60,
     oversampling: int = 6,
-    query_chunk_size: int = 128,
+    query_chunk_size: int = 256,
+    key_chunk_size: int = 512,
 ) -> AttentionSpectra:
     """The leading singular values, received mass and (causal) |lambda_2| of every layer's and head's map.
 
@@ -132,7 +136,8 @@ def attention_spectra(
       iterations: rounds of subspace iteration (the accuracy is in `bounds`; a flat spectrum needs
         more rounds).
       oversampling: extra starting vectors of the subspace iteration.
-      query_chunk_size: queries per step (memory `[B, H, chunk, T]` per layer, not results).
+      query_chunk_size, key_chunk_size: queries and keys per tile of the products
+        (`analysis.attention_matvec`).
 
     Returns:
       `AttentionSpectra` with a leading layer axis `[L, ...]` (layers from 0).
@@ -152,7 +157,7 @@ def attention_spectra(
                 options=tuple(sorted(_map_options(model, window).items())),
                 num_values=num_values,
                 top_k=top_k,
-                chunks=(iterations, oversampling, query_chunk_size),
+                chunks=(iterations, oversampling, query_chunk_size, key_chunk_size),
             )
         )
         order += layers

@@ -66,6 +66,7 @@ def test_products_equal_the_dense_maps(dtype, tol, is_causal, padded, window):
         local_window=window,
         key_padding=padding,
         query_chunk_size=64,
+        key_chunk_size=48,  # tiles above the diagonal or outside the window are skipped
         **OPTIONS,
     )
     av = analysis.attention_matvec(q, k, lse, jnp.asarray(v, dtype), **options)
@@ -73,6 +74,23 @@ def test_products_equal_the_dense_maps(dtype, tol, is_causal, padded, window):
     assert av.shape == atu.shape == (B, H, T, M)
     np.testing.assert_allclose(np.asarray(av), dense @ v, rtol=tol, atol=tol)
     np.testing.assert_allclose(np.asarray(atu), np.swapaxes(dense, -1, -2) @ u, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    "is_causal, window",
+    [(True, None), (True, 4), (False, (3, 1)), (False, (0, 6)), (False, (9, 2))],
+)
+def test_a_tile_seen_by_one_query_key_pair_is_not_skipped(is_causal, window):
+    """Query blocks of 5 and key chunks of 7 (coprime): every offset of the causal diagonal and of
+    the window's edges falls somewhere inside a tile, at its first or last row or column included,
+    so a tile that one pair alone sees is computed (an off-by-one in the skip would drop it)."""
+    q, k, lse, padding, dense = _case(jnp.float64, is_causal, False, window, seed=4)
+    u = np.random.default_rng(5).normal(size=(B, H, T, M))
+    options = dict(is_causal=is_causal, local_window=window, query_chunk_size=5, key_chunk_size=7)
+    atu = analysis.attention_rmatvec(q, k, lse, jnp.asarray(u), **options, **OPTIONS)
+    av = analysis.attention_matvec(q, k, lse, jnp.asarray(u), **options, **OPTIONS)
+    np.testing.assert_allclose(np.asarray(av), dense @ u, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(atu), np.swapaxes(dense, -1, -2) @ u, atol=1e-12)
 
 
 @pytest.mark.parametrize("is_causal, padded, window", CASES)
