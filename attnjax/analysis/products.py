@@ -266,8 +266,7 @@ def attention_matvec(
     return _matvec(query, key, lse, vectors, **arrays, **static)
 
 
-@_jit_products
-def _matvec(
+def _tiled(
     query,
     key,
     lse,
@@ -279,9 +278,9 @@ def _matvec(
     query_chunk_size,
     key_chunk_size,
     **masks,
-) -> Array:
-    """`attention_matvec` of checked inputs (`_checked`): per query block, the visible key chunks'
-    sum_j p_ij v_j (chunks that the positions hide from the whole block are skipped)."""
+):
+    """For the products of checked inputs: their `_Tiling`, the weights of a tile
+    `(q, k, lse, key_padding, q_start, k_start) -> p` and the products' dtype."""
     tiles = _tiling(
         query,
         key,
@@ -291,9 +290,17 @@ def _matvec(
         key_chunk_size=key_chunk_size,
         **masks,
     )
-    v_chunks = _blocks(vectors, tiles.k_chunks.shape[-3], vectors.ndim - 2, 0)
-    dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
     tile = functools.partial(_tile_weights, scale=scale, temperature=temperature, masks=tiles.masks)
+    dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
+    return tiles, tile, dtype
+
+
+@_jit_products
+def _matvec(query, key, lse, vectors, **options) -> Array:
+    """`attention_matvec` of checked inputs (`_checked`): per query block, the visible key chunks'
+    sum_j p_ij v_j (chunks that the positions hide from the whole block are skipped)."""
+    tiles, tile, dtype = _tiled(query, key, lse, vectors, **options)
+    v_chunks = _blocks(vectors, tiles.k_chunks.shape[-3], vectors.ndim - 2, 0)
 
     def query_block(_, inputs):
         q, block_lse, q_start = inputs
@@ -350,33 +357,11 @@ def attention_rmatvec(
 
 
 @_jit_products
-def _rmatvec(
-    query,
-    key,
-    lse,
-    vectors,
-    *,
-    key_padding,
-    scale,
-    temperature,
-    query_chunk_size,
-    key_chunk_size,
-    **masks,
-) -> Array:
+def _rmatvec(query, key, lse, vectors, **options) -> Array:
     """`attention_rmatvec` of checked inputs (`_checked`): per key chunk, the visible query blocks'
     sum_i p_ij u_i (blocks that the positions hide from the whole chunk are skipped)."""
-    tiles = _tiling(
-        query,
-        key,
-        lse,
-        key_padding,
-        query_chunk_size=query_chunk_size,
-        key_chunk_size=key_chunk_size,
-        **masks,
-    )
+    tiles, tile, dtype = _tiled(query, key, lse, vectors, **options)
     u_blocks = _blocks(vectors, tiles.q_blocks.shape[-3], vectors.ndim - 2, 0)
-    dtype = jnp.promote_types(jnp.promote_types(query.dtype, jnp.float32), vectors.dtype)
-    tile = functools.partial(_tile_weights, scale=scale, temperature=temperature, masks=tiles.masks)
 
     def key_chunk(_, inputs):
         k, padding, k_start = inputs

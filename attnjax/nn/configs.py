@@ -513,6 +513,11 @@ class TransformerConfig:
         )
 
     @property
+    def windows(self) -> tuple:
+        """Each layer's sliding window W (None: none): `layer_windows`, else the attention's `window`."""
+        return self.layer_windows or (self.block.attention.window,) * self.num_layers
+
+    @property
     def out_features(self) -> int:
         """The width of the model's output: hidden states (head None), `output_features`, the vocabulary or D."""
         if self.head is None:

@@ -5,7 +5,7 @@ forward pass, in memory linear in T.
 `attnjax.nn.sites`: after QK-norm and RoPE), then per layer, one after another
 (`jax.lax.map`), from q and k alone (`attnjax.analysis.products`):
 
-    lse_i        the rows' log-sum-exp (`attention_statistics`, block by block)
+    lse_i, H_i   the rows' log-sum-exp and entropy, raw and normalised (`attention_statistics`)
     sigma_1..n   the leading singular values of each head's map A `[T, T]`, with error bounds
                  (randomized subspace iteration over A v and A^T u)
     m_j          the mass key j receives, sum_i a_ij, and the top-k keys
@@ -13,17 +13,18 @@ forward pass, in memory linear in T.
 
 with the layer's logits q_i . k_j / (sqrt(Dh) tau), its causality, its
 sliding window (per layer with `TransformerConfig.layer_windows`) and the call's key
-padding: the weights are those of the model's forward pass (`capture=("weights",)` gives them densely, at T x T cost).
+padding: the weights are those of the model's forward pass (`capture=("weights",)` gives them densely,
+at T x T cost). `layers` picks some layers (the forward pass still runs them all).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from flax import nnx
 
 from attnjax.analysis.causal_spectrum import causal_eigenvalues, causal_slem
 from attnjax.analysis.products import leading_singular_values, received_mass
@@ -46,14 +47,23 @@ class AttentionSpectra(NamedTuple):
     top_keys: Array  # [L, B, H, k] int32: the keys that receive the most, most first
     top_mass: Array  # [L, B, H, k]
     slem: Optional[Array]  # [L, B, H]: |lambda_2| of causal maps (None for bidirectional models)
+    entropy: Array  # [L, B, H, T]: each row's entropy -sum_j a_ij log a_ij (nats)
+    normalized_entropy: Array  # [L, B, H, T]: entropy / log(the row's visible keys); 0 for one key
 
     __repr__ = compact_repr
 
 
-def _layer_windows(model) -> tuple:
-    """Each layer's sliding window W (None: none): `layer_windows`, else the attention's `window`."""
-    config = model.config
-    return config.layer_windows or (config.block.attention.window,) * config.num_layers
+def _checked_layers(layers, num_layers: int) -> tuple:
+    """`layers` (None: all) as a tuple of distinct layer indices in [0, num_layers)."""
+    if layers is None:
+        return tuple(range(num_layers))
+    chosen = tuple(layers)
+    valid = all(isinstance(i, int) and not isinstance(i, bool) for i in chosen)
+    if not chosen or not valid or len(set(chosen)) != len(chosen):
+        raise ValueError(f"layers must be distinct ints, got {layers!r}")
+    if not all(0 <= i < num_layers for i in chosen):
+        raise ValueError(f"layers must lie in [0, {num_layers}) for this model, got {chosen}")
+    return chosen
 
 
 def _map_options(model, window) -> dict:
@@ -86,7 +96,8 @@ def _layer_spectra(q, k, key_padding, *, options, num_values, top_k, chunks):
 
     def one(qk):
         q, k = qk
-        lse = attention_statistics(q, k, key_padding=key_padding, **options).lse
+        statistics = attention_statistics(q, k, key_padding=key_padding, **options)
+        lse = statistics.lse
         leading = leading_singular_values(
             q,
             k,
@@ -108,9 +119,25 @@ def _layer_spectra(q, k, key_padding, *, options, num_values, top_k, chunks):
                 key_padding=key_padding,
             )
             slem = causal_slem(eigenvalues)
-        return leading.values, leading.bounds, mass.mass, mass.top_keys, mass.top_mass, slem
+        return (
+            leading.values,
+            leading.bounds,
+            mass.mass,
+            mass.top_keys,
+            mass.top_mass,
+            slem,
+            statistics.entropy,
+            statistics.normalized_entropy,
+        )
 
     return AttentionSpectra(*jax.lax.map(one, (q, k)))
+
+
+@nnx.jit
+def _captured_qk(model, tokens, mask) -> dict:
+    """Every layer's q and k from one forward pass, compiled: the logits are not an output of the
+    program, so the head (Gemma 3's: 262,144 logits per token) is not run."""
+    return model(tokens, mask=mask, capture=("q", "k"))[1]
 
 
 def attention_spectra(
@@ -124,8 +151,10 @@ def attention_spectra(
     oversampling: int = 6,
     query_chunk_size: int = 256,
     key_chunk_size: int = 512,
+    layers: Optional[Sequence[int]] = None,
 ) -> AttentionSpectra:
-    """The leading singular values, received mass and (causal) |lambda_2| of every layer's and head's map.
+    """The leading singular values, received mass, row entropies and (causal) |lambda_2| of every layer's
+    and head's map.
 
     Args:
       model: an `nn.Transformer` with softmax attention (a loaded checkpoint too).
@@ -138,21 +167,25 @@ def attention_spectra(
       oversampling: extra starting vectors of the subspace iteration.
       query_chunk_size, key_chunk_size: queries and keys per tile of the products
         (`analysis.attention_matvec`).
+      layers: the layers to analyse, distinct, from 0 (default: every layer); at 8k tokens a
+        layer's spectra take a minute on a laptop CPU.
 
     Returns:
-      `AttentionSpectra` with a leading layer axis `[L, ...]` (layers from 0).
+      `AttentionSpectra` with a leading layer axis `[L, ...]`: the layers of `layers` in their
+      order (default: every layer, from 0).
     """
-    windows = _layer_windows(model)
+    windows = model.config.windows
     _map_options(model, None)  # softmax attention, before the forward pass
+    chosen = _checked_layers(layers, len(windows))
     mask = None if key_padding is None else jnp.asarray(key_padding)[:, None, None, :]
-    _, captured = model(tokens, mask=mask, capture=("q", "k"))
+    captured = _captured_qk(model, jnp.asarray(tokens), mask)
     parts, order = [], []
-    for window in dict.fromkeys(windows):  # the layers of each window, one compiled program each
-        layers = [i for i, w in enumerate(windows) if w == window]
+    for window in dict.fromkeys(windows[i] for i in chosen):  # one compiled program per window
+        group = [i for i in chosen if windows[i] == window]
         parts.append(
             _layer_spectra(
-                captured["q"][jnp.asarray(layers)],
-                captured["k"][jnp.asarray(layers)],
+                captured["q"][jnp.asarray(group)],
+                captured["k"][jnp.asarray(group)],
                 None if key_padding is None else jnp.asarray(key_padding),
                 options=tuple(sorted(_map_options(model, window).items())),
                 num_values=num_values,
@@ -160,10 +193,12 @@ def attention_spectra(
                 chunks=(iterations, oversampling, query_chunk_size, key_chunk_size),
             )
         )
-        order += layers
+        order += group
     if len(parts) == 1:
         return parts[0]
-    back = jnp.asarray(np.argsort(order))
+    back = jnp.asarray(
+        [order.index(layer) for layer in chosen]
+    )  # the rows of `chosen`, in its order
     return AttentionSpectra(
         *(None if f[0] is None else jnp.concatenate(f)[back] for f in zip(*parts))
     )

@@ -65,6 +65,14 @@ def test_spectra_equal_those_of_the_dense_maps(name, padded):
     np.testing.assert_array_equal(
         np.asarray(got.top_keys), np.argsort(-columns, axis=-1, kind="stable")[..., :3]
     )
+    logs = np.log(np.where(weights > 0, weights, 1.0))
+    entropy = -np.sum(weights * logs, axis=-1)  # [L, B, H, T]
+    np.testing.assert_allclose(np.asarray(got.entropy), entropy, rtol=1e-10, atol=1e-12)
+    visible = np.sum(weights > 0, axis=-1)  # no weight of these float64 maps underflows
+    normalized = np.where(visible > 1, entropy / np.log(np.maximum(visible, 2)), 0.0)
+    np.testing.assert_allclose(
+        np.asarray(got.normalized_entropy), normalized, rtol=1e-10, atol=1e-12
+    )
     if model.config.causal:
         want = np.sort(np.diagonal(weights, axis1=-2, axis2=-1), axis=-1)[..., -2]
         np.testing.assert_allclose(np.asarray(got.slem), want, rtol=1e-10)
@@ -79,3 +87,21 @@ def test_linear_attention_models_raise():
     model = _model(dict(attention_kind="linear"))
     with pytest.raises(ValueError, match="attention spectra need softmax attention"):
         nn.attention_spectra(model, jnp.asarray(TOKENS))
+
+
+@pytest.mark.parametrize("layers", [(1,), (1, 0)])
+def test_chosen_layers_are_those_rows_of_every_layer(layers):
+    """Layers of two windows asked out of order: each field's rows are those layers' rows of the
+    full result, in the order asked."""
+    model = _model(MODELS["causal-per-layer-windows"])
+    every = nn.attention_spectra(model, jnp.asarray(TOKENS), top_k=3)
+    chosen = nn.attention_spectra(model, jnp.asarray(TOKENS), top_k=3, layers=layers)
+    for name, got, want in zip(every._fields, chosen, every):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want)[list(layers)], err_msg=name)
+
+
+@pytest.mark.parametrize("layers", [(), (0, 0), (2,), (-1,), (True,)])
+def test_layers_outside_the_model_raise(layers):
+    model = _model(MODELS["causal-gqa-rope"])
+    with pytest.raises(ValueError, match="layers must"):
+        nn.attention_spectra(model, jnp.asarray(TOKENS), layers=layers)
