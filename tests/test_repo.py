@@ -166,3 +166,20 @@ def test_committed_width_results_are_their_summary_rendered():
     assert report.markdown(summary) == (WIDTH_RESULTS / "report.md").read_text()
     assert sorted(p.name for p in (WIDTH_RESULTS / "plots").iterdir()) == summary["plots"]
     assert_page_section("width", "## Results: rank collapse in width", report, summary)
+
+
+@pytest.mark.parametrize("results", ["results", "results_gemma3"])
+def test_committed_spectra_results_are_their_summary_rendered(results):
+    """The spectra study's committed runs (SmolLM2, Gemma 3): the summary derives its statistics again, the
+    checks give its verdicts, and the template gives report.md byte for byte."""
+    from attnjax.serialization import json_form
+    from experiments.spectra import checks, report
+    from experiments.spectra import summary as summary_lib
+
+    directory = REPO / "experiments/spectra" / results
+    summary = json.loads((directory / "summary.json").read_text())
+    aggregated = {k: summary[k] for k in ("lengths", "segments", "layers", "heads", "values")}
+    assert json_form(summary_lib.derive(aggregated))["statistics"] == summary["statistics"]
+    assert json_form(checks.predictions(summary)) == summary["predictions"]
+    assert report.markdown(summary) == (directory / "report.md").read_text()
+    assert sorted(p.name for p in (directory / "plots").iterdir()) == summary["plots"]

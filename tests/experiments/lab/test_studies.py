@@ -25,6 +25,7 @@ from configs import long_context as long_context_config
 from configs import power_iteration as power_iteration_config
 from configs import rank_collapse as rank_collapse_config
 from configs import softmax_scaling as softmax_scaling_config
+from configs import spectra as spectra_config
 from configs import width as width_config
 from experiments.lab import cli
 from experiments.lab import study as study_lib
@@ -32,6 +33,7 @@ from experiments.long_context import STUDY as LONG_CONTEXT
 from experiments.power_iteration import STUDY as POWER_ITERATION
 from experiments.rank_collapse import STUDY as RANK_COLLAPSE
 from experiments.softmax_scaling import STUDY as SOFTMAX_SCALING
+from experiments.spectra import STUDY as SPECTRA
 from experiments.width import STUDY as WIDTH
 from tests import tiny_checkpoint
 from tests.conftest import RUN_DIR_VARIABLE
@@ -99,23 +101,39 @@ def softmax_scaling_test_config():
     return config
 
 
-def long_context_test_config():
-    """The smoke variant on a 4-layer tiny llama (2 heads; `tests/tiny_checkpoint.py`, written once per test
-    run in the run's scratch directory, so every worker gives the same config), at T <= 32, on 3 segments:
-    segments, layers and heads of distinct counts, so that an aggregation over the wrong axis cannot give
-    the right shape."""
+def tiny_llama_path() -> Path:
+    """A 4-layer tiny llama (2 heads; `tests/tiny_checkpoint.py`), written once per test run in the run's
+    scratch directory, so that every worker reads the same checkpoint."""
     path = Path(os.environ[RUN_DIR_VARIABLE]) / "long_context_tiny"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / "long_context_tiny.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (path / "tokenizer.json").exists():
             tiny_checkpoint.write(path, layers=4)
+    return path
+
+
+def long_context_test_config():
+    """The smoke variant on the tiny llama (`tiny_llama_path`), at T <= 32, on 3 segments: segments,
+    layers and heads of distinct counts, so that an aggregation over the wrong axis cannot give the right
+    shape."""
     config = long_context_config.get_config("smoke")
-    config.model.path = str(path)
+    config.model.path = str(tiny_llama_path())
     config.text.update(num_segments=3, segment_stride=32)
     config.statistics.update(lengths=(16, 32), num_segments=2)
     config.stream.update(caches=(6, 8), sinks=(1, 4), positions=5, recompute=(6,))
     config.edits.update(length=16, rate_length=8)
+    return config
+
+
+def spectra_test_config():
+    """The smoke variant on the tiny llama (4 layers, 2 heads), 3 segments, 3 of its layers out of order
+    (distinct counts, so that an aggregation over the wrong axis cannot give the right shape)."""
+    config = spectra_config.get_config("smoke")
+    config.model.path = str(tiny_llama_path())
+    config.text.update(num_segments=3, segment_stride=32)
+    config.lengths = (16, 32)
+    config.layers = (3, 0, 1)
     return config
 
 
@@ -139,6 +157,7 @@ STUDIES = {
     ),
     "long_context": (LONG_CONTEXT, long_context_test_config, long_context_config.get_config),
     "width": (WIDTH, width_test_config, width_config.get_config),
+    "spectra": (SPECTRA, spectra_test_config, spectra_config.get_config),
 }
 NAMES = tuple(STUDIES)
 
@@ -446,6 +465,9 @@ BAD_CONFIGS = [
         lambda c: setattr(c.model, "path", "/nonexistent/model"),
         r"model.path .* does not exist",
     ),
+    ("spectra", lambda c: setattr(c, "lengths", (16,)), r"config.lengths must hold at least 2"),
+    ("spectra", lambda c: setattr(c, "layers", (0, 0)), r"config.layers has repeated values"),
+    ("spectra", lambda c: setattr(c, "iterations", 0), r"config.iterations"),
 ]
 
 _compiles = []
