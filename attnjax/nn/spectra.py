@@ -165,8 +165,8 @@ def attention_spectra(
       iterations: rounds of subspace iteration (the accuracy is in `bounds`; a flat spectrum needs
         more rounds).
       oversampling: extra starting vectors of the subspace iteration.
-      query_chunk_size, key_chunk_size: queries and keys per tile of the products
-        (`analysis.attention_matvec`).
+      query_chunk_size: queries per tile of the products (`analysis.attention_matvec`).
+      key_chunk_size: keys per tile of the products.
       layers: the layers to analyse, distinct, from 0 (default: every layer); at 8k tokens a
         layer's spectra take a minute on a laptop CPU.
 
