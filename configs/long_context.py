@@ -14,7 +14,7 @@ and edits (the sink's interventions at `edits.length` tokens).
 
 from ml_collections import config_dict
 
-from experiments.long_context.text import DEFAULT_MODULES
+from experiments.lab.text import DEFAULT_MODULES
 
 VARIANTS = ("", "smoke", "gemma3", "gemma3_smoke")
 

@@ -10,7 +10,7 @@ Overrides: `--config.layers='(0, 12)'`, `--config.lengths='(1024, 2048)'`, `--co
 
 from ml_collections import config_dict
 
-from experiments.long_context.text import DEFAULT_MODULES
+from experiments.lab.text import DEFAULT_MODULES
 
 VARIANTS = ("", "gemma3", "smoke")
 
@@ -27,7 +27,7 @@ def get_config(arg: str | None = None):
     config.model = config_dict.ConfigDict(
         dict(name="gemma3" if arg == "gemma3" else "smollm2", path="")
     )
-    # The text: docstrings of these standard-library modules (`experiments.long_context.text`); the
+    # The text: docstrings of these standard-library modules (`experiments.lab.text`); the
     # segments do not overlap when segment_stride >= the longest length.
     config.text = config_dict.ConfigDict(
         dict(modules=DEFAULT_MODULES, num_segments=2, segment_stride=8192)

@@ -46,7 +46,7 @@ from attnjax.analysis import massive_activations, sink_rate
 from attnjax.nn import edits as edits_lib
 from attnjax.nn import sites
 from attnjax.pretrained.tokenizer import is_delimiter
-from experiments.long_context import model as model_lib
+from experiments.lab import causal_lm as model_lib
 
 EDITS = (
     "none",

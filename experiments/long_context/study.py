@@ -1,6 +1,6 @@
 """The long-context study's runs: specs and `run_one`.
 
-Four parts (`experiments.long_context.model` for the segments):
+Four parts (`experiments.lab.causal_lm` for the segments):
 
 * `statistics`, one run per segment: one forward at the longest length
   (`return_intermediates="statistics"`, memory linear in T) with the mass on
@@ -33,9 +33,9 @@ import numpy as np
 from flax import nnx
 
 from attnjax.analysis import residual_ratio
+from experiments.lab import causal_lm as model_lib
 from experiments.lab.workdir import RunDir
 from experiments.long_context import interventions, streaming
-from experiments.long_context import model as model_lib
 
 PARTS = ("statistics", "stream", "recompute", "edits")
 STATISTICS = ("sink_mass", "entropy", "normalized_entropy", "mean_distance")

@@ -11,7 +11,6 @@ import numpy as np
 
 from attnjax import plotting
 from experiments.lab import stats
-from experiments.spectra import summary as summary_lib
 
 
 def _colors(layers):
@@ -59,12 +58,8 @@ def sinks(summary: dict):
     mass.set(xlabel="context length T", ylabel="mean_i a_i0", title="Mass on token 0 per row")
     mass.legend(fontsize=8)
     n = summary["lengths"][-1]
-    last = {
-        m: np.asarray(stats.numbers(summary["values"][m][-1:]), float)  # [1, s, l, h]
-        for m in ("sigma_1", "top_mass", "top_key", "window")
-    }
-    sigma = last["sigma_1"][0]
-    lower = last["top_mass"][0] * n / np.sqrt(summary_lib.column_counts(last, [n])[0])
+    sigma = np.asarray(stats.numbers(summary["values"]["sigma_1"][-1]), float)  # [s, l, h]
+    lower = np.asarray(stats.numbers(summary["statistics"]["column_bound_largest"]), float)
     for i, (layer, color) in enumerate(zip(summary["layers"], _colors(summary["layers"]))):
         bound.scatter(
             lower[:, i].ravel(), sigma[:, i].ravel(), color=color, s=14, label=f"layer {layer}"

@@ -1,6 +1,6 @@
 """The spectra study's runs: one per text segment and context length.
 
-A run reads the segment's first T tokens (`experiments.long_context.model`:
+A run reads the segment's first T tokens (`experiments.lab.causal_lm`:
 the tokenizer's prefix, then the text) through the model and, for each layer of
 `config.layers` and each head, from the layer's own q and k without forming
 the `[T, T]` map (`nn.attention_spectra`, `config.iterations` rounds of
@@ -29,8 +29,8 @@ import dataclasses
 import numpy as np
 
 from attnjax import checks, nn
+from experiments.lab import causal_lm as model_lib
 from experiments.lab.workdir import RunDir
-from experiments.long_context import model as model_lib
 
 METRICS = (
     "sigma_1",

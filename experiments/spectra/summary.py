@@ -72,7 +72,7 @@ def _spread(x: np.ndarray) -> dict:
     }
 
 
-def column_counts(v: dict, lengths) -> np.ndarray:
+def _column_counts(v: dict, lengths) -> np.ndarray:
     """Per map `[n, s, l, h]`, the rows that can see its most-attended key j: min(W, T - j) in a causal
     layer of sliding window W (rows j..j + W - 1), T - j without one."""
     n = np.asarray(lengths, np.float64)[:, None, None, None]
@@ -94,7 +94,7 @@ def quantities(v: dict, lengths) -> dict:
         # sigma_1 over its lower bound m_j / sqrt(c_j), j the most-attended key and c_j the rows that see
         # it: ||A|| >= ||A e_j|| >= m_j / sqrt(c_j) (Cauchy-Schwarz), equal when every row that sees j
         # gives it the same weight and that column carries the norm, as a sink does.
-        "column_ratio": v["sigma_1"] * np.sqrt(column_counts(v, lengths)) / top,
+        "column_ratio": v["sigma_1"] * np.sqrt(_column_counts(v, lengths)) / top,
     }
 
 
@@ -112,7 +112,7 @@ def sanity(v: dict, lengths) -> dict:
         "sigma_1_min": float(np.min(sigma_1)),
         # ||A||^2 <= ||A||_1 ||A||_inf = max_j m_j (row sums 1).
         "norm_ratio_max": float(np.max(v["sigma_1"] / np.sqrt(top))),
-        "column_ratio_min": float(np.min(sigma_1 * np.sqrt(column_counts(v, lengths)) / top)),
+        "column_ratio_min": float(np.min(sigma_1 * np.sqrt(_column_counts(v, lengths)) / top)),
         # |lambda_1 lambda_2| <= sigma_1 sigma_2 (Weyl), with lambda_1 = a_00 = 1.
         "weyl_ratio_max": float(np.max(v["slem"] / (sigma_1 * sigma_2))),
         # A_T is the leading block of A_T' (T < T', the same segment): sigma_1 and |lambda_2| cannot fall.
@@ -147,6 +147,8 @@ def derive(aggregated: dict) -> dict:
             # Per layer, at the largest length: the share of heads and segments whose most-attended key is
             # token 0.
             "sink_is_top": np.mean(largest == 0, axis=(0, 2)).tolist(),
+            # Per segment, layer and head at the largest length: sigma_1's lower bound m_j / sqrt(c_j).
+            "column_bound_largest": (q["sigma_1"] / q["column_ratio"])[-1].tolist(),
             "sanity": sanity(v, lengths),
             "windows": v["window"][0, 0, :, 0].tolist(),  # per layer, 0 for none
             "max_len": float(v["max_len"].max()),

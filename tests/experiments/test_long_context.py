@@ -16,8 +16,9 @@ import pytest
 from attnjax.nn import edits as edits_lib
 from attnjax.serialization import json_form
 from configs import long_context as long_context_config
-from experiments.long_context import checks, interventions, streaming, text
-from experiments.long_context import model as model_lib
+from experiments.lab import causal_lm as model_lib
+from experiments.lab import text
+from experiments.long_context import checks, interventions, streaming
 from tests import tiny_checkpoint
 from tests.paths import REPO, link_from, study_page
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.long_context import model as model_lib
+from experiments.lab import causal_lm as model_lib
 from experiments.spectra import checks, summary
 from experiments.spectra.study import METRICS
 from tests.experiments.lab.test_studies import finished, spectra_test_config

@@ -33,7 +33,7 @@ MUTANTS = (
     ),
     Mutant(
         SUMMARY,
-        "np.min(sigma_1 * np.sqrt(column_counts(v, lengths)) / top)",
+        "np.min(sigma_1 * np.sqrt(_column_counts(v, lengths)) / top)",
         "np.min(sigma_1 * np.sqrt(np.asarray(lengths)[:, None, None, None]) / top)",
         "spectra: the column bound over sqrt(T), not the rows that see the key",
         TESTS,

@@ -1,8 +1,10 @@
-"""The long-context study's model and inputs: the checkpoint, its text segments and their first tokens.
+"""A causal LM and its text inputs, for the studies that read a pretrained checkpoint at length (long_context,
+spectra): the checkpoint, its text segments and their first tokens. The config holds `model` (name, path),
+`text` (modules, num_segments, segment_stride) and `seed`.
 
 A segment is what the model reads as one document: the tokenizer's prefix
 for an empty text (Gemma 3: `<bos>`; SmolLM2's GGUF adds none), then
-`length - len(prefix)` tokens of the study's text (`text.long_text`), from
+`length - len(prefix)` tokens of the text (`experiments.lab.text.long_text`), from
 token `(seed + s) * segment_stride` of segment s. Token 0 is the prefix's
 first token where there is one, else the segment's first text token.
 """
@@ -15,7 +17,7 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.long_context.text import long_text, segment
+from experiments.lab.text import long_text, segment
 
 # The bundled causal LMs and their loaders in `attnjax.pretrained`; `model.path` may instead name a
 # .gguf file (a llama GGUF) or a Hugging Face checkpoint directory (a causal LM).

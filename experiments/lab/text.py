@@ -1,4 +1,4 @@
-"""The study's text: English docstrings of standard-library modules, assembled offline, deterministic.
+"""The studies' long text: English docstrings of standard-library modules, assembled offline, deterministic.
 
 The text depends only on the Python version (the same on every machine with
 that version) and needs no download.
