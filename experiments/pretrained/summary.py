@@ -356,9 +356,16 @@ def _sinks(summary: dict) -> dict | None:
     }
     if summary["model"]["causal"]:
         per_sentence = array(full["sentence_sink"])[:, BOTTOM_LAYERS:]  # [S, L - BOTTOM_LAYERS]
+        # No layer past the bottom ones (a model of at most BOTTOM_LAYERS layers): NaN, not measured,
+        # as fraction_above gives, without averaging an empty slice.
+        shares = (
+            np.mean(per_sentence > SINK_SHARE, axis=1)
+            if per_sentence.shape[1]
+            else np.full(per_sentence.shape[0], np.nan)
+        )
         out.update(
             fraction=fraction_above(mass[BOTTOM_LAYERS:], SINK_SHARE),
-            sentence_fraction=interval(np.mean(per_sentence > SINK_SHARE, axis=1)),
+            sentence_fraction=interval(shares),
             bottom=mass[:BOTTOM_LAYERS].tolist(),
         )
         return out
