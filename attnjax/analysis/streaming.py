@@ -27,11 +27,13 @@ from the whole block (after a causal block's last query, outside a local
 window) is skipped. The logits of one step are `[..., H, Tq, C]`, small
 enough for the CPU's caches (at T = 4096 blocks of 128 queries ran ~5x faster
 than all T queries per step). At T = 8192, H = 9, K = 3, D = 64, causal, with
-a sink and a window, on a 2-core CPU, blocks of 64 queries over chunks of 512
-keys took 2.1-2.3 s (blocks of 128: 2.3-2.7 s): 1.4-1.5x the causal forward
-pass under XLA's default CPU scheduler, 2.0x under the memory-ordered one
+a sink and a window, on a 2-core CPU under XLA's memory-ordered scheduler
 (`--xla_cpu_enable_concurrency_optimized_scheduler=false`, which the studies
-and the benchmark set), with which the forward runs faster. The window mass
+and the benchmark set), blocks of 64 queries over chunks of 512 keys took
+1.4-1.7 s, 1.6-1.9x the causal forward pass (0.83-0.95 s); blocks of 128 or
+256 queries, or chunks of 256 keys, were no faster, chunks of 1024 slower.
+The entropy term is summed as a contraction (`_row_dot`); as a product and a
+sum the pass took 2.2-2.9 s. The window mass
 is summed only over the chunks within `window` of some query of the block,
 and visible keys are counted before broadcasting over heads. The statistics
 themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward
@@ -437,7 +439,7 @@ def _statistics(
             u = (
                 alpha * u
                 + (alpha * total) * (ref - new_ref)
-                + jnp.sum(e * jnp.where(visible, shifted, 0), axis=-1)
+                + _row_dot(e, jnp.where(visible, shifted, 0))
             )
             total = alpha * total + chunk_total
             count = count + chunk_count
@@ -498,6 +500,19 @@ def _statistics(
     return AttentionStatistics(**statistics), jnp.moveaxis(output, -1, -3).astype(
         value.dtype
     )  # [..., T, H, Dv]
+
+
+def _row_dot(a: Array, b: Array) -> Array:
+    """sum_j a_ij b_ij over the last axis: `[..., C]` twice -> `[...]`.
+
+    As a contraction (`dot_general`), not `jnp.sum(a * b, -1)`: XLA's CPU
+    backend gives that product-and-sum to a library reduction that first
+    writes the product `[..., H, Tq, C]` out, which made the entropy term
+    about 40% of the pass at T = 8192 (2.5-2.9 s against 1.5-1.7 s with
+    the contraction, on a 2-core CPU); the sums are the same up to their
+    order.
+    """
+    return jnp.einsum("...c,...c->...", a, b, precision=jax.lax.Precision.HIGHEST)
 
 
 def _weighted_values(e: Array, value: Array) -> Array:
