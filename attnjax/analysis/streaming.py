@@ -508,7 +508,7 @@ def _row_dot(a: Array, b: Array) -> Array:
     As a contraction (`dot_general`), not `jnp.sum(a * b, -1)`: XLA's CPU
     backend gives that product-and-sum to a library reduction that first
     writes the product `[..., H, Tq, C]` out, which made the entropy term
-    about 40% of the pass at T = 8192 (2.5-2.9 s against 1.5-1.7 s with
+    about 40% of the pass at T = 8192 (2.2-2.9 s against 1.4-1.7 s with
     the contraction, on a 2-core CPU); the sums are the same up to their
     order.
     """
