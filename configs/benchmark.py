@@ -7,8 +7,9 @@
 Every figure with a target is a ratio against a reference measured in the
 same run (median of `repeats` timed calls after a warm-up call). The default
 runs in 12-15 minutes on a 2-core CPU (719 s on 2026-12-06: the pretrained
-section takes about 3 minutes, training 2, streaming and analysis under 2 each); `smoke` in under a minute, with
-sizes too small for the targets to mean anything (its rows carry none).
+section takes about 3 minutes, training 2, streaming and analysis under 2
+each); `smoke` in under a minute, with sizes too small for the targets to
+mean anything (its rows carry none).
 """
 
 from ml_collections import config_dict

@@ -35,8 +35,8 @@ and the benchmark set), blocks of 64 queries over chunks of 512 keys took
 The entropy term, the window mass and the distance past the diagonal are
 summed as contractions (`_row_dot`); as products and sums the pass took
 2.2-2.9 s there, and 1.24 s instead of 0.78-0.88 s without the causal mask at
-T = 4096. The window mass
-is summed only over the chunks within `window` of some query of the block,
+T = 4096. The window mass is summed only over the chunks within `window` of
+some query of the block,
 and visible keys are counted before broadcasting over heads. The statistics
 themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward
 pass recomputes each step, `jax.checkpoint`). The inputs are checked before
@@ -509,10 +509,8 @@ def _row_dot(a: Array, b: Array) -> Array:
 
     As a contraction (`dot_general`), not `jnp.sum(a * b, -1)`: XLA's CPU
     backend gives that product-and-sum to a library reduction that first
-    writes the product `[..., H, Tq, C]` out, which made the entropy term
-    about 40% of the pass at T = 8192 (2.2-2.9 s against 1.4-1.7 s with
-    the contraction, on a 2-core CPU); the sums are the same up to their
-    order.
+    writes the product `[..., H, Tq, C]` out (timings in the module
+    docstring); the sums are the same up to their order.
     """
     return jnp.einsum("...c,...c->...", a, b, precision=jax.lax.Precision.HIGHEST)
 

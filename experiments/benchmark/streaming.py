@@ -9,10 +9,10 @@ Config: `configs/benchmark.py`, `streaming`. Batch 1, float32, causal.
   pass of the same attention (`attnjax.dot_product_attention`), timed
   alternately in one run. Target: statistics / forward <= `target`. Both run
   under XLA's memory-ordered CPU scheduler, which `experiments` sets (see its
-  `__init__`): the forward is faster under it than under XLA's default (0.83-
-  0.95 s against 1.1 s on a 2-core CPU), the statistics pass about as fast
-  (1.4-1.7 s), so the ratio here (1.6-1.9) is higher than a library user's
-  (1.23 under XLA's default scheduler: 1.39 s against 1.13 s, same run).
+  `__init__`): the forward is faster under it than under XLA's default, the
+  statistics pass about as fast, so the ratio here (1.6-1.9 on a 2-core CPU)
+  is higher than a library user's (1.23; both measured in
+  `experiments/benchmark/NOTES.md`).
 * Memory: compiled temporary bytes of the statistics program at each of
   `memory_lengths` (H = `memory_heads`), and their growth per doubling of T
   (target <= `memory_target`; linear in T at a fixed chunk), beside the
