@@ -230,7 +230,7 @@ def _can_use_cudnn(query, key, value, temperature) -> bool:
         and query.dtype in (jnp.bfloat16, jnp.float16)
         and query.dtype == key.dtype == value.dtype
         and key.shape == value.shape
-        and isinstance(temperature, (int, float, np.number))
+        and isinstance(temperature, checks.NUMBERS)
     )
 
 
@@ -345,6 +345,10 @@ def dot_product_attention(
     A drop-in for `jax.nn.dot_product_attention` (same positional order
     `(query, key, value, bias, mask)` and keywords), plus `temperature`,
     `return_weights` and dropout on the weights; `return_residual` as jax.nn.
+    Called outside `jit`, `vmap` and `grad` with a number (or no) scale and
+    temperature, it runs as one compiled program per shapes and options,
+    reused by later calls (as jax.nn's functions are jitted); otherwise it
+    is traced into the caller's program.
 
     Args:
       query: `[..., T, H, D]`.
@@ -419,7 +423,55 @@ def dot_product_attention(
     window = checks.window(local_window_size)
     use_dropout = checks.dropout(dropout_rate, dropout_rng)
     checks.choice("implementation", implementation, IMPLEMENTATIONS)
-    scale = default_scale(query.shape[-1]) if scale is None else scale
+    options = dict(
+        is_causal=is_causal,
+        window=window,
+        implementation=implementation,
+        scale=default_scale(query.shape[-1]) if scale is None else scale,
+        temperature=temperature,
+        return_weights=return_weights,
+        return_residual=return_residual,
+        dropout_rate=dropout_rate if use_dropout else 0.0,
+    )
+    arrays = (query, key, value, mask, bias, query_seq_lengths, key_value_seq_lengths, dropout_rng)
+    compute = _compiled_compute if _compiles_once(arrays, options) else _compute
+    return compute(*arrays, **options)
+
+
+def _compiles_once(arrays, options) -> bool:
+    """Whether a call runs as one compiled program (`_compiled_compute`): when it is made outside any
+    transformation (no argument is a tracer) and its scale and temperature are numbers (static arguments,
+    as jax.nn's scale). Run op by op, an eager causal call compiles some thirty programs per new shape and
+    dispatches them all at every call: on a 2-core CPU (B = 2, H = 4, D = 8, T = 5..24) 0.92 s per new
+    shape and 2.2 ms per repeated call, against 0.17 s and 0.1 ms as one program (jax.nn's: 0.63 s and
+    3 ms). Inside `jit`, `vmap` or `grad` the caller's program holds the computation,
+    which then runs as before."""
+    numbers = all(isinstance(options[name], checks.NUMBERS) for name in ("scale", "temperature"))
+    return numbers and all(checks.concrete(x) for x in arrays if x is not None)
+
+
+def _compute(
+    query,
+    key,
+    value,
+    mask,
+    bias,
+    query_seq_lengths,
+    key_value_seq_lengths,
+    dropout_rng,
+    *,
+    is_causal,
+    window,
+    implementation,
+    scale,
+    temperature,
+    return_weights,
+    return_residual,
+    dropout_rate,
+):
+    """`dot_product_attention` on its checked inputs (mask boolean, with the bias's -inf entries; window
+    `(left, right)` or None; scale a value; dropout_rate 0 without dropout)."""
+    use_dropout = dropout_rate > 0
     causal, local, kv_valid, q_valid = _keyword_masks(
         query, key, is_causal, query_seq_lengths, key_value_seq_lengths, window
     )
@@ -475,6 +527,21 @@ def dot_product_attention(
         )
     extras = ((weights,) if return_weights else ()) + residual
     return (out, *extras) if extras else out
+
+
+_compiled_compute = jax.jit(
+    _compute,
+    static_argnames=(
+        "is_causal",
+        "window",
+        "implementation",
+        "scale",
+        "temperature",
+        "return_weights",
+        "return_residual",
+        "dropout_rate",
+    ),
+)
 
 
 def attention_weights(

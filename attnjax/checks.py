@@ -22,7 +22,11 @@ import numpy as np
 from flax import nnx
 
 _INTS = (int, np.integer)
-_NUMBERS = (int, float, np.number)
+NUMBERS = (
+    int,
+    float,
+    np.number,
+)  # Python and NumPy numbers (a bool is an int: refused where it matters)
 
 
 def positive_int(name: str, value) -> None:
@@ -39,7 +43,7 @@ def divisible(name: str, value: int, by_name: str, by: int) -> None:
 
 def positive_number(name: str, value) -> None:
     """`value` is a number > 0 (not a bool, not NaN)."""
-    if not isinstance(value, _NUMBERS) or isinstance(value, bool) or not value > 0:
+    if not isinstance(value, NUMBERS) or isinstance(value, bool) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
@@ -62,7 +66,7 @@ def _real_scalar(name: str, value):
     """
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a number, got the bool {value!r}")
-    if isinstance(value, _NUMBERS):
+    if isinstance(value, NUMBERS):
         return value
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         raise TypeError(
@@ -97,7 +101,7 @@ def scale(value) -> None:
 
 def rate(name: str, value) -> None:
     """A dropout rate: a number in [0, 1)."""
-    if not isinstance(value, _NUMBERS) or isinstance(value, bool) or not 0 <= value < 1:
+    if not isinstance(value, NUMBERS) or isinstance(value, bool) or not 0 <= value < 1:
         raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
 
 

@@ -20,7 +20,6 @@ from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from attnjax import checks
 
@@ -53,7 +52,7 @@ def softmax_with_temperature(
     checks.temperature(temperature)
     dtype = jnp.promote_types(logits.dtype, jnp.float32)
     logits = logits.astype(dtype)
-    if isinstance(temperature, (int, float, np.number)):  # a constant: nothing to differentiate
+    if isinstance(temperature, checks.NUMBERS):  # a constant: nothing to differentiate
         return _softmax(logits / jnp.asarray(temperature, dtype), mask)
     return _tempered_softmax(logits, jnp.asarray(temperature, dtype), mask)
 

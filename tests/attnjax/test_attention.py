@@ -348,6 +348,38 @@ def test_composes_with_vmap_and_grad():
     assert g.shape == q.shape and np.all(np.isfinite(g))
 
 
+def test_an_eager_call_is_one_program_per_shape_and_options():
+    """Outside transformations a call compiles one program per shapes and options and reuses it (a
+    static option, the temperature, makes another); under `jit` and with an array temperature the result
+    is the same, and equals the float64 reference."""
+    compiled = attention._compiled_compute
+    q, k, v = qkv(26, (2,), 7, 9, 4, 2, 4)
+    mask = random_mask(26, (2, 4, 7, 9))
+    kwargs = dict(mask=mask, is_causal=True, temperature=0.7, return_weights=True)
+    before = compiled._cache_size()
+    out, weights = attnjax.dot_product_attention(q, k, v, **kwargs)
+    assert compiled._cache_size() == before + 1
+    attnjax.dot_product_attention(q + 1, k, v, **kwargs)  # same shapes and options: reused
+    assert compiled._cache_size() == before + 1
+    attnjax.dot_product_attention(q, k, v, **{**kwargs, "temperature": 0.5})  # a static option
+    assert compiled._cache_size() == before + 2
+    jitted = jax.jit(lambda q: attnjax.dot_product_attention(q, k, v, **kwargs))(q)
+    array_temperature = attnjax.dot_product_attention(
+        q, k, v, **{**kwargs, "temperature": jnp.float32(0.7)}
+    )
+    assert compiled._cache_size() == before + 2
+    for other in (jitted, array_temperature):
+        np.testing.assert_allclose(other[0], out, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(other[1], weights, rtol=1e-6, atol=1e-6)
+    reference_out, reference_weights = softmax_attention(
+        *(np.asarray(x, np.float64) for x in (q, k, v)),
+        mask=np.asarray(mask) & np.tril(np.ones((7, 9), bool)),
+        temperature=0.7,
+    )
+    np.testing.assert_allclose(out, reference_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights, reference_weights, rtol=1e-5, atol=1e-6)
+
+
 def test_traced_temperature_uses_core_and_matches():
     q, k, v = qkv(24, (2,), 8, 8, 2, 2, 4)
     f = jax.jit(lambda t: attnjax.dot_product_attention(q, k, v, temperature=t))
