@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from attnjax import key_padding_mask, nn
@@ -42,3 +43,43 @@ def test_jit_forward_reads_the_models_current_parameters():
     new = forward(tokens)
     np.testing.assert_allclose(new, model(tokens), rtol=1e-6, atol=1e-6)
     assert not np.allclose(new, old)
+
+
+def test_an_eager_call_is_one_program_per_shape_and_options():
+    """Outside transformations the model's call compiles once per shapes and options and is then reused
+    (op by op, its layer scan compiled anew at every call); it equals the traced call, still checks
+    token ids on the concrete inputs, and the dropout streams still advance from call to call."""
+    model = small_model()
+    tokens = jax.random.randint(jax.random.key(3), (2, 8), 0, 13)
+    traced = nn.jit_forward(model)(tokens)  # the model's call traced into jit_forward's program
+    first = model(tokens)
+    np.testing.assert_allclose(first, traced, rtol=1e-6, atol=1e-6)
+    again, shorter = jnp.array(tokens), tokens[:, :5]
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, *_, **__: (
+            compiles.append(name) if name.endswith("backend_compile_duration") else None
+        )
+    )
+    try:
+        np.testing.assert_array_equal(model(again), first)  # same shapes: no compile
+        assert compiles == []
+        model(shorter)  # a new shape compiles once
+        assert len(compiles) == 1
+    finally:
+        jax.monitoring.clear_event_listeners()
+    with pytest.raises(ValueError, match="13"):
+        model(tokens.at[0, 0].set(13))
+    dropout = nn.Transformer(
+        nn.TransformerConfig.create(
+            num_layers=2,
+            features=16,
+            num_heads=2,
+            vocab_size=13,
+            causal=True,
+            max_len=8,
+            residual_dropout_rate=0.5,
+        ),
+        rngs=nnx.Rngs(params=0, dropout=1),
+    )
+    assert not np.array_equal(dropout(tokens), dropout(tokens))
