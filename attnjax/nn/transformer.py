@@ -444,20 +444,21 @@ class Transformer(nnx.Module):
 
     def _forward(
         self,
-        inputs: Array,
+        inputs,
         *,
-        mask: Optional[Array] = None,
-        token_type_ids: Optional[Array] = None,
-        return_intermediates: Union[bool, str] = False,
-        decode: bool = False,
-        deterministic: Optional[bool] = None,
+        mask,
+        token_type_ids,
+        return_intermediates,
+        deterministic,
+        sink_positions,
+        edits,
+        capture,
+        decode=False,
         rngs=None,
-        sink_positions: Sequence[int] = (),
-        edits: Optional[Sequence] = None,
-        sink_cache: Optional[tuple[int, int]] = None,
-        capture: Sequence[str] = (),
+        sink_cache=None,
     ):
-        """`__call__`'s computation, traced into the caller's program or `_compiled_forward`'s."""
+        """`__call__`'s computation (its arguments, all given), traced into the caller's program or
+        `_compiled_forward`'s; `decode`, `rngs` and `sink_cache` keep their defaults in the latter."""
         self._check_inputs(inputs)
         self._check_token_types(inputs, token_type_ids)
         checks.boolean("decode", decode)
