@@ -444,8 +444,8 @@ def _compiles_once(arrays, options) -> bool:
     as jax.nn's scale). Run op by op, an eager causal call compiles some thirty programs per new shape and
     dispatches them all at every call: on a 2-core CPU (B = 2, H = 4, D = 8, T = 5..24) 0.92 s per new
     shape and 2.2 ms per repeated call, against 0.17 s and 0.1 ms as one program (jax.nn's: 0.63 s and
-    3 ms). Inside `jit`, `vmap` or `grad` the caller's program holds the computation,
-    which then runs as before."""
+    3 ms). Inside `jit`, `vmap` or `grad` the caller's program holds the computation, which then runs as
+    before."""
     numbers = all(isinstance(options[name], checks.NUMBERS) for name in ("scale", "temperature"))
     return numbers and all(checks.concrete(x) for x in arrays if x is not None)
 

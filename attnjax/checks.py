@@ -22,11 +22,8 @@ import numpy as np
 from flax import nnx
 
 _INTS = (int, np.integer)
-NUMBERS = (
-    int,
-    float,
-    np.number,
-)  # Python and NumPy numbers (a bool is an int: refused where it matters)
+# Python and NumPy numbers (a bool is an int: refused where it matters).
+NUMBERS = (int, float, np.number)
 
 
 def positive_int(name: str, value) -> None:

@@ -396,17 +396,12 @@ class Transformer(nnx.Module):
             sink_positions=sink_positions,
             capture=capture,
         )
-        if not (decode or sink_cache is not None or rngs is not None) and self._compiles_once(
-            (inputs, mask, token_type_ids), edits, options
-        ):
+        full_pass = not (decode or sink_cache is not None or rngs is not None)
+        static = self._static_options(options) if full_pass else None
+        if static is not None and self._concrete((inputs, mask, token_type_ids), edits):
             self._check_inputs(inputs)  # token ids against the vocabulary, on the concrete ones
-            options = {
-                **options,
-                "sink_positions": tuple(sink_positions),
-                "capture": tuple(capture),
-            }
             return self._compiled_forward(
-                self, inputs, mask=mask, token_type_ids=token_type_ids, edits=edits, **options
+                self, inputs, mask=mask, token_type_ids=token_type_ids, edits=edits, **static
             )
         return self._forward(
             inputs,
@@ -419,28 +414,35 @@ class Transformer(nnx.Module):
             **options,
         )
 
-    def _compiles_once(self, arrays, edits, options) -> bool:
-        """Whether a full forward pass runs as one compiled program per shapes and options
-        (`_compiled_forward`): outside any transformation (no input, edit array or parameter is a tracer),
-        with hashable options and no `rngs`. Run op by op, an eager call compiled its layer scan anew at
-        every call (SmolLM2-135M at T = 64 on a 2-core CPU: 0.5 s a call, 0.25 s of it compiling)."""
+    @staticmethod
+    def _static_options(options: dict) -> Optional[dict]:
+        """The options of `_compiled_forward` (static, so hashable: sink_positions and capture as tuples),
+        or None when one is not (then the call runs op by op and its checks name the problem)."""
+        sequences = ("sink_positions", "capture")
+        if not all(isinstance(options[name], (tuple, list)) for name in sequences):
+            return None
+        static = {**options, **{name: tuple(options[name]) for name in sequences}}
+        try:
+            hash(tuple(static.values()))
+        except TypeError:
+            return None
+        return static
+
+    def _concrete(self, arrays, edits) -> bool:
+        """Whether the call is made outside any transformation: no input, edit array or parameter is a
+        tracer (and the edits are a sequence of edit objects, which `nnx.jit` can trace). Then a full
+        pass runs as one compiled program per model structure, shapes and options (`_compiled_forward`);
+        op by op, an eager call compiled its layer scan anew at every call (SmolLM2-135M at T = 64 on a
+        2-core CPU: 0.5 s a call, 0.25 s of it compiling)."""
         if edits is not None and not (
             isinstance(edits, (tuple, list))
             and all(isinstance(e, edits_lib.EDIT_TYPES + sites_lib.SITE_EDITS) for e in edits)
         ):
             return False
-        sequences = (options["sink_positions"], options["capture"])
-        if not all(isinstance(v, (tuple, list)) for v in sequences):
-            return False
-        try:
-            hash(
-                (options["return_intermediates"], options["deterministic"], *map(tuple, sequences))
-            )
-        except TypeError:
-            return False
         parameter = next(iter(jax.tree_util.tree_leaves(nnx.state(self, nnx.Param))), None)
-        leaves = jax.tree_util.tree_leaves((arrays, edits, parameter))
-        return all(checks.concrete(x) for x in leaves)
+        return all(
+            checks.concrete(x) for x in jax.tree_util.tree_leaves((arrays, edits, parameter))
+        )
 
     def _forward(
         self,
