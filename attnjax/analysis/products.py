@@ -369,7 +369,10 @@ def _rmatvec(query, key, lse, vectors, **options) -> Array:
         def add_block(total, block):
             q, block_lse, q_start, u = block
             p = tile(q, k, block_lse, padding, q_start, k_start)
-            return total + jnp.einsum("...hts,...htm->...hsm", p, u.astype(p.dtype))
+            # u^T p, then swapped: p as the product's right operand in its own layout (as the left one,
+            # contracted over its rows, it is read transposed: 2x slower at T = 4096).
+            moved = jnp.einsum("...htm,...hts->...hms", u.astype(p.dtype), p)  # [..., H, M, C]
+            return total + jnp.swapaxes(moved, -1, -2)
 
         def query_block(total, block):
             visible = _tile_visible(block[2], block[0].shape[-3], k_start, k.shape[-3], tiles.masks)

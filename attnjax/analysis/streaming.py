@@ -29,13 +29,16 @@ enough for the CPU's caches (at T = 4096 blocks of 128 queries ran ~5x faster
 than all T queries per step). At T = 8192, H = 9, K = 3, D = 64, causal, with
 a sink and a window, on a 2-core CPU under XLA's memory-ordered scheduler
 (`--xla_cpu_enable_concurrency_optimized_scheduler=false`, which the studies
-and the benchmark set), blocks of 64 queries over chunks of 512 keys took
-1.4-1.7 s, 1.6-1.9x the causal forward pass (0.83-0.95 s); blocks of 128 or
-256 queries, or chunks of 256 keys, were no faster, chunks of 1024 slower.
-The entropy term, the window mass and the distance past the diagonal are
-summed as contractions (`_row_dot`); as products and sums the pass took
-2.2-2.9 s there, and 1.24 s instead of 0.78-0.88 s without the causal mask at
-T = 4096. The window mass is summed only over the chunks within `window` of
+and the benchmark set), blocks of 64 queries over chunks of 512 keys take
+0.75-0.82 s, 0.9-1.0x the causal forward pass (0.78-0.84 s); blocks of 32
+queries were slower (1.27 s), blocks of 128-256 or chunks of 256-1024 within
+noise. That needs the logits written in `[..., H, Tq, C]` order
+(`attention.grouped_logits` regroups its inputs for it); written as
+`[K, C, G Tq]`, each elementwise pass read them transposed and the pass took
+1.20-1.23 s. The entropy term, the window mass and the distance past the
+diagonal are summed as contractions (`_row_dot`); as products and sums the
+pass took 2.2-2.9 s there (before the layout fix), and 1.24 s instead of
+0.78-0.88 s without the causal mask at T = 4096. The window mass is summed only over the chunks within `window` of
 some query of the block,
 and visible keys are counted before broadcasting over heads. The statistics
 themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward

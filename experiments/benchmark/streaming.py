@@ -9,10 +9,10 @@ Config: `configs/benchmark.py`, `streaming`. Batch 1, float32, causal.
   pass of the same attention (`attnjax.dot_product_attention`), timed
   alternately in one run. Target: statistics / forward <= `target`. Both run
   under XLA's memory-ordered CPU scheduler, which `experiments` sets (see its
-  `__init__`): the forward is faster under it than under XLA's default, the
-  statistics pass about as fast, so the ratio here (1.6-1.9 on a 2-core CPU)
-  is higher than a library user's (1.23; both measured in
-  `experiments/benchmark/NOTES.md`).
+  `__init__`): the forward is faster under it than under XLA's default
+  (0.8-1.0 s against 1.1 s on a 2-core CPU), the statistics pass about as
+  fast, so the ratio here (0.9-1.0) is higher than a library user's (0.8;
+  both measured in `experiments/benchmark/NOTES.md`).
 * Memory: compiled temporary bytes of the statistics program at each of
   `memory_lengths` (H = `memory_heads`), and their growth per doubling of T
   (target <= `memory_target`; linear in T at a fixed chunk), beside the
