@@ -110,7 +110,8 @@ def to_flax(fn: Optional[Callable] = None) -> Callable:
     of `flax.nnx.MultiHeadAttention`, which calls it with flax's keywords.
 
     The logits are scaled by 1/sqrt(D), as flax's; `dtype` casts q, k, v first (flax's promotion);
-    `module` (flax's `sow_weights`) sows the weights `[..., H, T, S]` as 'attention_weights'; dropout
+    `module` (flax's `sow_weights`) sows the weights `[..., H, T, S]` as 'attention_weights' (read
+    them as flax's: call the module under `nnx.capture(..., nnx.Intermediate)`); dropout
     (not `deterministic`, `dropout_rate > 0`) passes `dropout_rate` and `dropout_rng` on. Raises a
     `ValueError` for what it cannot honour: `broadcast_dropout=True` with dropout on (attnjax draws
     one mask entry per weight) and a `precision` other than None.

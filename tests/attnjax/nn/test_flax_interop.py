@@ -49,14 +49,14 @@ def test_to_flax_gives_flax_modules_output_and_weights(masked):
     mask = _mask() if masked else None
     reference, ours = _flax_mha(), _flax_mha(to_flax())  # the same seed: the same parameters
     np.testing.assert_array_equal(reference.query.kernel[...], ours.query.kernel[...])
-    want = reference(_x(), mask=mask, sow_weights=True)
-    got = ours(_x(), mask=mask, sow_weights=True)
+    def sown(m):  # the output and the weights sown by the attention function, flax's way
+        return nnx.capture(lambda m: m(_x(), mask=mask, sow_weights=True), nnx.Intermediate)(m)
+
+    (want, want_sown), (got, got_sown) = sown(reference), sown(ours)
     np.testing.assert_allclose(got, want, **TOL)
-
-    def weights(m):
-        return nnx.state(m, nnx.Intermediate)["attention_weights"].get_value()[0]
-
-    np.testing.assert_allclose(weights(ours), weights(reference), **TOL)
+    weights = got_sown["attention_weights"][0]
+    assert weights.shape == (2, H, T, T)
+    np.testing.assert_allclose(weights, want_sown["attention_weights"][0], **TOL)
 
 
 def test_to_flax_refuses_what_it_cannot_honour():
