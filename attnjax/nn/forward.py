@@ -1,11 +1,14 @@
 """A model's forward pass as one compiled function of its inputs.
 
 `nnx.jit(lambda m, x: m(x))(model, x)` walks the model's NNX graph in Python
-on every call (to split it into a pytree and merge it back); for a 30-layer
-checkpoint that walk costs more than the forward itself. `jit_forward` splits
-the model once and passes its state to `jax.jit` as a plain pytree, so a call
-is the compiled program alone (measured in the benchmark's pretrained section:
-SmolLM2, 16 tokens on a CPU).
+on every call (to split it into a pytree and merge it back) and returns every
+variable of the model, so the compiled program copies all the parameters at
+every call: for SmolLM2-135M on a 2-core CPU that copy (0.1-0.15 s) costs more
+than a short forward itself. `jit_forward` splits the model once and passes
+its state to `jax.jit` as a plain pytree, returning the output alone
+(measured in the benchmark's pretrained section). A model called outside
+transformations (`model(tokens)`) also keeps its parameters out of its
+program's outputs.
 """
 
 from __future__ import annotations

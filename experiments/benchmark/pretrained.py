@@ -26,8 +26,9 @@ checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
   its cached greedy decoding (`generate(do_sample=False)`, timed as ours).
 * The jit recipe: SmolLM2's forward of `prefill_length` and of
   `decode_prompt` tokens through `attnjax.nn.jit_forward` (the model split
-  once) against `nnx.jit` of the model call (which walks the NNX graph on
-  every call), timed in alternation, and their ratio.
+  once) against `nnx.jit` of the model call (which walks the NNX graph and
+  copies every parameter out on every call), timed in alternation, and their
+  ratio.
 * The all-head ablation sweep as one program against a loop of single
   edits (`experiments/benchmark/head_sweep.py`).
 * The causal LM's own attention maps on `real_map_length` tokens of prose:
@@ -252,7 +253,8 @@ def jit_recipe_rows(model, ids, model_label: str, shape: str, repeats: int) -> l
             times[JIT_FORWARD],
             times[NNX_JIT],
             rows[1]["name"],
-            note="the same program; nnx.jit walks the model's NNX graph on every call",
+            note="the same forward; nnx.jit also walks the model's NNX graph and returns (copies) "
+            "every parameter at every call",
         )
     )
     return rows

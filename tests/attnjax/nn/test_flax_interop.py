@@ -49,6 +49,7 @@ def test_to_flax_gives_flax_modules_output_and_weights(masked):
     mask = _mask() if masked else None
     reference, ours = _flax_mha(), _flax_mha(to_flax())  # the same seed: the same parameters
     np.testing.assert_array_equal(reference.query.kernel[...], ours.query.kernel[...])
+
     def sown(m):  # the output and the weights sown by the attention function, flax's way
         return nnx.capture(lambda m: m(_x(), mask=mask, sow_weights=True), nnx.Intermediate)(m)
 
