@@ -364,10 +364,11 @@ class Transformer(nnx.Module):
 
         Called outside `jit`, `vmap` and `grad` (without `rngs`), it runs as
         one compiled program per model structure, shapes and options, reused
-        by later calls (`nnx.jit`), decoding calls included (their cache room
-        is checked on the concrete cache index first); otherwise it is traced
-        into the caller's program. For many calls on a large model,
-        `attnjax.nn.jit_forward` also skips walking the model's graph.
+        by later calls (`jax.jit` of the split model, the parameters inputs
+        only), decoding calls included (their cache room is checked on the
+        concrete cache index first); otherwise it is traced into the caller's
+        program. For many calls on a large model, `attnjax.nn.jit_forward` also
+        skips splitting the model at every call.
 
         Args:
           inputs: tokens `[B, T]` (int) or features `[B, T, input_features]`.
@@ -479,7 +480,7 @@ class Transformer(nnx.Module):
 
     def _concrete(self, arrays, edits) -> bool:
         """Whether the call is made outside any transformation: no input, edit array or parameter is a
-        tracer (and the edits are a sequence of edit objects, which `nnx.jit` can trace). Then a full
+        tracer (and the edits are a sequence of edit objects, which `jax.jit` can trace). Then a full
         pass or decoding step runs as one compiled program per model structure, shapes and options
         (`_compiled_call`); op by op, an eager call compiled its layer scan anew at every call (SmolLM2-135M
         on a 2-core CPU: T = 64, 0.5 s a call, 0.25 s of it compiling, now 0.12 s; one decoding step 0.58 s,
