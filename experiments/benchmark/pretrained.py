@@ -27,8 +27,11 @@ checkpoint directory). Rows are named after the checkpoint ("MiniLM-L6",
 * The jit recipe: SmolLM2's forward of `prefill_length` and of
   `decode_prompt` tokens through `attnjax.nn.jit_forward` (the model split
   once) against `nnx.jit` of the model call (which walks the NNX graph and
-  copies every parameter out on every call), timed in alternation, and their
-  ratio.
+  copies every parameter out on every call) and the model called outside
+  transformations (one compiled program, the parameters inputs only), timed
+  in alternation, and their ratios. Likewise the cached greedy decoding as a
+  hand-written loop of eager `model(token, decode=True)` calls, per token
+  against `Transformer.generate`.
 * The all-head ablation sweep as one program against a loop of single
   edits (`experiments/benchmark/head_sweep.py`).
 * The causal LM's own attention maps on `real_map_length` tokens of prose:
@@ -71,7 +74,8 @@ SECTION = "pretrained"
 ENCODER_LABEL, CAUSAL_LM_LABEL = "MiniLM-L6", "SmolLM2-135M"  # the bundled checkpoints
 ENCODER, PREFILL, DECODE = "encoder forward", "prefill (forward)", "cached greedy decoding"
 ATTNJAX = "attnjax"
-JIT_FORWARD, NNX_JIT = "attnjax.nn.jit_forward", "nnx.jit(model call)"
+JIT_FORWARD, NNX_JIT, EAGER = "attnjax.nn.jit_forward", "nnx.jit(model call)", "model call (eager)"
+EAGER_DECODING = "eager model calls"
 TORCH = "transformers (PyTorch)"
 
 
@@ -236,15 +240,21 @@ def _jitted_forward(model, ids):
 
 
 def jit_recipe_rows(model, ids, model_label: str, shape: str, repeats: int) -> list[dict]:
-    """The forward through `nn.jit_forward` against `nnx.jit` of the model call, timed in alternation."""
+    """The forward through `nn.jit_forward` against `nnx.jit` of the model call and the model called
+    outside transformations (compiled once, parameters in only), timed in alternation."""
     by_nnx_jit = nnx.jit(lambda model, ids: model(ids))
+    model(ids).block_until_ready()  # the eager call's compile
     times = interleaved_median_times(
-        {JIT_FORWARD: _jitted_forward(model, ids), NNX_JIT: lambda: by_nnx_jit(model, ids)},
+        {
+            JIT_FORWARD: _jitted_forward(model, ids),
+            NNX_JIT: lambda: by_nnx_jit(model, ids),
+            EAGER: lambda: model(ids),
+        },
         repeats=repeats,
     )
     t = ids.shape[1]
     name = f"{model_label} forward, T={t}"
-    rows = [_row(f"{name}, {who}", shape, times[who], t) for who in (JIT_FORWARD, NNX_JIT)]
+    rows = [_row(f"{name}, {who}", shape, times[who], t) for who in (JIT_FORWARD, NNX_JIT, EAGER)]
     rows.append(
         ratio_row(
             SECTION,
@@ -255,6 +265,17 @@ def jit_recipe_rows(model, ids, model_label: str, shape: str, repeats: int) -> l
             rows[1]["name"],
             note="the same forward; nnx.jit also walks the model's NNX graph and returns (copies) "
             "every parameter at every call",
+        )
+    )
+    rows.append(
+        ratio_row(
+            SECTION,
+            f"{name}, {EAGER} / {JIT_FORWARD}",
+            shape,
+            times[EAGER],
+            times[JIT_FORWARD],
+            rows[0]["name"],
+            note="the same forward; the eager call splits the model at every call",
         )
     )
     return rows
@@ -337,6 +358,22 @@ def _generator(model, prompt, tokens: int):
     return lambda: model.generate(prompt, tokens)
 
 
+def _eager_decoder(model, prompt, tokens: int, slots: int):
+    """A zero-argument call that decodes `tokens` tokens greedily by calling the model outside
+    transformations, as a hand-written loop does: the prompt as one chunk into a fresh cache of `slots`
+    positions, then one token per call; compiled beforehand."""
+
+    def call():
+        model.init_cache(prompt.shape[0], slots)
+        logits = model(prompt, decode=True)
+        for _ in range(tokens - 1):
+            logits = model(jnp.argmax(logits[:, -1], axis=-1)[:, None], decode=True)
+        return logits
+
+    call().block_until_ready()
+    return call
+
+
 def _load_causal_lm(path: str):
     """`load_llama` for '' (the bundled SmolLM2) or a `.gguf` file, else `from_pretrained` of a llama-family
     checkpoint directory."""
@@ -389,6 +426,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
     rows += real_map_rows(model, tokenizer, model_label, cfg)
     prompt = ids[:, :p]
     calls = {(ATTNJAX, k): _generator(model, prompt, k) for k in (1, n)}
+    calls.update({(EAGER_DECODING, k): _eager_decoder(model, prompt, k, p + n) for k in (1, n)})
     if torch_model is not None:
         calls.update({(TORCH, k): _torch_generator(torch_model, prompt, k) for k in (1, n)})
     try:
@@ -398,13 +436,17 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
             raise
         torch_model, why = None, f"PyTorch reference failed: {_reason(error)}"
         times = interleaved_median_times(
-            {k: v for k, v in calls.items() if k[0] == ATTNJAX}, repeats=cfg.repeats
+            {k: v for k, v in calls.items() if k[0] != TORCH}, repeats=cfg.repeats
         )
-    notes = {ATTNJAX: "Transformer.generate", TORCH: "generate(do_sample=False)"}
+    notes = {
+        ATTNJAX: "Transformer.generate",
+        EAGER_DECODING: "model(token, decode=True) per token, outside jit",
+        TORCH: "generate(do_sample=False)",
+    }
     if torch_model is not None:
         notes[TORCH] += f", {_threads_note()}"
     decode_rows = {}
-    for who in (ATTNJAX, TORCH) if torch_model is not None else (ATTNJAX,):
+    for who in (ATTNJAX, EAGER_DECODING) + ((TORCH,) if torch_model is not None else ()):
         decoding = times[(who, n)] - times[(who, 1)]
         row = {
             "section": SECTION,
@@ -418,6 +460,7 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
             row["note"] += "; no time difference measurable"
         decode_rows[who] = row
     rows.append(decode_rows[ATTNJAX])
+    rows += _eager_decoding_rows(decode_rows[EAGER_DECODING], decode_rows[ATTNJAX], decode_shape)
     if torch_model is None:
         return rows + [not_measured(SECTION, f"{decode_name}, {TORCH}", decode_shape, why)]
     rows.append(decode_rows[TORCH])
@@ -443,6 +486,24 @@ def causal_lm_rows(cfg, peak: float) -> list[dict]:
         )
     )
     return rows
+
+
+def _eager_decoding_rows(eager: dict, generate: dict, shape: str) -> list[dict]:
+    """The eager decoding loop's row and its time per token against `Transformer.generate`'s."""
+    if "seconds" not in eager or "seconds" not in generate:
+        return [eager]
+    return [
+        eager,
+        ratio_row(
+            SECTION,
+            f"{eager['name']} / Transformer.generate",
+            shape,
+            eager["seconds"],
+            generate["seconds"],
+            generate["name"],
+            note="s per token; generate runs every step in one program",
+        ),
+    ]
 
 
 def run(cfg) -> list[dict]:

@@ -171,6 +171,11 @@ def test_smoke_pretrained_rows_are_measured_or_say_why_not(smoke):
         assert by_name[f"{recipe}, {bench_pretrained.NNX_JIT}"]["seconds"] > 0
         ratio = f"{recipe}, {bench_pretrained.JIT_FORWARD} / {bench_pretrained.NNX_JIT}"
         assert by_name[ratio]["ratio"] > 0
+        assert by_name[f"{recipe}, {bench_pretrained.EAGER}"]["seconds"] > 0
+        ratio = f"{recipe}, {bench_pretrained.EAGER} / {bench_pretrained.JIT_FORWARD}"
+        assert by_name[ratio]["reference"] == f"{recipe}, {bench_pretrained.JIT_FORWARD}"
+    # Decoding by eager model calls, beside generate's (measured, or no difference measurable).
+    assert f"{TINY_LLAMA} {bench_pretrained.DECODE}, {bench_pretrained.EAGER_DECODING}" in names
     # The all-head ablation sweep against the loop of single edits: timed, the same numbers.
     for mode in ("zero", "mean"):
         name = f"{TINY_LLAMA} all-head ablation ({mode})"
