@@ -38,9 +38,9 @@ noise. That needs the logits written in `[..., H, Tq, C]` order
 1.20-1.23 s. The entropy term, the window mass and the distance past the
 diagonal are summed as contractions (`_row_dot`); as products and sums the
 pass took 2.2-2.9 s there (before the layout fix), and 1.24 s instead of
-0.78-0.88 s without the causal mask at T = 4096. The window mass is summed only over the chunks within `window` of
-some query of the block,
-and visible keys are counted before broadcasting over heads. The statistics
+0.78-0.88 s without the causal mask at T = 4096. The window mass is summed
+only over the chunks within `window` of some query of the block, and visible
+keys are counted before broadcasting over heads. The statistics
 themselves are `[..., H, T]`, so memory grows like T, not T x S (the backward
 pass recomputes each step, `jax.checkpoint`). The inputs are checked before
 any compute, then the pass runs as one compiled program per shapes and options

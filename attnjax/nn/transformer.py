@@ -77,7 +77,6 @@ UNROLL_MAX_LAYERS = 8
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "forward",
         "graphdef",
         "return_intermediates",
         "deterministic",
@@ -87,14 +86,15 @@ UNROLL_MAX_LAYERS = 8
         "sink_cache",
     ),
 )
-def _compiled_call(forward, graphdef, params, rest, inputs, mask, token_type_ids, edits, **static):
-    """`forward(model, ...)` (`Transformer._forward`) of the model `nnx.merge(graphdef, params, rest)`
-    as one program per model structure, shapes and options. Returns `(output, rest)`: the model's state
-    other than its parameters (caches, dropout streams) after the call. The parameters go in only:
-    returning them, as `nnx.jit` returns every variable of a model it is given, copies them all at every
-    call (SmolLM2-135M, one decoding step on a 2-core CPU: 183 ms, against 26 ms without)."""
+def _compiled_call(graphdef, params, rest, inputs, mask, token_type_ids, edits, **static):
+    """The call of the model `nnx.merge(graphdef, params, rest)` (traced: its parameters are tracers, so
+    it runs `Transformer._forward`) as one program per model structure, shapes and options. Returns
+    `(output, rest)`: the model's state other than its parameters (caches, dropout streams) after the
+    call. The parameters go in only: returning them, as `nnx.jit` returns every variable of a model it
+    is given, copies them all at every call (SmolLM2-135M, one decoding step on a 2-core CPU: 183 ms,
+    against 26 ms without)."""
     model = nnx.merge(graphdef, params, rest)
-    out = forward(model, inputs, mask=mask, token_type_ids=token_type_ids, edits=edits, **static)
+    out = model(inputs, mask=mask, token_type_ids=token_type_ids, edits=edits, **static)
     return out, nnx.state(model, nnx.Not(nnx.Param))
 
 
@@ -429,7 +429,6 @@ class Transformer(nnx.Module):
                 self._check_cache_room(inputs, decode, static["sink_cache"])
             graphdef, params, rest = nnx.split(self, nnx.Param, ...)
             out, rest = _compiled_call(
-                Transformer._forward,
                 graphdef,
                 params,
                 rest,

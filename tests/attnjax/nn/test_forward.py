@@ -11,11 +11,11 @@ from flax import nnx
 from attnjax import key_padding_mask, nn
 
 
-def small_model():
+def small_model(rngs=None, **options):
     config = nn.TransformerConfig.create(
-        num_layers=2, features=16, num_heads=2, vocab_size=13, causal=True, max_len=8
+        num_layers=2, features=16, num_heads=2, vocab_size=13, causal=True, max_len=8, **options
     )
-    return nn.Transformer(config, rngs=nnx.Rngs(0))
+    return nn.Transformer(config, rngs=nnx.Rngs(0) if rngs is None else rngs)
 
 
 @contextlib.contextmanager
@@ -80,18 +80,7 @@ def test_an_eager_call_is_one_program_per_shape_and_options():
         assert len(compiles) == 1
     with pytest.raises(ValueError, match="13"):
         model(tokens.at[0, 0].set(13))
-    dropout = nn.Transformer(
-        nn.TransformerConfig.create(
-            num_layers=2,
-            features=16,
-            num_heads=2,
-            vocab_size=13,
-            causal=True,
-            max_len=8,
-            residual_dropout_rate=0.5,
-        ),
-        rngs=nnx.Rngs(params=0, dropout=1),
-    )
+    dropout = small_model(nnx.Rngs(params=0, dropout=1), residual_dropout_rate=0.5)
     assert not np.array_equal(dropout(tokens), dropout(tokens))
 
 
